@@ -1,0 +1,167 @@
+"""Hugging Face checkpoints <-> jspec params: local directories only, never the hub."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+from safetensors import safe_open
+
+from jspec.config import ModelConfig, load_model_config
+from jspec.model import Layer, Params
+
+
+class CheckpointError(ValueError):
+    """A model directory whose weights do not match its config."""
+
+
+# jspec Layer field -> (HF name under model.layers.{i}., transpose?)
+_LAYER_NAMES = {
+    "attn_norm": ("input_layernorm.weight", False),
+    "wq": ("self_attn.q_proj.weight", True),
+    "wk": ("self_attn.k_proj.weight", True),
+    "wv": ("self_attn.v_proj.weight", True),
+    "wo": ("self_attn.o_proj.weight", True),
+    "mlp_norm": ("post_attention_layernorm.weight", False),
+    "w_gate": ("mlp.gate_proj.weight", True),
+    "w_up": ("mlp.up_proj.weight", True),
+    "w_down": ("mlp.down_proj.weight", True),
+    "bq": ("self_attn.q_proj.bias", False),
+    "bk": ("self_attn.k_proj.bias", False),
+    "bv": ("self_attn.v_proj.bias", False),
+    "q_norm": ("self_attn.q_norm.weight", False),
+    "k_norm": ("self_attn.k_norm.weight", False),
+}
+
+
+def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Expected jspec shapes of a layer's tensors (only those this config has)."""
+    E, F, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    Hq, Hkv = cfg.num_heads * D, cfg.num_kv_heads * D
+    shapes = dict(attn_norm=(E,), wq=(E, Hq), wk=(E, Hkv), wv=(E, Hkv), wo=(Hq, E), mlp_norm=(E,),
+                  w_gate=(E, F), w_up=(E, F), w_down=(F, E))
+    if cfg.qkv_bias:
+        shapes.update(bq=(Hq,), bk=(Hkv,), bv=(Hkv,))
+    if cfg.qk_norm:
+        shapes.update(q_norm=(D,), k_norm=(D,))
+    return shapes
+
+
+def _open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
+    """Maps every tensor name to its shard, from the index when there is one."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: (model_dir / shard, name) for name, shard in weight_map.items()}
+    shards = sorted(model_dir.glob("*.safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"no *.safetensors weights in {str(model_dir)!r}")
+    names = {}
+    for shard in shards:
+        with safe_open(shard, "flax") as f:
+            names.update({name: (shard, name) for name in f.keys()})
+    return names
+
+
+def _reader(tensors: dict):
+    handles = {}
+
+    def read(name: str, shape: tuple[int, ...], transpose: bool, dtype):
+        if name not in tensors:
+            raise CheckpointError(f"missing tensor {name!r} in checkpoint")
+        shard, key = tensors[name]
+        if shard not in handles:
+            handles[shard] = safe_open(shard, "flax")  # jax arrays: bf16 included, no torch needed
+        x = handles[shard].get_tensor(key)
+        x = x.T if transpose else x
+        if x.shape != shape:
+            raise CheckpointError(f"tensor {name!r} has shape {x.shape[::-1] if transpose else x.shape}, "
+                                  f"expected {shape[::-1] if transpose else shape}")
+        return jnp.asarray(x, dtype)
+
+    return read
+
+
+def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
+    """Reads HF safetensors (one file or index + shards) into jspec Params in `dtype`."""
+    model_dir = Path(model_dir)
+    read = _reader(_open_tensors(model_dir))
+    layers = []
+    for i in range(cfg.num_layers):
+        fields = {
+            field: read(f"model.layers.{i}.{_LAYER_NAMES[field][0]}", shape, _LAYER_NAMES[field][1], dtype)
+            for field, shape in _layer_shapes(cfg).items()
+        }
+        layers.append(Layer(**fields))
+    E, V = cfg.hidden_size, cfg.vocab_size
+    embed = read("model.embed_tokens.weight", (V, E), False, dtype)
+    lm_head = None if cfg.tie_embeddings else read("lm_head.weight", (E, V), True, dtype)
+    return Params(embed, tuple(layers), read("model.norm.weight", (E,), False, dtype), lm_head)
+
+
+def load_tokenizer(model_dir: str | Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise FileNotFoundError(f"no usable tokenizer in {str(model_dir)!r}: {e}") from None
+
+
+def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):
+    """Loads (ModelConfig, Params, tokenizer or None) from a local Hugging Face directory."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
+    cfg = load_model_config(model_dir)
+    params = load_params(model_dir, cfg, dtype)
+    return cfg, params, load_tokenizer(model_dir) if tokenizer else None
+
+
+def hf_config(cfg: ModelConfig) -> dict:
+    """The config.json of a jspec ModelConfig (llama or qwen3 architecture)."""
+    arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM"}[cfg.model_type]
+    eos = list(cfg.eos_token_ids)
+    return {
+        "architectures": [arch],
+        "model_type": cfg.model_type,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "rms_norm_eps": cfg.rms_eps,
+        "rope_theta": cfg.rope_theta,
+        "max_position_embeddings": cfg.max_position,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": cfg.qkv_bias,
+        "hidden_act": "silu",
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": eos[0] if len(eos) == 1 else eos,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def save_hf(model_dir: str | Path, params: Params, cfg: ModelConfig) -> None:
+    """Writes config.json + model.safetensors (bf16) that jspec and transformers both load."""
+    from safetensors.flax import save_file  # jax arrays keep bf16 (numpy has no bf16)
+
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    bf16 = lambda x, t: jnp.asarray(x.T if t else x, jnp.bfloat16)
+    for i, lp in enumerate(params.layers):
+        for field in _layer_shapes(cfg):
+            name, t = _LAYER_NAMES[field]
+            out[f"model.layers.{i}.{name}"] = bf16(getattr(lp, field), t)
+    out["model.embed_tokens.weight"] = bf16(params.embed, False)
+    out["model.norm.weight"] = bf16(params.norm, False)
+    if params.lm_head is not None:
+        out["lm_head.weight"] = bf16(params.lm_head, True)
+    save_file(out, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
+    (model_dir / "config.json").write_text(json.dumps(hf_config(cfg), indent=2) + "\n")
+

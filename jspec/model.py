@@ -1,0 +1,155 @@
+"""The Llama-family decoder (Llama 2/3, Mistral, Qwen2, Qwen3) as pure functions over pytrees.
+
+forward(params, cfg, tokens, cache) -> (logits, new rows). Prefill, decode and K+1 verification are
+the same call with a different token count. The forward never writes the cache: it returns the K/V
+rows it computed so that the caller commits only what it accepts (kvcache.commit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jspec.attention import attend
+from jspec.config import ModelConfig
+from jspec.kvcache import KVCache
+
+
+@struct.dataclass
+class Layer:
+    attn_norm: jax.Array  # [E]
+    wq: jax.Array  # [E, Hq*D]
+    wk: jax.Array  # [E, Hkv*D]
+    wv: jax.Array  # [E, Hkv*D]; R_V folded in per KV head when rotated
+    wo: jax.Array  # [Hq*D, E]; R_V^T folded in per head when rotated
+    mlp_norm: jax.Array  # [E]
+    w_gate: jax.Array  # [E, F]
+    w_up: jax.Array  # [E, F]
+    w_down: jax.Array  # [F, E]
+    bq: jax.Array | None = None  # [Hq*D] Qwen2
+    bk: jax.Array | None = None  # [Hkv*D]
+    bv: jax.Array | None = None  # [Hkv*D]
+    q_norm: jax.Array | None = None  # [D] Qwen3
+    k_norm: jax.Array | None = None  # [D]
+    rot_k: jax.Array | None = None  # [Hkv, D, D] R_K, applied to q and k after RoPE
+
+
+@struct.dataclass
+class Params:
+    embed: jax.Array  # [V, E]
+    layers: tuple[Layer, ...]
+    norm: jax.Array  # [E]
+    lm_head: jax.Array | None = None  # [E, V]; None when tied to embed
+
+
+def rms_norm(x, w, eps):
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (xf * w.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
+    """Inverse frequencies [D/2] in float64, with llama3 scaling when the config asks for it."""
+    D = cfg.head_dim
+    inv = 1.0 / cfg.rope_theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    if cfg.rope_llama3 is None:
+        return inv
+    factor, low, high, orig = cfg.rope_llama3
+    wavelen = 2 * math.pi / inv
+    smooth = (orig / wavelen - low) / (high - low)
+    scaled = np.where(wavelen > orig / low, inv / factor, inv)
+    mid = (wavelen <= orig / low) & (wavelen >= orig / high)
+    return np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+
+
+def apply_rope(x, pos, inv_freq):
+    """x [B, n, H, D] at positions pos [B, n]; HF's rotate-half convention."""
+    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, n, D/2]
+    cos, sin = jnp.cos(ang)[:, :, None], jnp.sin(ang)[:, :, None]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x.dtype)
+
+
+def qkv(lp: Layer, cfg: ModelConfig, h, pos):
+    """Post-RoPE q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D], before R_K."""
+    B, n, _ = h.shape
+    D = cfg.head_dim
+    q, k, v = h @ lp.wq, h @ lp.wk, h @ lp.wv
+    if lp.bq is not None:
+        q, k, v = q + lp.bq, k + lp.bk, v + lp.bv
+    q = q.reshape(B, n, cfg.num_heads, D)
+    k = k.reshape(B, n, cfg.num_kv_heads, D)
+    v = v.reshape(B, n, cfg.num_kv_heads, D)
+    if lp.q_norm is not None:
+        q, k = rms_norm(q, lp.q_norm, cfg.rms_eps), rms_norm(k, lp.k_norm, cfg.rms_eps)
+    inv = rope_frequencies(cfg)
+    return apply_rope(q, pos, inv), apply_rope(k, pos, inv), v
+
+
+def rotate_qk(lp: Layer, cfg: ModelConfig, q, k):
+    """x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal."""
+    if lp.rot_k is None:
+        return q, k
+    B, n = q.shape[:2]
+    qg = q.reshape(B, n, cfg.num_kv_heads, cfg.q_per_kv, cfg.head_dim)
+    qg = jnp.einsum("bnhgd,hde->bnhge", qg, lp.rot_k.astype(q.dtype))
+    k = jnp.einsum("bnhd,hde->bnhe", k, lp.rot_k.astype(k.dtype))
+    return qg.reshape(q.shape), k
+
+
+def mlp(lp: Layer, x):
+    return (jax.nn.silu(x @ lp.w_gate) * (x @ lp.w_up)) @ lp.w_down
+
+
+def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
+            attn_impl: str = "reference", length=None):
+    """tokens [B, n] at positions cache.length + 0..n-1 (0..n-1 without a cache).
+
+    Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
+    [B, n, Hkv, D] in the cache's rotated basis, for kvcache.commit.
+    """
+    B, n = tokens.shape
+    if length is None:
+        length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
+    pos = length[:, None] + jnp.arange(n)  # [B, n]
+    kv = cache.kv if cache is not None else None
+    x = params.embed[tokens]
+    new_k, new_v = [], []
+    for i, lp in enumerate(params.layers):
+        with jax.named_scope(f"layer{i}"):
+            h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
+            q, k, v = qkv(lp, cfg, h, pos)
+            q, k = rotate_qk(lp, cfg, q, k)
+            layer_cache = cache.layers[i] if cache is not None else None
+            o = attend(q, k, v, layer_cache, length, kv, attn_impl)
+            x = x + o.reshape(B, n, -1) @ lp.wo
+            x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
+            new_k.append(k)
+            new_v.append(v)
+    x = rms_norm(x, params.norm, cfg.rms_eps)
+    head = params.embed.T if params.lm_head is None else params.lm_head
+    logits = jnp.einsum("bne,ev->bnv", x, head, preferred_element_type=jnp.float32)
+    return logits, (new_k, new_v)
+
+
+def init_params(cfg: ModelConfig, key, dtype=jnp.float32, std: float = 0.02) -> Params:
+    """Random weights (normal(0, std), norms at 1) for tests, benchmarks and training from scratch."""
+    E, F, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    Hq, Hkv = cfg.num_heads * D, cfg.num_kv_heads * D
+    keys = iter(jax.random.split(key, 8 * cfg.num_layers + 2))
+    w = lambda *shape: (std * jax.random.normal(next(keys), shape, jnp.float32)).astype(dtype)
+    ones = lambda n: jnp.ones((n,), dtype)
+
+    def layer():
+        bias = dict(bq=w(Hq), bk=w(Hkv), bv=w(Hkv)) if cfg.qkv_bias else {}
+        norms = dict(q_norm=ones(D), k_norm=ones(D)) if cfg.qk_norm else {}
+        return Layer(ones(E), w(E, Hq), w(E, Hkv), w(E, Hkv), w(Hq, E), ones(E), w(E, F), w(E, F),
+                     w(F, E), **bias, **norms)
+
+    layers = tuple(layer() for _ in range(cfg.num_layers))
+    lm_head = None if cfg.tie_embeddings else w(E, cfg.vocab_size)
+    return Params(w(cfg.vocab_size, E), layers, ones(E), lm_head)

@@ -1,0 +1,68 @@
+"""The OSCAR INT2 codec: per-row quantile clip, asymmetric min-max per group, planar 2-bit packing.
+
+A row is one (token, KV head) vector of D values, already in the rotated basis. Each row is coded on
+its own, so a committed token is quantized exactly once and never re-quantized.
+
+Planar packing: byte j holds the codes of dims j, j+D/4, j+D/2, j+3D/4 in bits 0-1, 2-3, 4-5, 6-7.
+Bit-pair i of every byte is therefore the contiguous quarter i of the row, which lets a kernel compute
+q.k as four small dots without any interleaving.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def clip_rows(x, ratio: float):
+    """Symmetric clip of each row at thr = sort(|x|)[floor(ratio * D)]; ratio <= 0 disables."""
+    if ratio <= 0:
+        return x
+    D = x.shape[-1]
+    idx = min(int(ratio * D), D - 1)
+    thr = jnp.sort(jnp.abs(x), axis=-1)[..., idx : idx + 1]
+    return jnp.clip(x, -thr, thr)
+
+
+def pack(codes):
+    """[..., D] codes in [0, 3] -> [..., D/4] uint8, quarter i in bits 2i..2i+1."""
+    D = codes.shape[-1]
+    c = codes.astype(jnp.uint8).reshape(*codes.shape[:-1], 4, D // 4)
+    return c[..., 0, :] | (c[..., 1, :] << 2) | (c[..., 2, :] << 4) | (c[..., 3, :] << 6)
+
+
+def unpack(packed):
+    """[..., D/4] uint8 -> [..., D] codes (uint8 in [0, 3])."""
+    quarters = [(packed >> (2 * i)) & 3 for i in range(4)]
+    return jnp.concatenate(quarters, axis=-1)
+
+
+def quantize(x, group: int, clip_ratio: float = 0.0, scale_dtype=jnp.bfloat16):
+    """Codes each row of x: [..., D] -> (codes [..., D/4] uint8, scale [..., D/G], zero [..., D/G]).
+
+    scale = max(mx - mn, 1e-8) / 3 and zero = -mn / scale (a float, not rounded), both stored in
+    scale_dtype; codes are computed against the stored values so that dequantize is exact to them.
+    """
+    D = x.shape[-1]
+    x = clip_rows(x.astype(jnp.float32), clip_ratio)
+    xg = x.reshape(*x.shape[:-1], D // group, group)  # [..., D/G, G]
+    mn, mx = xg.min(-1), xg.max(-1)
+    scale = (jnp.maximum(mx - mn, 1e-8) / 3).astype(scale_dtype)
+    zero = (-mn / scale.astype(jnp.float32)).astype(scale_dtype)
+    s, z = scale.astype(jnp.float32)[..., None], zero.astype(jnp.float32)[..., None]
+    codes = jnp.clip(jnp.floor(xg / s + z + 0.5), 0, 3).reshape(x.shape)
+    return pack(codes), scale, zero
+
+
+def dequantize(packed, scale, zero, dtype=jnp.float32):
+    """Inverse of quantize: (code - zero) * scale per group, in dtype."""
+    codes = unpack(packed).astype(jnp.float32)
+    D = codes.shape[-1]
+    G = D // scale.shape[-1]
+    cg = codes.reshape(*codes.shape[:-1], D // G, G)
+    x = (cg - zero.astype(jnp.float32)[..., None]) * scale.astype(jnp.float32)[..., None]
+    return x.reshape(codes.shape).astype(dtype)
+
+
+def fake_quantize(x, group: int, clip_ratio: float = 0.0, scale_dtype=jnp.bfloat16):
+    """dequantize(quantize(x)) in x's dtype: what attention reads for an INT2 key or value."""
+    return dequantize(*quantize(x, group, clip_ratio, scale_dtype), dtype=x.dtype)
