@@ -140,7 +140,7 @@ def init_params(cfg: ModelConfig, key, dtype=jnp.float32, std: float = 0.02) -> 
     """Random weights (normal(0, std), norms at 1) for tests, benchmarks and training from scratch."""
     E, F, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     Hq, Hkv = cfg.num_heads * D, cfg.num_kv_heads * D
-    keys = iter(jax.random.split(key, 8 * cfg.num_layers + 2))
+    keys = iter(jax.random.split(key, 11 * cfg.num_layers + 2))
     w = lambda *shape: (std * jax.random.normal(next(keys), shape, jnp.float32)).astype(dtype)
     ones = lambda n: jnp.ones((n,), dtype)
 

@@ -1,0 +1,170 @@
+"""The generate program: prefill, then speculative rounds in one lax.while_loop, jitted once.
+
+A round: the draft proposes K tokens, the target verifies [next, d_1..d_K] in one forward, the
+acceptance rule picks a accepted drafts and a next token, the a+1 accepted rows are committed to the
+target cache (rejected rows never touch it), and the accepted tokens are emitted. Plain decoding is
+the same loop with no draft and K = 0: the verify forward is then an ordinary decode step.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jspec import kvcache, sampling, speculative
+from jspec.config import ModelConfig
+from jspec.kvcache import KVCache
+from jspec.model import Params, forward
+from jspec.sampling import Sampler
+
+
+@struct.dataclass
+class DecodeState:
+    tokens: jax.Array  # [B, N] emitted tokens (N = max_new + K + 1: a round may overshoot)
+    count: jax.Array  # [B] int32 tokens emitted so far
+    next: jax.Array  # [B] int32 last emitted token; not yet in the caches (it sits at cache.length)
+    last: jax.Array  # [B] int32 token at cache.length - 1, re-fed to resync the draft cache
+    done: jax.Array  # [B] bool
+    keys: jax.Array  # [B] PRNG keys, one stream per row: output does not depend on batch-mates
+    rounds: jax.Array  # [B] int32 rounds the row took part in
+    accepted: jax.Array  # [B] int32 accepted draft tokens
+    cache: KVCache
+    draft_cache: KVCache | None
+
+
+@struct.dataclass
+class Models:
+    target: Params
+    draft: Params | None
+    target_cfg: ModelConfig = struct.field(pytree_node=False)
+    draft_cfg: ModelConfig | None = struct.field(pytree_node=False)
+    lookahead: int = struct.field(pytree_node=False)  # K; 0 without a draft
+    attn_impl: str = struct.field(pytree_node=False, default="reference")
+
+    def target_forward(self, tokens, cache, length=None):
+        return forward(self.target, self.target_cfg, tokens, cache, attn_impl=self.attn_impl, length=length)
+
+    def draft_forward(self, tokens, cache):
+        return forward(self.draft, self.draft_cfg, tokens, cache)
+
+
+def _pick(logits, idx):
+    """logits [B, n, V], idx [B] -> [B, V]."""
+    return jnp.take_along_axis(logits, idx[:, None, None], axis=1)[:, 0]
+
+
+def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sampler, keys):
+    """Runs the prompts through both models, commits them, draws the first token of each row."""
+    with jax.named_scope("prefill"):
+        logits, (k, v) = m.target_forward(prompts, cache)
+        cache = kvcache.commit(cache, k, v, prompt_lens)
+        if m.draft is not None:
+            _, (dk, dv) = m.draft_forward(prompts, draft_cache)
+            draft_cache = kvcache.commit(draft_cache, dk, dv, prompt_lens)
+        keys, use = sampling.split_keys(keys, 2)
+        probs = sampling.warp(_pick(logits, prompt_lens - 1), sampler)
+        first = sampling.sample(use, probs)
+    last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
+    return cache, draft_cache, first, last, keys
+
+
+def draft_rollout(m: Models, s: DecodeState, sampler: Sampler, keys):
+    """K draft tokens [B, K] and their distributions q [B, K, V] (None when greedy).
+
+    The draft cache is resynced first: rows past the target's length - 1 may hold rejected tokens,
+    so [last, next] are fed at positions length-1, length (idempotent when they were already there).
+    """
+    K = m.lookahead
+    dc = s.draft_cache.replace(length=s.cache.length - 1)
+    logits, (k, v) = m.draft_forward(jnp.stack([s.last, s.next], 1), dc)
+    dc = kvcache.commit(dc, k, v, jnp.full_like(s.next, 2))
+    drafts, qs = [], []
+    for i in range(K):  # K is small and static: unrolled, so no nested loop in the program
+        q = sampling.warp(logits[:, -1], sampler)
+        d = sampling.sample(keys[i], q)
+        drafts.append(d)
+        qs.append(q)
+        if i + 1 < K:
+            logits, (k, v) = m.draft_forward(d[:, None], dc)
+            dc = kvcache.commit(dc, k, v, jnp.ones_like(d))
+    q = None if sampler.greedy else jnp.stack(qs, 1)
+    return jnp.stack(drafts, 1), q, dc
+
+
+def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
+    """Writes seq[:, :n_emit] at each row's count; stops rows at EOS (dropping what follows) or max_new."""
+    B, n = seq.shape
+    j = jnp.arange(n)
+    is_eos = jnp.isin(seq, eos_ids) & (j < n_emit[:, None])
+    first_eos = jnp.argmax(is_eos, axis=1)
+    hit = is_eos.any(1)
+    n_emit = jnp.where(hit, first_eos + 1, n_emit)
+    n_emit = jnp.minimum(n_emit, max_new - s.count)
+    n_emit = jnp.where(s.done, 0, n_emit)
+    idx = jnp.where(j < n_emit[:, None], s.count[:, None] + j, s.tokens.shape[1])
+    tokens = s.tokens.at[jnp.arange(B)[:, None], idx].set(seq, mode="drop")
+    count = s.count + n_emit
+    done = s.done | hit | (count >= max_new)
+    return tokens, count, done
+
+
+def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
+    """One speculative round (one decode step when K = 0)."""
+    K = m.lookahead
+    all_keys = sampling.split_keys(s.keys, K + 3)  # [K+3, B]
+    keys, accept_keys, draft_keys = all_keys[0], all_keys[1:3], all_keys[3:]
+    draft_cache = s.draft_cache
+    with jax.named_scope("draft"):
+        if K:
+            drafts, q, draft_cache = draft_rollout(m, s, sampler, draft_keys)
+        else:
+            drafts, q = jnp.zeros((s.next.shape[0], 0), jnp.int32), None
+    with jax.named_scope("verify"):
+        logits, (k, v) = m.target_forward(jnp.concatenate([s.next[:, None], drafts], 1), s.cache)
+    with jax.named_scope("accept"):
+        if sampler.greedy:
+            a, nxt = speculative.accept_greedy(logits, drafts)
+        else:
+            p = sampling.warp(logits, sampler)
+            q = q if K else jnp.zeros(p[:, :0].shape, p.dtype)
+            a, nxt = speculative.accept_sampled(p, q, drafts, accept_keys)
+    with jax.named_scope("commit"):
+        n_commit = jnp.where(s.done, 0, a + 1)
+        cache = kvcache.commit(s.cache, k, v, n_commit)
+    # emitted: d_1..d_a then the target's token; committed: next, d_1..d_a
+    seq = jnp.concatenate([drafts, jnp.zeros_like(nxt[:, None])], 1)
+    seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], seq)
+    tokens, count, done = emit(s, seq, a + 1, max_new, eos_ids)
+    fed = jnp.concatenate([s.next[:, None], drafts], 1)
+    last = jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0]
+    active = ~s.done
+    return s.replace(
+        tokens=tokens, count=count, next=nxt, last=last, done=done, keys=keys,
+        rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
+        cache=cache, draft_cache=draft_cache,
+    )
+
+
+def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache,
+              eos_ids):
+    B = prompts.shape[0]
+    N = cache.capacity - prompts.shape[1]  # output buffer: max_new + K + 1 slots
+    keys = jax.vmap(jax.random.key)(seeds)
+    cache, draft_cache, first, last, keys = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
+                                                    keys)
+    zeros = jnp.zeros((B,), jnp.int32)
+    s = DecodeState(
+        tokens=jnp.zeros((B, N), jnp.int32), count=zeros, next=first, last=last,
+        done=jnp.zeros((B,), bool), keys=keys, rounds=zeros, accepted=zeros,
+        cache=cache, draft_cache=draft_cache,
+    )
+    tokens, count, done = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
+    s = s.replace(tokens=tokens, count=count, done=done)
+    step = functools.partial(round_step, m, sampler, max_new, eos_ids)
+    return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, s)
+
+
+generate_program = jax.jit(_generate, donate_argnames=("cache", "draft_cache"))
