@@ -71,11 +71,18 @@ def attend_reference(q, k, v, layer, length, kv):
     return out.reshape(B, n, Hq, D).astype(q.dtype)  # [B, n, H, G, D] -> [B, n, Hq, D]
 
 
+def einsum_f32(spec, a, b):
+    """einsum accumulating in f32. XLA:CPU has no bf16 x bf16 -> f32 dot, so operands go up there."""
+    if jax.default_backend() == "cpu":
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
 def _dot_scores(qg, keys):
     # qg [B, n, H, G, D], keys [B, H, X, D] -> [B, H, G, n, X] in f32
-    return jnp.einsum("bnhgd,bhxd->bhgnx", qg, keys, preferred_element_type=jnp.float32)
+    return einsum_f32("bnhgd,bhxd->bhgnx", qg, keys)
 
 
 def _dot_values(p, vals):
     # p [B, H, G, n, X] f32, vals [B, H, X, D] -> [B, n, H, G, D] f32
-    return jnp.einsum("bhgnx,bhxd->bnhgd", p.astype(vals.dtype), vals, preferred_element_type=jnp.float32)
+    return einsum_f32("bhgnx,bhxd->bnhgd", p.astype(vals.dtype), vals)

@@ -113,7 +113,7 @@ class KVConfig:
     otherwise the INT2 (dequantized) copy. `mode="bf16"` keeps every key in BF16.
     """
 
-    mode: str = "int2"  # "bf16" | "int2"
+    mode: str = "int2"  # "bf16" | "int2" ("auto" is resolved by jspec.load from the model directory)
     sink: int = 64
     recent: int = 256
     group_size: int | None = None  # None: one group per row (G = head_dim)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jspec.attention import attend
+from jspec.attention import attend, einsum_f32
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 
@@ -132,7 +132,7 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
             new_v.append(v)
     x = rms_norm(x, params.norm, cfg.rms_eps)
     head = params.embed.T if params.lm_head is None else params.lm_head
-    logits = jnp.einsum("bne,ev->bnv", x, head, preferred_element_type=jnp.float32)
+    logits = einsum_f32("bne,ev->bnv", x, head)
     return logits, (new_k, new_v)
 
 

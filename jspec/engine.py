@@ -1,0 +1,203 @@
+"""The library entry points: load a target (and draft) from local directories, generate text.
+
+    import jspec
+    engine = jspec.load()                      # the shipped pair in checkpoints/
+    [result] = engine.generate(["def fibonacci(n):"], jspec.GenerateConfig(max_new_tokens=64))
+    print(result.text, result.stats)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jspec import checkpoint, decode, kvcache, rotation
+from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig
+from jspec.model import Params
+from jspec.sampling import Sampler
+
+CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
+DEFAULT_TARGET = CHECKPOINTS / "code-target"
+DEFAULT_DRAFT = CHECKPOINTS / "code-draft"
+ROTATION_FILE = "rotations.safetensors"
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    prompt: str | list[int]
+    text: str
+    token_ids: list[int]
+    stats: dict
+
+
+@dataclasses.dataclass
+class Engine:
+    """A loaded target (and optional draft) plus the KV configuration they decode with."""
+
+    cfg: ModelConfig
+    params: Params
+    tokenizer: object
+    kv: KVConfig
+    draft_cfg: ModelConfig | None = None
+    draft_params: Params | None = None
+    dtype: str = "bfloat16"
+    attn_impl: str = "reference"
+    rotation: str = "none"
+    _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def encode(self, prompt: str) -> list[int]:
+        return list(self.tokenizer(prompt)["input_ids"])
+
+    def generate(self, prompts, gen: GenerateConfig = GenerateConfig(),
+                 sampling: SamplingConfig | list[SamplingConfig] = SamplingConfig(),
+                 max_new_tokens: list[int] | None = None) -> list[Result]:
+        """Generates for a batch of prompts (strings or token id lists) in one compiled program.
+
+        sampling may be one config for all rows or one per row; max_new_tokens optionally per row.
+        """
+        gen.validate()
+        ids = [self.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        rows = sampling if isinstance(sampling, list) else [sampling] * len(ids)
+        for s in rows:
+            s.validate()
+        max_new = max_new_tokens or [gen.max_new_tokens] * len(ids)
+        out = self.generate_ids(ids, rows, max_new, gen)
+        return [Result(p, self.tokenizer.decode(t, skip_special_tokens=True), t, st)
+                for p, (t, st) in zip(prompts, out)]
+
+    def lookahead(self, gen: GenerateConfig) -> int:
+        return gen.lookahead if self.draft_params is not None else 0
+
+    def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
+                     gen: GenerateConfig):
+        """Token-level generate: returns [(token_ids, stats)] per row."""
+        K = self.lookahead(gen)
+        B, top = len(ids), max(max_new)
+        if any(len(x) == 0 for x in ids):
+            raise ConfigError("empty prompt: give at least one token")
+        capacity_left = self.cfg.max_position - top - K - 1
+        longest = max(len(x) for x in ids)
+        if longest > capacity_left:
+            raise ConfigError(
+                f"prompt of {longest} tokens + {top} new tokens + lookahead {K} + 1 exceeds the model's "
+                f"context of {self.cfg.max_position} tokens"
+            )
+        P = min(_bucket(longest), capacity_left)
+        prompts = np.zeros((B, P), np.int32)
+        for b, x in enumerate(ids):
+            prompts[b, : len(x)] = x
+        sampler = Sampler.make(B, [s.temperature for s in rows], [s.top_k for s in rows],
+                               [s.top_p for s in rows])
+        args = self._program_args(prompts, ids, rows, max_new, P + top + K + 1, K, sampler)
+        program, compile_s = self._program(args, K)
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(program(*args))
+        decode_s = time.perf_counter() - t0
+        return self._results(state, K, compile_s, decode_s, args)
+
+    def _models(self, K: int) -> decode.Models:
+        draft = self.draft_params if K else None
+        return decode.Models(self.params, draft, self.cfg, self.draft_cfg if K else None, K, self.attn_impl)
+
+    def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler):
+        dt = jnp.dtype(self.dtype)
+        B = len(ids)
+        cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K)
+        draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt) if K else None
+        eos = jnp.asarray(self.cfg.eos_token_ids or (-1,), jnp.int32)
+        return (self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
+                jnp.asarray(max_new, jnp.int32), sampler, jnp.asarray([s.seed for s in rows], jnp.uint32),
+                cache, draft_cache, eos)
+
+    def _program(self, args, K):
+        """The compiled program for these shapes, compiling (and timing it) on first use."""
+        key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
+        if key in self._compiled:
+            return self._compiled[key], 0.0
+        t0 = time.perf_counter()
+        compiled = decode.generate_program.lower(*args).compile()
+        self._compiled[key] = compiled
+        return compiled, time.perf_counter() - t0
+
+    def _results(self, state, K, compile_s, decode_s, args):
+        tokens, count = np.asarray(state.tokens), np.asarray(state.count)
+        rounds, accepted = np.asarray(state.rounds), np.asarray(state.accepted)
+        kv_bytes = args[6].nbytes() + (args[7].nbytes() if args[7] is not None else 0)
+        total = int(count.sum())
+        out = []
+        for b in range(len(count)):
+            r = int(rounds[b])
+            stats = dict(
+                new_tokens=int(count[b]), rounds=r, accepted=int(accepted[b]),
+                accept_length=(int(count[b]) - 1) / r if r else 0.0,
+                accept_rate=int(accepted[b]) / (K * r) if K and r else 0.0,
+                lookahead=K, kv_mode=self.kv.mode, kv_bytes=int(kv_bytes),
+                compile_s=round(compile_s, 3), decode_s=round(decode_s, 4),
+                batch_tokens_per_s=round(total / decode_s, 1) if decode_s > 0 else 0.0,
+            )
+            out.append((tokens[b, : count[b]].tolist(), stats))
+        return out
+
+
+def _bucket(n: int) -> int:
+    """Prompt lengths are padded to a power of two (>= 16) so that compiled programs are reused."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def _default_impl() -> str:
+    return "pallas" if jax.default_backend() == "gpu" else "reference"
+
+
+def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> None:
+    if cfg.vocab_size != dcfg.vocab_size or tok.get_vocab() != dtok.get_vocab():
+        raise ConfigError("the draft model's tokenizer differs from the target's: they must share one")
+
+
+def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mode: str,
+            rotations: str | Path | None) -> tuple[Params, str]:
+    """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache."""
+    path = Path(rotations) if rotations else model_dir / ROTATION_FILE
+    if mode == "auto":
+        mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
+    if mode == "none":
+        return params, mode
+    rotation.check_head_dim(cfg.head_dim)
+    if mode == "hadamard":
+        rot_k, rot_v = rotation.hadamard_rotations(cfg)
+    elif mode == "oscar":
+        rot_k, rot_v, _ = rotation.load_rotations(path, cfg)
+    else:
+        raise ConfigError(f"unknown rotation {mode!r}; use none, hadamard or oscar")
+    return rotation.apply_rotations(params, cfg, rot_k, rot_v), mode
+
+
+def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
+         rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
+         attn_impl: str = "auto") -> Engine:
+    """Loads a target (default: the shipped code model) and a draft ("auto": the shipped draft when the
+    shipped target is used, None/"none": no speculation) from local Hugging Face directories.
+
+    kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
+    """
+    model_dir = Path(model) if model else DEFAULT_TARGET
+    if dtype not in ("bfloat16", "float32"):
+        raise ConfigError(f"dtype must be bfloat16 or float32, got {dtype!r}")
+    cfg, params, tok = checkpoint.load_model(model_dir, jnp.dtype(dtype))
+    if kv.mode == "auto":
+        has_rotations = (Path(rotations) if rotations else model_dir / ROTATION_FILE).is_file()
+        kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
+    kv.validate(cfg.head_dim)
+    params, used_rotation = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
+    if draft == "auto":
+        draft = DEFAULT_DRAFT if model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir() else None
+    draft_cfg = draft_params = None
+    if draft not in (None, "none"):
+        draft_cfg, draft_params, dtok = checkpoint.load_model(draft, jnp.dtype(dtype))
+        _check_same_tokenizer(tok, dtok, cfg, draft_cfg)
+    impl = _default_impl() if attn_impl == "auto" else attn_impl
+    return Engine(cfg, params, tok, kv, draft_cfg, draft_params, dtype, impl, used_rotation)

@@ -1,0 +1,132 @@
+"""python -m jspec.generate: generate text with speculative decoding over an OSCAR INT2 KV cache.
+
+    python -m jspec.generate "def fibonacci(n):"                 # the shipped pair, INT2 OSCAR cache
+    python -m jspec.generate --model DIR --draft none --kv bf16 --json "Hello"
+    python -m jspec.generate --input in.jsonl --output out.jsonl --batch-size 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from jspec.config import GenerateConfig, KVConfig, SamplingConfig
+
+KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jspec.generate", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts; '-' reads one prompt from stdin")
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    m = p.add_argument_group("models")
+    m.add_argument("--model", help="target Hugging Face directory (default: the shipped checkpoints/code-target)")
+    m.add_argument("--draft", default="auto",
+                   help="draft directory, 'none' for no speculation, 'auto': the shipped draft with the shipped target")
+    m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
+    m.add_argument("--attn", choices=("auto", "reference", "pallas"), default="auto",
+                   help="INT2 attention: Pallas kernel (GPU) or the pure-jnp reference; auto picks by backend")
+    c = p.add_argument_group("KV cache (OSCAR)")
+    c.add_argument("--kv", choices=("auto", "bf16", "int2"), default="auto",
+                   help="auto: int2 when the model directory holds rotations.safetensors, else bf16")
+    c.add_argument("--sink", type=int, default=KV.sink, help="BF16 sink tokens")
+    c.add_argument("--recent", type=int, default=KV.recent, help="BF16 recent window")
+    c.add_argument("--group-size", type=int, default=KV.group_size, help="INT2 group size (default: head_dim)")
+    c.add_argument("--rotation", choices=("auto", "none", "hadamard", "oscar"), default="auto",
+                   help="auto: oscar when a rotation file exists, else hadamard for int2")
+    c.add_argument("--rotations", help="rotation file (default: MODEL/rotations.safetensors)")
+    c.add_argument("--clip-k", type=float, default=KV.clip_k, help="key clip quantile (<= 0 disables)")
+    c.add_argument("--clip-v", type=float, default=KV.clip_v, help="value clip quantile (<= 0 disables)")
+    c.add_argument("--scale-dtype", choices=("bfloat16", "float32"), default=KV.scale_dtype)
+    g = p.add_argument_group("generation")
+    g.add_argument("--lookahead", type=int, default=GEN.lookahead, help="K draft tokens per round")
+    g.add_argument("--max-new-tokens", type=int, default=GEN.max_new_tokens)
+    g.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 is greedy")
+    g.add_argument("--top-k", type=int, default=SAMPLING.top_k, help="0 disables")
+    g.add_argument("--top-p", type=float, default=SAMPLING.top_p, help="1 disables")
+    g.add_argument("--seed", type=int, default=SAMPLING.seed)
+    o = p.add_argument_group("output and jobs")
+    o.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line")
+    o.add_argument("--output", type=Path, help="JSONL results (appended; finished ids are skipped on re-run)")
+    o.add_argument("--batch-size", type=int, default=8, help="rows per compiled batch")
+    o.add_argument("--compile-cache", default=os.path.join(Path.home(), ".cache", "jspec", "xla"),
+                   help="JAX persistent compilation cache directory ('' disables)")
+    return p
+
+
+def _check(a) -> None:
+    bad = [(a.max_new_tokens < 1, "--max-new-tokens must be >= 1"), (a.lookahead < 0, "--lookahead must be >= 0"),
+           (a.batch_size < 1, "--batch-size must be >= 1"), (a.sink < 0, "--sink must be >= 0"),
+           (a.recent < 1, "--recent must be >= 1"),
+           (a.group_size is not None and a.group_size < 1, "--group-size must be >= 1"),
+           ((a.input is None) != (a.output is None), "--input and --output go together")]
+    for cond, msg in bad:
+        if cond:
+            raise ValueError(msg)
+
+
+def _prompts(a) -> list[str]:
+    prompts = [sys.stdin.read() if p == "-" else p for p in a.prompts] + a.prompt
+    if not prompts and a.input is None:
+        raise ValueError("give a prompt (positional, --prompt, or '-' for stdin) or --input")
+    return prompts
+
+
+def _summary(r) -> str:
+    s = r.stats
+    spec = f", accept_length {s['accept_length']:.2f}, accept_rate {s['accept_rate']:.2f}" if s["lookahead"] else ""
+    return (f"[{s['new_tokens']} tokens, {s['rounds']} rounds{spec}, kv {s['kv_mode']} "
+            f"{s['kv_bytes'] / 2**20:.1f} MiB, compile {s['compile_s']:.1f}s, decode {s['decode_s']:.2f}s, "
+            f"{s['batch_tokens_per_s']:.0f} tok/s]")
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        _check(a)
+        prompts = _prompts(a)
+        return _run(a, prompts)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, OSError) as e:  # ConfigError and CheckpointError are ValueErrors
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(a, prompts) -> int:
+    import jax
+
+    from jspec import batch, engine
+
+    if a.compile_cache:
+        jax.config.update("jax_compilation_cache_dir", a.compile_cache)
+    kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
+                  clip_v=a.clip_v, scale_dtype=a.scale_dtype)
+    eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
+                      attn_impl=a.attn)
+    if a.kv == "auto" and not eng.kv.int2:
+        print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
+    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
+    sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
+    if a.input is not None:
+        summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size)
+        print(json.dumps(summary), file=sys.stderr)
+        return 0
+    eng.kv.validate(eng.cfg.head_dim, eng.lookahead(gen))
+    for r in eng.generate(prompts, gen, sampling):
+        if a.json:
+            print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats}))
+        else:
+            print(r.prompt + r.text)
+            print(_summary(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
