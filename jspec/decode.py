@@ -148,8 +148,8 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     )
 
 
-def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache,
-              eos_ids):
+def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache, eos_ids):
+    """Prefill and the first emitted token: the state the rounds start from."""
     B = prompts.shape[0]
     N = cache.capacity - prompts.shape[1]  # output buffer: max_new + K + 1 slots
     keys = jax.vmap(jax.random.key)(seeds)
@@ -162,9 +162,17 @@ def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds,
         cache=cache, draft_cache=draft_cache,
     )
     tokens, count, done = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
-    s = s.replace(tokens=tokens, count=count, done=done)
+    return s.replace(tokens=tokens, count=count, done=done)
+
+
+def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache,
+              eos_ids):
+    s = _start(m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos_ids)
     step = functools.partial(round_step, m, sampler, max_new, eos_ids)
     return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, s)
 
 
 generate_program = jax.jit(_generate, donate_argnames=("cache", "draft_cache"))
+# Streaming runs the same two pieces from Python, one round per call (a host sync per round).
+start_program = jax.jit(_start, donate_argnames=("cache", "draft_cache"))
+round_program = jax.jit(round_step, donate_argnums=(4,))

@@ -76,6 +76,34 @@ class Engine:
     def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
                      gen: GenerateConfig):
         """Token-level generate: returns [(token_ids, stats)] per row."""
+        args, K = self._prepare(ids, rows, max_new, gen)
+        program, compile_s = self._program(args)
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(program(*args))
+        decode_s = time.perf_counter() - t0
+        return self._results(state, K, compile_s, decode_s, args)
+
+    def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
+        """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
+        round; generate() keeps the whole loop on device)."""
+        ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        args, _ = self._prepare([ids], [sampling], [gen.max_new_tokens], gen)
+        m, _, _, max_new, sampler, _, _, _, eos = args
+        s = decode.start_program(*args)
+        shown, text = 0, ""
+        while True:
+            count = int(s.count[0])
+            full = self.tokenizer.decode(np.asarray(s.tokens[0, :count]).tolist(), skip_special_tokens=True)
+            if count > shown:
+                yield full[len(text):]
+                shown, text = count, full
+            if bool(s.done[0]):
+                return
+            s = decode.round_program(m, sampler, max_new, eos, s)
+
+    def _prepare(self, ids, rows, max_new, gen):
+        """Pads the prompts to a bucket and builds the program's arguments (caches included)."""
+        gen.validate()
         K = self.lookahead(gen)
         B, top = len(ids), max(max_new)
         if any(len(x) == 0 for x in ids):
@@ -93,12 +121,7 @@ class Engine:
             prompts[b, : len(x)] = x
         sampler = Sampler.make(B, [s.temperature for s in rows], [s.top_k for s in rows],
                                [s.top_p for s in rows])
-        args = self._program_args(prompts, ids, rows, max_new, P + top + K + 1, K, sampler)
-        program, compile_s = self._program(args, K)
-        t0 = time.perf_counter()
-        state = jax.block_until_ready(program(*args))
-        decode_s = time.perf_counter() - t0
-        return self._results(state, K, compile_s, decode_s, args)
+        return self._program_args(prompts, ids, rows, max_new, P + top + K + 1, K, sampler), K
 
     def _models(self, K: int) -> decode.Models:
         draft = self.draft_params if K else None
@@ -114,7 +137,7 @@ class Engine:
                 jnp.asarray(max_new, jnp.int32), sampler, jnp.asarray([s.seed for s in rows], jnp.uint32),
                 cache, draft_cache, eos)
 
-    def _program(self, args, K):
+    def _program(self, args):
         """The compiled program for these shapes, compiling (and timing it) on first use."""
         key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
         if key in self._compiled:

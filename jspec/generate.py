@@ -51,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=SAMPLING.seed)
     o = p.add_argument_group("output and jobs")
     o.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    o.add_argument("--stream", action="store_true",
+                   help="print each speculative round's tokens as they come (one host sync per round)")
     o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line")
     o.add_argument("--output", type=Path, help="JSONL results (appended; finished ids are skipped on re-run)")
     o.add_argument("--batch-size", type=int, default=8, help="rows per compiled batch")
@@ -71,7 +73,7 @@ def _check(a) -> None:
 
 
 def _prompts(a) -> list[str]:
-    prompts = [sys.stdin.read() if p == "-" else p for p in a.prompts] + a.prompt
+    prompts = [sys.stdin.read().removesuffix("\n") if p == "-" else p for p in a.prompts] + a.prompt
     if not prompts and a.input is None:
         raise ValueError("give a prompt (positional, --prompt, or '-' for stdin) or --input")
     return prompts
@@ -119,6 +121,13 @@ def _run(a, prompts) -> int:
         print(json.dumps(summary), file=sys.stderr)
         return 0
     eng.kv.validate(eng.cfg.head_dim, eng.lookahead(gen))
+    if a.stream:
+        for prompt in prompts:
+            print(prompt, end="", flush=True)
+            for piece in eng.stream(prompt, gen, sampling):
+                print(piece, end="", flush=True)
+            print()
+        return 0
     for r in eng.generate(prompts, gen, sampling):
         if a.json:
             print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats}))
