@@ -32,43 +32,65 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
 
 
 def attend_reference(q, k, v, layer, length, kv):
-    """Pure-jnp attention implementing the rule by selecting, per (query, key), BF16 or INT2 scores."""
+    """Pure-jnp attention implementing the rule by selecting, per (query, key), BF16 or INT2 scores.
+
+    The cache and the chunk's own rows are scored separately and joined only at the softmax, so the
+    cache is read in place (never concatenated with the new rows: that would copy it every step).
+    """
     B, n, Hq, D = q.shape
     H = k.shape[2]
     qg = q.reshape(B, n, H, Hq // H, D)
     t = length[:, None] + jnp.arange(n)  # [B, n] query positions
-    k_bf, v_bf = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, H, n, D]
-    kpos = t  # [B, X] key positions
-    exists = jnp.ones((B, n), bool)
-    int2 = kv is not None and kv.int2
-    if int2:
-        G = kv.group(D)
-        k_q = quant.fake_quantize(k_bf, G, kv.clip_k, kv.scale_dtype)
-        v_q = quant.fake_quantize(v_bf, G, kv.clip_v, kv.scale_dtype)
+    parts = [_chunk_keys(k, v, t, kv)]
     if layer is not None:
-        T = layer.hist_k.codes.shape[2] if int2 else layer.sink_k.shape[2]
-        ck, cv = bf16_keys(layer, T)
-        k_bf, v_bf = jnp.concatenate([ck.astype(k.dtype), k_bf], 2), jnp.concatenate([cv.astype(v.dtype), v_bf], 2)
-        if int2:
-            hk, hv = layer.hist_k, layer.hist_v
-            k_q = jnp.concatenate([quant.dequantize(hk.codes, hk.scale, hk.zero, k.dtype), k_q], 2)
-            v_q = jnp.concatenate([quant.dequantize(hv.codes, hv.scale, hv.zero, v.dtype), v_q], 2)
-        cpos = jnp.broadcast_to(jnp.arange(T), (B, T))
-        kpos = jnp.concatenate([cpos, kpos], 1)
-        exists = jnp.concatenate([cpos < length[:, None], exists], 1)
-    valid = exists[:, None, :] & (kpos[:, None, :] <= t[:, :, None])  # [B, n, X]
-    scores = _dot_scores(qg, k_bf)  # [B, H, G, n, X]
-    if int2:
-        use_bf = (kpos[:, None, :] < kv.sink) | (kpos[:, None, :] > t[:, :, None] - kv.recent)
-        use_bf = use_bf[:, None, None]  # [B, 1, 1, n, X]
-        scores = jnp.where(use_bf, scores, _dot_scores(qg, k_q))
-    scores = jnp.where(valid[:, None, None], scores * D**-0.5, -jnp.inf)
-    p = jax.nn.softmax(scores, axis=-1)
-    if int2:
-        out = _dot_values(jnp.where(use_bf, p, 0), v_bf) + _dot_values(jnp.where(use_bf, 0, p), v_q)
-    else:
-        out = _dot_values(p, v_bf)
+        parts.insert(0, _cache_keys(layer, length, kv, k.dtype))
+    scores, values = [], []
+    for kpos, exists, kb, vb, kq, vq in parts:
+        s = _dot_scores(qg, kb)  # [B, H, G, n, X]
+        valid = (exists[:, None, :] & (kpos[:, None, :] <= t[:, :, None]))[:, None, None]  # [B,1,1,n,X]
+        use_bf = True
+        if kq is not None:
+            use_bf = (kpos[:, None, :] < kv.sink) | (kpos[:, None, :] > t[:, :, None] - kv.recent)
+            use_bf = use_bf[:, None, None]
+            s = jnp.where(use_bf, s, _dot_scores(qg, kq))
+        scores.append(jnp.where(valid, s * D**-0.5, -jnp.inf))
+        values.append((use_bf, vb, vq))
+    p = jax.nn.softmax(jnp.concatenate(scores, -1), axis=-1)
+    out, start = 0.0, 0
+    for (use_bf, vb, vq), s in zip(values, scores):
+        pi = p[..., start : start + s.shape[-1]]
+        start += s.shape[-1]
+        if vq is None:
+            out += _dot_values(pi, vb)
+        else:
+            out += _dot_values(jnp.where(use_bf, pi, 0), vb) + _dot_values(jnp.where(use_bf, 0, pi), vq)
     return out.reshape(B, n, Hq, D).astype(q.dtype)  # [B, n, H, G, D] -> [B, n, Hq, D]
+
+
+def _chunk_keys(k, v, t, kv):
+    """The forward's own rows: (positions, exists, k, v, INT2 k, INT2 v), each [B, H, n, D]."""
+    kb, vb = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    kq = vq = None
+    if kv is not None and kv.int2:
+        G = kv.group(k.shape[-1])
+        kq = quant.fake_quantize(kb, G, kv.clip_k, kv.scale_dtype)
+        vq = quant.fake_quantize(vb, G, kv.clip_v, kv.scale_dtype)
+    return t, jnp.ones(t.shape, bool), kb, vb, kq, vq
+
+
+def _cache_keys(layer: LayerKV, length, kv, dtype):
+    """Committed keys at positions 0..T-1: BF16 copies and, for int2, the dequantized history."""
+    B = length.shape[0]
+    int2 = kv.int2
+    T = layer.hist_k.codes.shape[2] if int2 else layer.sink_k.shape[2]
+    kb, vb = bf16_keys(layer, T)
+    kq = vq = None
+    if int2:
+        hk, hv = layer.hist_k, layer.hist_v
+        kq = quant.dequantize(hk.codes, hk.scale, hk.zero, dtype)
+        vq = quant.dequantize(hv.codes, hv.scale, hv.zero, dtype)
+    kpos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    return kpos, kpos < length[:, None], kb.astype(dtype), vb.astype(dtype), kq, vq
 
 
 def einsum_f32(spec, a, b):
