@@ -124,6 +124,12 @@ def hf_config(cfg: ModelConfig) -> dict:
     arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM"}[cfg.model_type]
     eos = list(cfg.eos_token_ids)
+    rope = {}
+    if cfg.rope_llama3 is not None:
+        # the 4.x spelling, which transformers 5 still reads (and so does config._rope_params)
+        factor, low, high, orig = cfg.rope_llama3
+        rope = {"rope_scaling": {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                                 "high_freq_factor": high, "original_max_position_embeddings": orig}}
     return {
         "architectures": [arch],
         "model_type": cfg.model_type,
@@ -136,6 +142,7 @@ def hf_config(cfg: ModelConfig) -> dict:
         "head_dim": cfg.head_dim,
         "rms_norm_eps": cfg.rms_eps,
         "rope_theta": cfg.rope_theta,
+        **rope,
         "max_position_embeddings": cfg.max_position,
         "tie_word_embeddings": cfg.tie_embeddings,
         "attention_bias": cfg.qkv_bias,

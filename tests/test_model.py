@@ -1,0 +1,319 @@
+"""The model against Hugging Face transformers: logits, greedy generation, checkpoints, the decode program.
+
+Every family is a tiny random transformers model saved to disk (conftest.hf_model_dir) and loaded
+back through jspec.checkpoint, so loading, the config mapping and the forward are tested together.
+"""
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from conftest import EOS_ID, FAMILIES, VOCAB
+from safetensors.numpy import load_file, save_file
+
+from jspec import checkpoint, decode, kvcache, model
+from jspec.checkpoint import CheckpointError
+from jspec.config import ConfigError, KVConfig, ModelConfig
+from jspec.sampling import Sampler
+
+pytestmark = pytest.mark.usefixtures("f32_matmul")
+
+PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog", "speculative decoding"]
+NEW = 32
+
+
+@pytest.fixture(scope="module")
+def jspec_model(hf_model_dir):
+    """jspec_model(family, dtype) -> (cfg, params, tokenizer), loaded once per (family, dtype)."""
+    loaded = {}
+
+    def load(family, dtype=jnp.float32):
+        if (family, dtype) not in loaded:
+            loaded[family, dtype] = checkpoint.load_model(hf_model_dir(family), dtype)
+        return loaded[family, dtype]
+
+    return load
+
+
+def _random_ids(B, n, seed=0):
+    return np.random.default_rng(seed).integers(4, VOCAB, (B, n))
+
+
+def _hf_logits(hf, ids):
+    with torch.no_grad():
+        return hf(torch.tensor(ids)).logits.numpy()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_logits_match_transformers(family, hf_model_dir, hf_torch_model, jspec_model):
+    cfg, params, _ = jspec_model(family)
+    assert (params.lm_head is None) == cfg.tie_embeddings
+    ids = _random_ids(3, 24)
+    ref = _hf_logits(hf_torch_model(hf_model_dir(family)), ids)
+    got, (k, v) = model.forward(params, cfg, jnp.asarray(ids))
+    assert got.dtype == jnp.float32 and got.shape == ref.shape
+    assert len(k) == cfg.num_layers and k[0].shape == (3, 24, cfg.num_kv_heads, cfg.head_dim)
+    np.testing.assert_allclose(np.asarray(got), ref, atol=1e-4, rtol=0)
+
+
+def test_families_cover_the_variants(jspec_model):
+    """The parity tests above mean something only if the tiny configs exercise each feature."""
+    cfgs = {f: jspec_model(f)[0] for f in FAMILIES}
+    assert cfgs["llama3"].rope_llama3 == (8.0, 1.0, 4.0, 64)
+    assert cfgs["qwen2"].qkv_bias and cfgs["qwen3"].qk_norm
+    assert cfgs["mistral"].num_kv_heads == cfgs["mistral"].num_heads  # MHA
+    assert cfgs["llama"].num_kv_heads < cfgs["llama"].num_heads  # GQA
+    assert cfgs["qwen3"].head_dim * cfgs["qwen3"].num_heads != cfgs["qwen3"].hidden_size
+    assert {c.tie_embeddings for c in cfgs.values()} == {True, False}
+    assert all(c.eos_token_ids == (EOS_ID,) for c in cfgs.values())
+
+
+def _jspec_greedy(cfg, params, prompts, max_new):
+    """Greedy tokens per row from the jitted generate program, no draft, f32 BF16-layout cache."""
+    B, P = len(prompts), max(map(len, prompts))
+    padded = np.full((B, P), 3, np.int32)  # right-padded with <pad>
+    for b, p in enumerate(prompts):
+        padded[b, : len(p)] = p
+    m = decode.Models(params, None, cfg, None, 0)
+    cache = kvcache.init_cache(cfg, KVConfig("bf16"), B, P + max_new + 1, jnp.float32)
+    s = decode.generate_program(m, jnp.asarray(padded), jnp.array([len(p) for p in prompts]),
+                                jnp.full((B,), max_new), Sampler.make(B), jnp.arange(B), cache, None,
+                                jnp.asarray(cfg.eos_token_ids))
+    tokens, count = np.asarray(s.tokens), np.asarray(s.count)
+    return [tokens[b, : count[b]].tolist() for b in range(B)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_matches_transformers_generate(family, hf_model_dir, hf_torch_model, jspec_model):
+    cfg, params, tok = jspec_model(family)
+    prompts = [tok(p)["input_ids"] for p in PROMPTS]
+    assert len({len(p) for p in prompts}) == 3
+    got = _jspec_greedy(cfg, params, prompts, NEW)
+    hf = hf_torch_model(hf_model_dir(family))
+    for p, row in zip(prompts, got):
+        # One prompt at a time, unpadded; both stop at EOS (kept in the output) or after NEW tokens.
+        out = hf.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                          do_sample=False, max_new_tokens=NEW, eos_token_id=EOS_ID, pad_token_id=3)
+        assert row == out[0, len(p):].tolist()
+    assert sum(map(len, got)) > NEW  # at least one row ran well past its first few tokens
+
+
+def test_sharded_checkpoint_loads_equal(hf_model_dir, jspec_model):
+    path = hf_model_dir("llama", sharded=True)
+    assert (path / "model.safetensors.index.json").is_file()
+    assert len(list(path.glob("*.safetensors"))) > 2
+    cfg, params, _ = checkpoint.load_model(path, jnp.float32, tokenizer=False)
+    ref_cfg, ref, _ = jspec_model("llama")
+    assert cfg == ref_cfg
+    assert jax.tree.structure(params) == jax.tree.structure(ref)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(ref)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_bf16_compute_close_to_f32(family, hf_model_dir, hf_torch_model, jspec_model):
+    cfg, params, _ = jspec_model(family, jnp.bfloat16)
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params))
+    ids = _random_ids(2, 16, seed=1)
+    ref = _hf_logits(hf_torch_model(hf_model_dir(family)), ids)
+    got, _ = model.forward(params, cfg, jnp.asarray(ids))
+    got = np.asarray(got)
+    assert got.dtype == np.float32
+    assert np.abs(got - ref).max() <= 0.05 * np.abs(ref).max()
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+
+
+def _incremental(params, cfg, kv, ids, prefix):
+    """Prefills row b with ids[b, :prefix[b]] (right-padded batch), then decodes one token at a time.
+
+    Returns logits [B, T, V] where row b, position t comes from the call that fed token t.
+    """
+    B, T = ids.shape
+
+    @jax.jit
+    def step(cache, tokens, n_commit):  # prefill and decode alike: forward, then commit n_commit rows
+        logits, (k, v) = model.forward(params, cfg, tokens, cache)
+        return logits, kvcache.commit(cache, k, v, n_commit)
+
+    cache = kvcache.init_cache(cfg, kv, B, T + 1, jnp.float32)
+    logits, cache = step(cache, jnp.asarray(ids[:, : prefix.max()]), jnp.asarray(prefix))
+    out = np.zeros((B, T, cfg.vocab_size), np.float32)
+    for b in range(B):
+        out[b, : prefix[b]] = logits[b, : prefix[b]]
+    for i in range(T - int(prefix.min())):
+        pos = np.minimum(prefix + i, T - 1)  # finished rows re-feed their last token, committing nothing
+        live = prefix + i < T
+        tokens = jnp.asarray(ids[np.arange(B), pos][:, None])
+        logits, cache = step(cache, tokens, jnp.asarray(live, jnp.int32))
+        out[live, pos[live]] = np.asarray(logits)[live, 0]
+    return out
+
+
+@pytest.mark.parametrize("family,kv", [
+    ("llama", KVConfig("bf16")),
+    ("qwen3", KVConfig("bf16")),
+    ("qwen2", KVConfig("int2", sink=2, recent=4)),  # the OSCAR rule holds alike for cached and full
+])
+def test_cached_decode_equals_full_forward(family, kv, jspec_model):
+    cfg, params, _ = jspec_model(family)
+    ids = _random_ids(3, 20, seed=2)
+    prefix = np.array([7, 12, 3])
+    got = _incremental(params, cfg, kv, ids, prefix)
+    # the full forward: one call over all the tokens, through an empty cache of the same layout
+    empty = kvcache.init_cache(cfg, kv, 3, 21, jnp.float32)
+    full, _ = model.forward(params, cfg, jnp.asarray(ids), empty)
+    np.testing.assert_allclose(got, np.asarray(full), atol=1e-4, rtol=0)
+    if not kv.int2:  # with a BF16 cache, no cache at all is the same model
+        plain, _ = model.forward(params, cfg, jnp.asarray(ids))
+        np.testing.assert_allclose(got, np.asarray(plain), atol=1e-4, rtol=0)
+
+
+def _walk(jaxpr):
+    """Every equation of a jaxpr and of the jaxprs nested in its equations' params."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (tuple, list)) else [p]:
+                sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(sub, "eqns"):
+                    yield from _walk(sub)
+
+
+@pytest.mark.parametrize("draft,temperature", [(False, 0.0), (False, 1.0), (True, 0.0), (True, 1.0)])
+def test_generate_is_one_loop_without_callbacks(draft, temperature):
+    cfg = ModelConfig("llama", 64, 32, 64, 2, 4, 2, 8, eos_token_ids=(1, 2))
+    dcfg = ModelConfig("llama", 64, 16, 32, 1, 2, 1, 8)
+    K, B, P, new = (3 if draft else 0), 2, 6, 10
+    m = decode.Models(model.init_params(cfg, jax.random.key(0)),
+                      model.init_params(dcfg, jax.random.key(1)) if draft else None,
+                      cfg, dcfg if draft else None, K)
+    cache = kvcache.init_cache(cfg, KVConfig("int2", sink=2, recent=8), B, P + new + K + 1, lookahead=K)
+    dcache = kvcache.init_cache(dcfg, KVConfig("bf16"), B, P + new + K + 1) if draft else None
+    sampler = Sampler.make(B, temperature=temperature, top_k=5, top_p=0.9)
+    args = (m, jnp.ones((B, P), jnp.int32), jnp.array([6, 3]), jnp.full((B,), new), sampler,
+            jnp.arange(B), cache, dcache, jnp.array([1, 2]))
+    eqns = list(_walk(jax.make_jaxpr(decode._generate)(*args).jaxpr))
+    names = [e.primitive.name for e in eqns]
+    assert names.count("while") == 1
+    assert not [n for n in names if "callback" in n]
+    # the tokens are produced inside that loop: its body runs the model (the verify/decode forward)
+    loop = next(e for e in eqns if e.primitive.name == "while")
+    assert "dot_general" in {e.primitive.name for e in _walk(loop.params["body_jaxpr"].jaxpr)}
+
+
+# ----------------------------------------------------------------------------------------- save_hf
+
+
+@pytest.mark.parametrize("cfg", [
+    ModelConfig("llama", VOCAB, 32, 64, 2, 4, 2, 16, rope_llama3=(8.0, 1.0, 4.0, 32), eos_token_ids=(2,)),
+    ModelConfig("qwen3", VOCAB, 32, 64, 2, 4, 4, 16, tie_embeddings=True, qk_norm=True),
+    ModelConfig("qwen2", VOCAB, 32, 64, 1, 4, 2, 8, qkv_bias=True),
+], ids=["llama3", "qwen3", "qwen2"])
+def test_save_hf_round_trip(cfg, tmp_path):
+    """jspec params -> save_hf -> transformers and jspec both load it and agree."""
+    from transformers import AutoModelForCausalLM
+
+    params = model.init_params(cfg, jax.random.key(3), std=0.2)
+    checkpoint.save_hf(tmp_path, params, cfg)
+    got_cfg, got, _ = checkpoint.load_model(tmp_path, jnp.float32, tokenizer=False)
+    assert got_cfg == cfg
+    bf16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), params)  # saved as bf16
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(bf16)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ids = _random_ids(2, 12, seed=4)
+    ours, _ = model.forward(got, cfg, jnp.asarray(ids))
+    np.testing.assert_allclose(np.asarray(ours), _hf_logits(hf, ids), atol=1e-4, rtol=0)
+
+
+# ------------------------------------------------------------------------------------ load errors
+
+
+@pytest.fixture
+def llama_copy(hf_model_dir, tmp_path):
+    """A writable copy of the tiny llama checkpoint."""
+    path = tmp_path / "m"
+    shutil.copytree(hf_model_dir("llama"), path)
+    return path
+
+
+def _edit_config(path, **changes):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(changes)
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def _edit_weights(path, fn):
+    weights = load_file(path / "model.safetensors")
+    fn(weights)
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist") as e:
+        checkpoint.load_model(tmp_path / "nowhere")
+    assert "nowhere" in str(e.value)
+
+
+def test_missing_config_json(llama_copy):
+    (llama_copy / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        checkpoint.load_model(llama_copy)
+
+
+def test_missing_weights(llama_copy):
+    (llama_copy / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="safetensors"):
+        checkpoint.load_model(llama_copy)
+
+
+def test_unsupported_model_type(llama_copy):
+    _edit_config(llama_copy, model_type="gpt2")
+    with pytest.raises(ConfigError, match="unsupported model_type 'gpt2'"):
+        checkpoint.load_model(llama_copy)
+
+
+@pytest.mark.parametrize("key", ["rope_parameters", "rope_scaling"])  # transformers 5 and 4.x spellings
+def test_unsupported_rope_type(llama_copy, key):
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 1e4}
+    _edit_config(llama_copy, **{"rope_parameters": None, key: yarn})
+    with pytest.raises(ConfigError, match="yarn"):
+        checkpoint.load_model(llama_copy)
+
+
+def test_missing_tensor(llama_copy):
+    name = "model.layers.1.mlp.up_proj.weight"
+    _edit_weights(llama_copy, lambda w: w.pop(name))
+    with pytest.raises(CheckpointError, match=f"missing tensor '{name}'"):
+        checkpoint.load_model(llama_copy)
+
+
+def test_missing_lm_head_when_untied(llama_copy):
+    _edit_weights(llama_copy, lambda w: w.pop("lm_head.weight"))
+    with pytest.raises(CheckpointError, match="lm_head.weight"):
+        checkpoint.load_model(llama_copy)
+
+
+def test_misshaped_tensor(llama_copy):
+    name = "model.layers.0.self_attn.k_proj.weight"  # HF [Hkv*D, E] = [32, 64]
+
+    def shrink(w):
+        w[name] = w[name][:16]
+
+    _edit_weights(llama_copy, shrink)
+    with pytest.raises(CheckpointError, match=rf"'{name}' has shape \(16, 64\), expected \(32, 64\)"):
+        checkpoint.load_model(llama_copy)
+
+
+def test_missing_tensor_in_sharded_index(hf_model_dir, tmp_path):
+    path = tmp_path / "m"
+    shutil.copytree(hf_model_dir("llama", sharded=True), path)
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    del index["weight_map"]["model.norm.weight"]
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="model.norm.weight"):
+        checkpoint.load_model(path)
