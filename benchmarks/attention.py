@@ -1,0 +1,278 @@
+"""Decode/verify attention on the H200: the INT2 history kernel vs BF16 attention (cuDNN and XLA).
+
+Llama-3-8B attention shapes (32 query / 8 KV heads, D = 128), 1 query position (decode) and 5 (K = 4
+verification), contexts 4K..128K, batch 1/8/32. Each figure is the median time of one call, the
+bandwidth over the bytes that implementation must read, and that bandwidth as a fraction of a
+device-to-device copy measured in the same run. The BF16 baselines attend all 5 queries to the whole
+context (no mask): the same bytes as the masked verify step.
+
+    PYTHONPATH=. python benchmarks/attention.py --sweep --out DIR     # on the GPU
+    PYTHONPATH=. python benchmarks/attention.py --smoke               # CPU: tiny, interpret mode
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares the process
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from jspec.pallas import int2_attention as ia  # noqa: E402
+
+HQ, HKV, D = 32, 8, 128
+G = HQ // HKV
+L2_BYTES = 60e6
+CALLS = 8  # attention calls per timed jit: amortises dispatch, rotates buffers past L2
+
+
+def copy_bandwidth(gib: float = 2.0, reps: int = 20) -> dict:
+    """Device-to-device copy (read + write bytes / time): torch copy_ if present, and a JAX x + 1."""
+    res = {}
+    n = int(gib * 2**30) // 2
+    try:
+        import torch
+
+        a = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        b = torch.empty_like(a)
+        for _ in range(3):
+            b.copy_(a)
+        ts = []
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            b.copy_(a)
+            e1.record()
+            torch.cuda.synchronize()
+            ts.append(e0.elapsed_time(e1) / 1e3)
+        res["torch_copy_GBps"] = 2 * a.numel() * 2 / statistics.median(ts) / 1e9
+        del a, b
+        torch.cuda.empty_cache()
+    except Exception as e:  # no torch / no CUDA: fall back to the JAX figure
+        res["torch_error"] = repr(e)[:200]
+    x = jax.random.normal(jax.random.key(0), (n,), jnp.bfloat16)
+    f = jax.jit(lambda x: x + 1)
+    t = _median_time(lambda: f(x), reps)
+    res["jax_elementwise_GBps"] = 2 * x.size * 2 / t / 1e9
+    res["copy_GBps"] = res.get("torch_copy_GBps", res["jax_elementwise_GBps"])
+    return res
+
+
+def _median_time(fn, reps: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _n_buffers(nbytes: int) -> int:
+    return max(1, min(CALLS, math.ceil(4 * L2_BYTES / nbytes)))
+
+
+def _time_calls(attn, qs, bufs, reps: int) -> float:
+    """Median seconds per attention call: CALLS calls in one jit, call i reads buffer set i % nb."""
+
+    @jax.jit
+    def many(qs, bufs):
+        return [attn(q, *bufs[i % len(bufs)]) for i, q in enumerate(qs)]
+
+    return _median_time(lambda: many(qs, bufs), reps) / len(qs)
+
+
+def _keys(seed, shape, dtype=jnp.bfloat16):
+    return jax.random.normal(jax.random.key(seed), shape, dtype)
+
+
+def int2_inputs(B, T, n, nb, words):
+    """nb buffer sets of packed K/V history for B rows of T tokens; queries rows [B, Hkv, n*G, D]."""
+    def one(seed):
+        ks = jax.random.split(jax.random.key(seed), 6)
+        codes = lambda k: jax.random.bits(k, (B, HKV, T, D // 4), jnp.uint8)
+        scale = lambda k: jax.random.uniform(k, (B, HKV, T, 1), jnp.float32, 0.05, 0.5).astype(jnp.bfloat16)
+        zero = lambda k: jax.random.uniform(k, (B, HKV, T, 1), jnp.float32, 0, 3).astype(jnp.bfloat16)
+        kc, vc = codes(ks[0]), codes(ks[3])
+        if words:
+            kc, vc = ia.as_words(kc), ia.as_words(vc)
+        return (kc, scale(ks[1]), zero(ks[2]), vc, scale(ks[4]), zero(ks[5]))
+
+    bufs = [one(100 + i) for i in range(nb)]
+    qs = [_keys(i, (B, HKV, n * G, D)) for i in range(CALLS)]
+    return qs, bufs
+
+
+def int2_bytes(B, T, n):
+    return B * HKV * T * (2 * D // 4 + 4 * 2) + 2 * B * n * HQ * D * 2
+
+
+def bf16_bytes(B, T, n):
+    return 2 * B * T * HKV * D * 2 + 2 * B * n * HQ * D * 2
+
+
+def time_int2(B, T, n, reps, words=False, interpret=False, words_in_jit=False, **opts):
+    """words: codes stored as uint32; words_in_jit: stored uint8, viewed as uint32 inside the jit."""
+    nb = _n_buffers(int2_bytes(B, T, n))
+    qs, bufs = int2_inputs(B, T, n, nb, words and not words_in_jit)
+    lo = jnp.zeros((B, n * G), jnp.int32)
+    hi = jnp.full((B, n * G), T, jnp.int32)
+    view = ia.as_words if words_in_jit else (lambda c: c)
+
+    def attn(q, kc, ks, kz, vc, vs, vz):
+        return ia.int2_attention(q, view(kc), ks, kz, view(vc), vs, vz, lo, hi, words=words, interpret=interpret,
+                                 **opts)
+
+    return _time_calls(attn, qs, bufs, reps), nb
+
+
+def time_bf16(B, T, n, reps, implementation):
+    nb = _n_buffers(bf16_bytes(B, T, n))
+    bufs = [(_keys(100 + 2 * i, (B, T, HKV, D)), _keys(101 + 2 * i, (B, T, HKV, D))) for i in range(nb)]
+    qs = [_keys(i, (B, n, HQ, D)) for i in range(CALLS)]
+    attn = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation=implementation)
+    return _time_calls(attn, qs, bufs, reps), nb
+
+
+def check_int2(B, T, n, words, **opts):
+    """Compiled kernel vs the f32 reference on one random input: relative error."""
+    qs, bufs = int2_inputs(B, T, n, 1, words)
+    lo = jnp.full((B, n * G), 64, jnp.int32)
+    hi = jnp.full((B, n * G), T - 200, jnp.int32)
+    out, _ = ia.int2_attention(qs[0], *bufs[0], lo, hi, words=words, **opts)
+    ref, _ = ia.int2_attention_reference(qs[0], *bufs[0], lo, hi)
+    return float(jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref))
+
+
+SWEEP = [dict(block_t=bt, num_warps=w, num_stages=s) for bt, w, s in
+         [(64, 4, 3), (128, 4, 3), (256, 4, 3), (64, 2, 3)]]
+
+
+def sweep(B, T, reps) -> list[dict]:
+    rows = []
+    for n in (1, 5):
+        for words in (False, True):
+            for opts in SWEEP:
+                try:
+                    t, _ = time_int2(B, T, n, reps, words=words, **opts)
+                    rows.append(dict(B=B, T=T, n=n, words=words, **opts, ms=t * 1e3,
+                                     GBps=int2_bytes(B, T, n) / t / 1e9))
+                except Exception as e:
+                    rows.append(dict(B=B, T=T, n=n, words=words, **opts, error=repr(e)[:300]))
+                print("sweep", rows[-1], flush=True)
+    return rows
+
+
+def best_opts(rows, n):
+    ok = [r for r in rows if r["n"] == n and "ms" in r]
+    if not ok:
+        return False, {}
+    r = min(ok, key=lambda r: r["ms"])
+    return r["words"], dict(block_t=r["block_t"], num_warps=r["num_warps"], num_stages=r["num_stages"])
+
+
+def bench(contexts, batches, reps, choice, copy_gbps, deadline, results, dump):
+    for T in contexts:
+        for B in batches:
+            for n in (1, 5):
+                if time.time() > deadline:
+                    print("deadline reached: skipping the rest", flush=True)
+                    return
+                row = dict(B=B, T=T, n=n)
+                words, opts = choice[n]
+                impls = [("int2", lambda: time_int2(B, T, n, reps, words=words, **opts), int2_bytes(B, T, n)),
+                         ("cudnn", lambda: time_bf16(B, T, n, reps, "cudnn"), bf16_bytes(B, T, n)),
+                         ("xla", lambda: time_bf16(B, T, n, reps, "xla"), bf16_bytes(B, T, n))]
+                for name, fn, nbytes in impls:
+                    try:
+                        t, nb = fn()
+                        gbps = nbytes / t / 1e9
+                        row[name] = dict(ms=t * 1e3, GBps=gbps, frac_copy=gbps / copy_gbps, bytes=nbytes,
+                                         buffers=nb, l2_resident=nb * nbytes < 2 * L2_BYTES)
+                    except Exception as e:
+                        row[name] = dict(error=repr(e)[:300])
+                if "ms" in row["int2"] and "ms" in row.get("cudnn", {}):
+                    row["speedup_vs_cudnn"] = row["cudnn"]["ms"] / row["int2"]["ms"]
+                if "ms" in row["int2"] and "ms" in row.get("xla", {}):
+                    row["speedup_vs_xla"] = row["xla"]["ms"] / row["int2"]["ms"]
+                results.append(row)
+                print("bench", json.dumps(row), flush=True)
+                dump()
+
+
+def table(results) -> str:
+    lines = [f"{'B':>3} {'T':>7} {'n':>2} | {'int2 ms':>8} {'GB/s':>6} {'%copy':>5} | {'cudnn ms':>8} "
+             f"{'%copy':>5} | {'xla ms':>8} | {'x cudnn':>7} {'x xla':>6}"]
+    g = lambda r, k, f: r.get(k, {}).get(f, float("nan"))
+    for r in sorted(results, key=lambda r: (r["n"], r["B"], r["T"])):
+        lines.append(
+            f"{r['B']:>3} {r['T']:>7} {r['n']:>2} | {g(r, 'int2', 'ms'):8.3f} {g(r, 'int2', 'GBps'):6.0f} "
+            f"{100 * g(r, 'int2', 'frac_copy'):5.1f} | {g(r, 'cudnn', 'ms'):8.3f} {100 * g(r, 'cudnn', 'frac_copy'):5.1f}"
+            f" | {g(r, 'xla', 'ms'):8.3f} | {r.get('speedup_vs_cudnn', float('nan')):7.2f} "
+            f"{r.get('speedup_vs_xla', float('nan')):6.2f}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--sweep", action="store_true", help="tune block sizes / warps first")
+    ap.add_argument("--sweep-only", action="store_true", help="sweep + the cost of viewing uint8 as words")
+    ap.add_argument("--smoke", action="store_true", help="CPU check of the script: tiny, interpret mode")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new configs after this")
+    args = ap.parse_args(argv)
+    t_start = time.time()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "attention.json")
+    info = dict(device=str(jax.devices()[0]), jax=jax.__version__, heads=(HQ, HKV), head_dim=D, calls_per_jit=CALLS)
+    report = dict(info=info, copy={}, checks={}, sweep=[], choice={}, results=[])
+    dump = lambda: json.dump(report, open(path, "w"), indent=1)
+
+    if args.smoke:
+        t, _ = time_int2(1, 256, 5, 2, interpret=True, block_t=64)
+        print("smoke int2 ms", t * 1e3, "rel err", check_int2(1, 512, 5, False, interpret=True, block_t=64))
+        return
+
+    report["copy"] = copy_bandwidth()
+    copy_gbps = report["copy"]["copy_GBps"]
+    print("copy", report["copy"], flush=True)
+    for words in (False, True):
+        report["checks"][f"words={words}"] = check_int2(4, 5000, 5, words)
+    print("checks", report["checks"], flush=True)
+    if args.sweep or args.sweep_only:
+        report["sweep"] = sweep(8, 32768, 10)
+        dump()
+    if args.sweep_only:
+        for n in (1, 5):
+            words, opts = best_opts(report["sweep"], n)
+            t, _ = time_int2(8, 32768, n, 10, words=True, words_in_jit=True, **opts)
+            report["words_in_jit"] = report.get("words_in_jit", []) + [dict(n=n, **opts, ms=t * 1e3)]
+            print("words_in_jit", report["words_in_jit"][-1], flush=True)
+        dump()
+        for r in report["sweep"]:
+            print(r.get("n"), r.get("words"), r.get("block_t"), r.get("num_warps"), r.get("num_stages"),
+                  round(r.get("ms", -1), 3), round(r.get("GBps", -1)), r.get("error", "")[:80])
+        return
+    choice = {n: best_opts(report["sweep"], n) if args.sweep else (False, {}) for n in (1, 5)}
+    report["choice"] = {str(n): dict(words=w, **o) for n, (w, o) in choice.items()}
+    print("choice", report["choice"], flush=True)
+    deadline = t_start + args.budget_s
+    bench([131072, 32768, 65536, 16384, 4096], [1, 8, 32], args.reps, choice, copy_gbps, deadline,
+          report["results"], dump)
+    dump()
+    print(f"copy {copy_gbps:.0f} GB/s (torch copy_ read+write); JAX elementwise "
+          f"{report['copy']['jax_elementwise_GBps']:.0f} GB/s; total {time.time() - t_start:.0f} s")
+    print(table(report["results"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Mixed-cache attention split by storage: BF16 parts in XLA, the INT2 history in the Pallas kernel.
+
+Same semantics as attention.attend_reference (the rule: a query at t reads key p <= t in BF16 iff
+p < S or p > t - R, else the INT2 copy), computed as two softmax partials joined by one LSE merge:
+- XLA, BF16: sink positions p < min(S, length); ring slots holding p in [max(S, t-R+1), length);
+  the chunk's own rows (causal), fake-quantised where the rule says INT2 (only in long prefills);
+- Pallas, INT2: committed history [S, min(t-R+1, length)) — each query row has its own end.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jspec import quant
+from jspec.config import KVConfig
+from jspec.kvcache import LayerKV
+from jspec.pallas.int2_attention import int2_attention
+
+
+def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None, **kernel_options):
+    """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
+
+    Returns [B, n, Hq, D] in q.dtype. kernel_options go to int2_attention (block sizes, splits).
+    """
+    B, n, Hq, D = q.shape
+    H = k.shape[2]
+    qg = q.reshape(B, n, H, Hq // H, D)
+    t = length[:, None] + jnp.arange(n)  # [B, n] query positions
+    with jax.named_scope("bf16_parts"):
+        out_x, lse_x = _bf16_part(qg, k, v, layer, length, t, kv)  # [B, n, H, g, D], [B, n, H, g]
+    with jax.named_scope("int2_history"):
+        out_k, lse_k = _int2_part(qg, layer, length, t, kv, interpret, kernel_options)
+    # lse_x is finite (every query reads its own row in BF16); lse_k may be -inf (empty range).
+    m = jnp.maximum(lse_x, lse_k)
+    wx, wk = jnp.exp(lse_x - m), jnp.exp(lse_k - m)
+    out = (wx[..., None] * out_x + wk[..., None] * out_k) / (wx + wk)[..., None]
+    return out.reshape(B, n, Hq, D).astype(q.dtype)
+
+
+def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel_options):
+    """Kernel over the INT2 history; GQA heads x query positions packed into M rows per KV head."""
+    B, n, H, g, D = qg.shape
+    rows = qg.transpose(0, 2, 1, 3, 4).reshape(B, H, n * g, D)  # row m = i * g + head-in-group
+    hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, n*g]
+    lo = jnp.full_like(hi, kv.sink)
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    hk, hv = layer.hist_k, layer.hist_v
+    out, lse = int2_attention(rows, hk.codes, hk.scale, hk.zero, hv.codes, hv.scale, hv.zero, lo, hi,
+                              interpret=interpret, **kernel_options)
+    out = out.reshape(B, H, n, g, D).transpose(0, 2, 1, 3, 4)
+    return out, lse.reshape(B, H, n, g).transpose(0, 2, 1, 3)
+
+
+def _ring_positions(length, W: int):
+    """[B, W]: the position held by each ring slot (the latest p < length with p = slot mod W)."""
+    last = length[:, None] - 1
+    return last - jnp.mod(last - jnp.arange(W), W)
+
+
+def _bf16_part(qg, k, v, layer: LayerKV, length, t, kv: KVConfig):
+    """Softmax partial over sink + ring + chunk rows: (out [B, n, H, g, D] f32, lse [B, n, H, g])."""
+    B, n, H, g, D = qg.shape
+    S, W, R = layer.sink_k.shape[2], layer.ring_k.shape[2], kv.recent
+    dt = k.dtype
+    # Key positions and validity per query row, for each key set.
+    p_ring = _ring_positions(length, W)  # [B, W]
+    lo_ring = jnp.maximum(kv.sink, t - R + 1)  # [B, n]
+    ok_sink = jnp.broadcast_to((jnp.arange(S) < length[:, None])[:, None, :], (B, n, S))
+    ok_ring = (p_ring[:, None, :] >= lo_ring[:, :, None]) & (p_ring[:, None, :] >= 0)
+    i, j = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
+    causal = jnp.broadcast_to(j <= i, (B, n, n))
+
+    keys = jnp.concatenate([layer.sink_k.astype(dt), layer.ring_k.astype(dt), k.transpose(0, 2, 1, 3)], 2)
+    vals = jnp.concatenate([layer.sink_v.astype(dt), layer.ring_v.astype(dt), v.transpose(0, 2, 1, 3)], 2)
+    valid = jnp.concatenate([ok_sink, ok_ring, causal], 2)  # [B, n, X]
+    s = _scores(qg, keys)  # [B, H, g, n, X]
+    if n > R:  # a long chunk: its own rows older than t - R are read as INT2
+        new_int2 = (i - j >= R) & (t[:, None, :] >= kv.sink)  # [B, n(query), n(key)]
+        kq, vq = _fake_quant(k, v, kv)
+        s_new = jnp.where(new_int2[:, None, None], _scores(qg, kq), s[..., S + W:])
+        s = jnp.concatenate([s[..., : S + W], s_new], -1)
+    s = jnp.where(valid[:, None, None], s * D**-0.5, -jnp.inf)
+    m = s.max(-1, keepdims=True)
+    p = jnp.exp(s - m)
+    l = p.sum(-1)
+    if n > R:
+        out = _values(jnp.where(new_int2[:, None, None], 0, p[..., S + W:]), v.transpose(0, 2, 1, 3))
+        out += _values(p[..., : S + W], vals[:, :, : S + W]) + _values(jnp.where(new_int2[:, None, None], p[..., S + W:], 0), vq)
+    else:
+        out = _values(p, vals)
+    lse = (m[..., 0] + jnp.log(l)).transpose(0, 3, 1, 2)  # [B, H, g, n] -> [B, n, H, g]
+    return out / l.transpose(0, 3, 1, 2)[..., None], lse
+
+
+def _fake_quant(k, v, kv: KVConfig):
+    """Chunk rows as commit will store them in the INT2 history: [B, H, n, D] each."""
+    G = kv.group(k.shape[-1])
+    kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    return (quant.fake_quantize(kt, G, kv.clip_k, kv.scale_dtype),
+            quant.fake_quantize(vt, G, kv.clip_v, kv.scale_dtype))
+
+
+def _scores(qg, keys):
+    # qg [B, n, H, g, D], keys [B, H, X, D] -> [B, H, g, n, X] f32
+    return jnp.einsum("bnhgd,bhxd->bhgnx", qg, keys, preferred_element_type=jnp.float32)
+
+
+def _values(p, vals):
+    # p [B, H, g, n, X] f32, vals [B, H, X, D] -> [B, n, H, g, D] f32. In f32: XLA:CPU has no
+    # bf16 x bf16 -> f32 dot for this layout, and these BF16 parts are small (S + W + n keys).
+    return jnp.einsum("bhgnx,bhxd->bnhgd", p, vals.astype(jnp.float32), preferred_element_type=jnp.float32)

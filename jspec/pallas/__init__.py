@@ -1,0 +1,1 @@
+"""Pallas GPU kernels; each module = kernel + wrapper + pure-jnp reference."""

@@ -1,0 +1,297 @@
+"""Split-K decode attention over the OSCAR INT2 history (Pallas, Triton backend).
+
+Queries of one KV head are packed into the matmul M dimension (GQA group x query positions), so one
+pass over a KV head's packed codes serves every query row that shares it. Each query row has its own
+INT2 key range [lo, hi) (the attention rule gives a query at t the history [S, t-R]); the kernel
+returns, per row, the softmax-normalised partial output and the log-sum-exp over exactly that range,
+which the caller merges with the BF16 parts.
+
+Dequantisation is folded around the dots (per token, G = D): a key is k = s (c - z), so
+    q.k = s (q.c) - s z sum(q),
+and for values sum_t p_t s_t (c_t - z_t) = (p s) @ C - sum_t p_t s_t z_t. Codes never become f32:
+bits are OR-ed into the mantissa of a bf16 constant (4.0 = 0x4080; code c in mantissa bits 5-6 reads
+as 4 + c exactly), so unpacking is shift/and/or on integers, no int->float conversion, and the +4
+offset is folded into the zero point. Group sizes G < D run through the pure-jnp reference.
+
+Codes may be given as the cache stores them (uint8 [.., D/4], planar: bit pair i of byte j is dim
+j + i D/4) or viewed as uint32 words [.., D/16] (four bytes at once: two bf16 lanes per 32-bit op).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+try:  # the Triton backend module; absent or renamed in some jax builds
+    from jax.experimental.pallas import triton as pltriton
+except ImportError:  # pragma: no cover
+    pltriton = None
+
+_MAGIC = 0x4080  # bf16 bits of 4.0; with code c in mantissa bits 5-6 the value is 4 + c
+_OFFSET = 4.0
+_NEG = -1e30  # finite start for the running max: fully masked rows stay NaN-free
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel
+# ----------------------------------------------------------------------------------------------
+
+
+def _bf16(bits16):
+    return lax.bitcast_convert_type(bits16, jnp.bfloat16)
+
+
+def _shl(x, n):
+    return x << n if n >= 0 else x >> -n
+
+
+def _plane_u8(codes, i: int):
+    """[BT, D/4] uint8 -> quarter i as [BT, D/4] bf16 holding 4 + code."""
+    return _bf16(((_shl(codes, 5 - 2 * i) & 0x60).astype(jnp.uint16)) | _MAGIC)
+
+
+def _halves(x):
+    """uint32 holding two bf16 -> (low, high) bf16."""
+    return _bf16(x.astype(jnp.uint16)), _bf16((x >> 16).astype(jnp.uint16))
+
+
+def _plane_u32(words, i: int):
+    """[BT, D/16] uint32 -> quarter i as [BT, D/4] bf16 holding 4 + code.
+
+    One 32-bit op places the codes of bytes 0 and 2 (or 1 and 3) of a word into two bf16 lanes; two
+    nested 2-way stacks (tt.join) restore the byte order e0 e1 e2 e3.
+    """
+    BT, W = words.shape
+    even = (_shl(words, 5 - 2 * i) & 0x00600060) | (_MAGIC * 0x10001)  # bytes 0, 2
+    odd = ((words >> (3 + 2 * i)) & 0x00600060) | (_MAGIC * 0x10001)  # bytes 1, 3
+    e0, e2 = _halves(even)
+    e1, e3 = _halves(odd)
+    quad = jnp.stack([jnp.stack([e0, e2], axis=-1), jnp.stack([e1, e3], axis=-1)], axis=-1)
+    return quad.reshape(BT, 4 * W)
+
+
+def _cdiv(a, b):
+    return lax.div(a + b - 1, b)  # non-negative operands: truncating division is the floor
+
+
+def _kernel(q_ref, kc_ref, ks_ref, kz_ref, vc_ref, vs_ref, vz_ref, lo_ref, hi_ref, o_ref, lse_ref, *,
+            block_t: int, num_splits: int, sm_scale: float, aligned: bool):
+    # q_ref [M, D] bf16 | kc_ref, vc_ref [T, D/4] uint8 or [T, D/16] uint32 | ks, kz, vs, vz [T]
+    # lo_ref, hi_ref [M] int32 (INT2 key range per query row) | o_ref [M, D] f32 | lse_ref [M] f32
+    M, D = q_ref.shape
+    T, D4 = kc_ref.shape[0], D // 4
+    f32 = jnp.float32
+    plane = _plane_u8 if kc_ref.dtype == jnp.uint8 else _plane_u32
+    lo, hi = lo_ref[...], hi_ref[...]
+
+    # This split's share of the union of the rows' ranges, in whole blocks.
+    nonempty = hi > lo
+    first = jnp.min(jnp.where(nonempty, lo, T))
+    last = jnp.max(jnp.where(nonempty, hi, 0))
+    begin = lax.div(first, block_t) * block_t
+    chunk = _cdiv(_cdiv(jnp.maximum(last - begin, 0), num_splits), block_t) * block_t
+    start = begin + pl.program_id(2) * chunk
+    n_blocks = _cdiv(jnp.clip(last - start, 0, chunk), block_t)
+
+    qs = [q_ref[:, pl.ds(i * D4, D4)] for i in range(4)]  # 4 x [M, D/4] bf16
+    qsum = sum(qi.astype(f32).sum(axis=1) for qi in qs)  # [M]
+
+    def body(j, carry):
+        m, l, zacc, *acc = carry
+        s0 = start + j * block_t
+        a = jnp.minimum(s0, T - block_t)  # last block is shifted back, never read out of bounds
+        if aligned:
+            a = pl.multiple_of(a, block_t)
+        rows = pl.ds(a, block_t)
+        ks, kz = ks_ref[rows].astype(f32), kz_ref[rows].astype(f32)
+        kc = kc_ref[rows, :]
+        # One quarter unpacked at a time, right before its dot: one code tile live, not four.
+        qc = sum(jnp.dot(qs[i], plane(kc, i).T, preferred_element_type=f32) for i in range(4))  # [M, BT]
+        s = (qc * ks[None, :] - qsum[:, None] * (ks * (kz + _OFFSET))[None, :]) * sm_scale
+        pos = a + jnp.arange(block_t)[None, :]
+        valid = (pos >= s0) & (pos >= lo[:, None]) & (pos < hi[:, None])
+        s = jnp.where(valid, s, -jnp.inf)
+
+        m_new = jnp.maximum(m, s.max(axis=1))
+        alpha = jnp.exp(m - m_new)
+        p = jnp.exp(s - m_new[:, None])
+        vs, vz = vs_ref[rows].astype(f32), vz_ref[rows].astype(f32)
+        # Round p*s to bf16 once and use the same rounded weights for the zero term: the error is
+        # then a perturbation of the weights, not a cancellation between two large sums.
+        ps = (p * vs[None, :]).astype(jnp.bfloat16)
+        zacc = alpha * zacc + (ps.astype(f32) * (vz + _OFFSET)[None, :]).sum(axis=1)
+        vc = vc_ref[rows, :]
+        acc = [alpha[:, None] * acc[i] + jnp.dot(ps, plane(vc, i), preferred_element_type=f32) for i in range(4)]
+        return (m_new, alpha * l + p.sum(axis=1), zacc, *acc)
+
+    init = (jnp.full((M,), _NEG, f32), jnp.zeros((M,), f32), jnp.zeros((M,), f32))
+    init += tuple(jnp.zeros((M, D4), f32) for _ in range(4))
+    m, l, zacc, *acc = lax.fori_loop(0, n_blocks, body, init)
+
+    inv = 1.0 / jnp.where(l > 0, l, 1.0)
+    for i in range(4):
+        o_ref[:, pl.ds(i * D4, D4)] = (acc[i] - zacc[:, None]) * inv[:, None]
+    lse_ref[...] = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), -jnp.inf)
+
+
+# ----------------------------------------------------------------------------------------------
+# Wrapper
+# ----------------------------------------------------------------------------------------------
+
+# Measured on the H200 at B=8, T=32K (benchmarks/NOTES.md): 64-token blocks, uint32 words, 3 stages;
+# 4 warps for 16-row tiles (decode), 2 warps for larger tiles (K=4 verification, 32 rows).
+BLOCK_T, BLOCK_M, NUM_STAGES = 64, 64, 3
+_TARGET_PROGRAMS = 528  # ~4 per SM of an H200 (132 SMs)
+
+
+def _pow2_at_least(x: int, floor: int = 1) -> int:
+    return max(floor, 1 << max(0, (x - 1).bit_length()))
+
+
+def default_splits(B: int, programs: int, T: int, block_t: int) -> int:
+    """Enough splits to fill the GPU, but at least 4 blocks of history per split."""
+    want = _pow2_at_least(-(-_TARGET_PROGRAMS // max(1, B * programs)))
+    return max(1, min(want, T // (4 * block_t)))
+
+
+def default_warps(block_rows: int) -> int:
+    return 4 if block_rows <= 16 else 2
+
+
+def _compiler_params(num_warps: int, num_stages: int):
+    cls = getattr(pltriton, "CompilerParams", None) or getattr(pltriton, "TritonCompilerParams", None)
+    return None if cls is None else cls(num_warps=num_warps, num_stages=num_stages)
+
+
+def as_words(codes):
+    """uint8 [..., D/4] -> uint32 [..., D/16] (little-endian view; a storage option for the kernel)."""
+    return lax.bitcast_convert_type(codes.reshape(*codes.shape[:-1], -1, 4), jnp.uint32)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("sm_scale", "block_t", "block_m", "num_splits", "num_warps", "num_stages", "words",
+                     "interpret"),
+)
+def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi, *, sm_scale=None,
+                   block_t=BLOCK_T, block_m=BLOCK_M, num_splits=None, num_warps=None,
+                   num_stages=NUM_STAGES, words=True, interpret=False):
+    """Attention of each query row over its INT2 key range.
+
+    q: [B, Hkv, M, D] rotated queries (cast to bf16); codes: [B, Hkv, T, D/4] uint8 (or [.., D/16]
+    uint32, see as_words); scale, zero: [B, Hkv, T, D/G]; lo, hi: [B, M] int32, row m reads keys
+    lo <= p < hi. Returns out [B, Hkv, M, D] f32 (normalised over the range; 0 where empty) and
+    lse [B, Hkv, M] f32 (-inf where empty). G < D falls back to int2_attention_reference.
+    words: view uint8 codes as uint32 inside the jit (measured free on the H200) and unpack two
+    codes per 32-bit op; num_warps None: default_warps(row tile).
+    """
+    B, H, M, D = q.shape
+    T = k_codes.shape[2]
+    if D % 64 or D & (D - 1):
+        raise ValueError(f"head_dim {D} must be a power of two >= 64 (Triton dots need D/4 >= 16)")
+    packed32 = k_codes.dtype == jnp.uint32
+    if k_codes.shape != (B, H, T, D // (16 if packed32 else 4)) or v_codes.shape != k_codes.shape:
+        raise ValueError(f"codes {k_codes.shape}/{v_codes.shape} do not match q {q.shape}")
+    if lo.shape != (B, M) or hi.shape != (B, M):
+        raise ValueError(f"lo/hi must be [B, M] = {(B, M)}, got {lo.shape}/{hi.shape}")
+    sm_scale = D**-0.5 if sm_scale is None else sm_scale
+    if words and k_codes.dtype == jnp.uint8:
+        k_codes, v_codes = as_words(k_codes), as_words(v_codes)
+    if k_scale.shape[-1] != 1:  # G < D: per-group scales are not folded in the kernel
+        return int2_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi,
+                                        sm_scale=sm_scale)
+
+    # Rows: pad M to a power of two >= 16 (Triton dot minimum), then tile by block_m.
+    Mp = _pow2_at_least(M, 16)
+    bm = min(block_m, Mp)
+    Mb = Mp // bm
+    qp = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, Mp - M), (0, 0))).reshape(B, H * Mb, bm, D)
+    lo_p = jnp.pad(lo.astype(jnp.int32), ((0, 0), (0, Mp - M))).reshape(B, Mb, bm)
+    hi_p = jnp.pad(hi.astype(jnp.int32), ((0, 0), (0, Mp - M))).reshape(B, Mb, bm)  # padded rows: empty
+
+    # Keys: a block never reads past T (see the kernel); tiny histories are padded up to one block.
+    bt = block_t
+    while bt > 16 and bt > T:
+        bt //= 2
+    if T < bt:
+        padT = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, bt - T)) + ((0, 0),) * (x.ndim - 3))
+        k_codes, k_scale, k_zero, v_codes, v_scale, v_zero = map(
+            padT, (k_codes, k_scale, k_zero, v_codes, v_scale, v_zero))
+    Tp = k_codes.shape[2]
+    flat = lambda x: x.reshape(B, H, Tp)  # [.., T, 1] -> [.., T]: one scale per token
+    ns = num_splits or default_splits(B, H * Mb, Tp, bt)
+
+    kernel = functools.partial(_kernel, block_t=bt, num_splits=ns, sm_scale=float(sm_scale),
+                               aligned=Tp % bt == 0)
+    kv_h = lambda b, h, s: (b, lax.div(h, Mb), 0, 0)
+    sv_h = lambda b, h, s: (b, lax.div(h, Mb), 0)
+    row_m = lambda b, h, s: (b, lax.rem(h, Mb), 0)
+    code_spec = pl.BlockSpec((None, None, Tp, k_codes.shape[-1]), kv_h)
+    vec_spec = pl.BlockSpec((None, None, Tp), sv_h)
+    row_spec = pl.BlockSpec((None, None, bm), row_m)
+    out, lse = pl.pallas_call(
+        kernel,
+        grid=(B, H * Mb, ns),
+        in_specs=[pl.BlockSpec((None, None, bm, D), lambda b, h, s: (b, h, 0, 0)),
+                  code_spec, vec_spec, vec_spec, code_spec, vec_spec, vec_spec, row_spec, row_spec],
+        out_specs=[pl.BlockSpec((None, None, None, bm, D), lambda b, h, s: (b, h, s, 0, 0)),
+                   pl.BlockSpec((None, None, None, bm), lambda b, h, s: (b, h, s, 0))],
+        out_shape=[jax.ShapeDtypeStruct((B, H * Mb, ns, bm, D), jnp.float32),
+                   jax.ShapeDtypeStruct((B, H * Mb, ns, bm), jnp.float32)],
+        compiler_params=None if interpret else _compiler_params(num_warps or default_warps(bm), num_stages),
+        interpret=interpret,
+        name="int2_attention",
+    )(qp, k_codes, flat(k_scale), flat(k_zero), v_codes, flat(v_scale), flat(v_zero), lo_p, hi_p)
+    out, lse = merge_lse(out, lse, axis=2)  # [B, H*Mb, bm, D], [B, H*Mb, bm]
+    return out.reshape(B, H, Mp, D)[:, :, :M], lse.reshape(B, H, Mp)[:, :, :M]
+
+
+def merge_lse(out, lse, axis: int):
+    """Merges softmax partials along `axis`: out [..., X, M, D] normalised, lse [..., X, M].
+
+    Partials with lse = -inf (empty) get weight 0; a row empty everywhere gives out 0, lse -inf.
+    """
+    m = lse.max(axis=axis, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    w = jnp.exp(lse - m)  # [..., X, M]
+    den = w.sum(axis=axis)
+    o = (jnp.expand_dims(w, -1) * out).sum(axis=axis) / jnp.where(den > 0, den, 1.0)[..., None]
+    lse = jnp.where(den > 0, jnp.squeeze(m, axis) + jnp.log(jnp.where(den > 0, den, 1.0)), -jnp.inf)
+    return o, lse
+
+
+# ----------------------------------------------------------------------------------------------
+# Reference
+# ----------------------------------------------------------------------------------------------
+
+
+def _dequant(codes, scale, zero):
+    """[B, H, T, D/4] uint8 (or [.., D/16] uint32) + per-group scale/zero -> [B, H, T, D] f32."""
+    if codes.dtype == jnp.uint32:
+        codes = lax.bitcast_convert_type(codes, jnp.uint8).reshape(*codes.shape[:-1], -1)
+    c = jnp.concatenate([(codes >> (2 * i)) & 3 for i in range(4)], axis=-1).astype(jnp.float32)
+    D, ng = c.shape[-1], scale.shape[-1]
+    cg = c.reshape(*c.shape[:-1], ng, D // ng)
+    x = (cg - zero.astype(jnp.float32)[..., None]) * scale.astype(jnp.float32)[..., None]
+    return x.reshape(c.shape)
+
+
+def int2_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi, *,
+                             sm_scale=None):
+    """Pure-jnp int2_attention: dequantise everything, masked softmax over [lo, hi) per row, in f32."""
+    D = q.shape[-1]
+    sm_scale = D**-0.5 if sm_scale is None else sm_scale
+    k = _dequant(k_codes, k_scale, k_zero)
+    v = _dequant(v_codes, v_scale, v_zero)
+    s = jnp.einsum("bhmd,bhtd->bhmt", q.astype(jnp.float32), k, precision=lax.Precision.HIGHEST) * sm_scale
+    pos = jnp.arange(k.shape[2])
+    valid = (pos >= lo[:, None, :, None]) & (pos < hi[:, None, :, None])  # [B, 1, M, T]
+    s = jnp.where(valid, s, -jnp.inf)
+    lse = jax.nn.logsumexp(s, axis=-1)
+    p = jnp.where(valid, jnp.exp(s - jnp.where(jnp.isfinite(lse), lse, 0.0)[..., None]), 0.0)
+    out = jnp.einsum("bhmt,bhtd->bhmd", p, v, precision=lax.Precision.HIGHEST)
+    return out, jnp.where(jnp.isfinite(lse), lse, -jnp.inf)

@@ -1,0 +1,120 @@
+"""The INT2 history attention kernel (interpret mode on CPU) and attend_split against the references."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jspec import attention, attention_fast, kvcache
+from jspec.config import KVConfig, ModelConfig
+from jspec.pallas import int2_attention as ia
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def _kernel_inputs(seed, B, H, M, D, T, scale_dtype, groups=1):
+    """Random codes/scales and per-row ranges; some rows get an empty range."""
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.standard_normal((B, H, M, D)), jnp.bfloat16)
+    codes = lambda: jnp.asarray(rng.integers(0, 256, (B, H, T, D // 4)), jnp.uint8)
+    scale = lambda: jnp.asarray(rng.uniform(0.05, 0.5, (B, H, T, groups)), scale_dtype)
+    zero = lambda: jnp.asarray(rng.uniform(0.0, 3.0, (B, H, T, groups)), scale_dtype)
+    lo = rng.integers(0, max(1, T // 4), (B, M))
+    hi = rng.integers(0, T + 1, (B, M))
+    hi[0, ::4] = lo[0, ::4]  # empty ranges (batch row 0 only, so that some rows stay live)
+    return q, codes(), scale(), zero(), codes(), scale(), zero(), jnp.asarray(lo, jnp.int32), jnp.asarray(hi, jnp.int32)
+
+
+def _check_kernel(args, *, words=False, interpret=True, **options):
+    ref_out, ref_lse = ia.int2_attention_reference(*args)
+    out, lse = ia.int2_attention(*args, words=words, interpret=interpret, **options)
+    out, lse, ref_lse = np.asarray(out), np.asarray(lse), np.asarray(ref_lse)
+    empty = np.asarray(args[8] <= args[7])  # [B, M]
+    assert np.all(np.isfinite(out))
+    assert np.all(lse[:, :, :][np.broadcast_to(empty[:, None], lse.shape)] == -np.inf)
+    assert np.all(out[np.broadcast_to(empty[:, None], lse.shape)] == 0)
+    live = np.isfinite(ref_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), live)
+    assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(lse[live], ref_lse[live], atol=2e-2, rtol=1e-3)
+
+
+# (D, query heads per KV head, query positions n, T, scale dtype, unpack uint32 words, options)
+KERNEL_CASES = [
+    (128, 4, 5, 300, jnp.bfloat16, False, dict(block_t=64, num_splits=3)),
+    (64, 8, 6, 200, jnp.float32, False, dict(block_t=32)),
+    (128, 1, 1, 77, jnp.bfloat16, True, dict(block_t=64, num_splits=2)),
+    (64, 4, 1, 10, jnp.bfloat16, False, {}),
+    (128, 8, 6, 150, jnp.float32, True, dict(block_t=32, block_m=16, num_splits=2)),
+]
+
+
+@pytest.mark.parametrize("D,g,n,T,sdt,words,options", KERNEL_CASES)
+def test_kernel_matches_reference(D, g, n, T, sdt, words, options):
+    args = _kernel_inputs(D + g + n + T, 2, 2, g * n, D, T, sdt)
+    _check_kernel(args, words=words, **options)
+
+
+def test_group_smaller_than_row_falls_back_to_reference():
+    args = _kernel_inputs(7, 1, 2, 4, 64, 40, jnp.bfloat16, groups=4)
+    out, lse = ia.int2_attention(*args, interpret=True)
+    ref_out, ref_lse = ia.int2_attention_reference(*args)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), rtol=1e-6, atol=1e-6)
+
+
+def test_merge_lse_of_a_split_equals_the_whole():
+    args = _kernel_inputs(3, 1, 1, 16, 64, 64, jnp.float32)
+    lo, hi = args[7], args[8]
+    mid = (lo + hi) // 2
+    first = ia.int2_attention_reference(*args[:7], lo, jnp.maximum(mid, lo))
+    second = ia.int2_attention_reference(*args[:7], jnp.maximum(mid, lo), hi)
+    whole = ia.int2_attention_reference(*args)
+    out, lse = ia.merge_lse(jnp.stack([first[0], second[0]], 2), jnp.stack([first[1], second[1]], 2), axis=2)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(whole[0]), rtol=1e-4, atol=1e-5)
+
+
+# --- attend_split on a real cache -----------------------------------------------------------------
+
+CFG = ModelConfig(model_type="llama", vocab_size=32, hidden_size=256, intermediate_size=64, num_layers=1,
+                  num_heads=8, num_kv_heads=2, head_dim=64, max_position=256)
+
+
+def _rows(rng, B, n, H, D, dtype=jnp.float32):
+    # f32 queries: attend_reference's bf16 x bf16 -> f32 value dot has no XLA:CPU kernel.
+    return jnp.asarray(rng.standard_normal((B, n, H, D)), dtype)
+
+
+@pytest.fixture(scope="module")
+def cache():
+    """One layer, sink 4, recent 8; row 0 holds 40 committed tokens, row 1 none (a fresh prefill)."""
+    kv = KVConfig(sink=4, recent=8)
+    c = kvcache.init_cache(CFG, kv, batch=2, capacity=96, lookahead=4)
+    rng = np.random.default_rng(11)
+    k, v = _rows(rng, 2, 40, 2, 64, jnp.bfloat16), _rows(rng, 2, 40, 2, 64, jnp.bfloat16)
+    return kv, kvcache.commit(c, [k], [v], jnp.asarray([40, 0], jnp.int32))
+
+
+@pytest.mark.parametrize("n", [1, 5, 20])  # decode, K=4 verification, a chunk longer than R
+def test_attend_split_matches_reference(cache, n):
+    kv, c = cache
+    rng = np.random.default_rng(n)
+    q, k, v = _rows(rng, 2, n, 8, 64), _rows(rng, 2, n, 2, 64), _rows(rng, 2, n, 2, 64)
+    layer = c.layers[0]
+    ref = attention.attend_reference(q, k, v, layer, c.length, kv)
+    split = jax.jit(attention_fast.attend_split, static_argnames=("kv", "interpret", "block_t"))
+    out = split(q, k, v, layer, c.length, kv=kv, interpret=True, block_t=16)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert _rel(out, ref) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("words", [False, True])
+def test_compiled_kernel_matches_reference(words):
+    args = _kernel_inputs(0, 4, 8, 20, 128, 5000, jnp.bfloat16)
+    _check_kernel(args, words=words, interpret=False)
+    _check_kernel(_kernel_inputs(1, 2, 8, 40, 128, 3001, jnp.float32), words=words, interpret=False,
+                  num_splits=4)
