@@ -1,0 +1,294 @@
+"""Trains the shipped target/draft pair on the stdlib corpus (jspec.data) and exports them for HF.
+
+    python -m jspec.data --out data/stdlib                       # corpus + tokenizer (CPU, seconds)
+    python -m jspec.train --preset target --out runs/target --export checkpoints/code-target
+    python -m jspec.train --eval-pair checkpoints/code-target checkpoints/code-draft
+
+AdamW (optax) with linear warmup and cosine decay; f32 master params, bf16 forward, f32 loss. The
+schedule runs on progress = max(step / steps, elapsed / time_budget), so a wall-clock-bounded run still
+decays to the end. The corpus is small (~3M tokens) and the target sees it many times over, so the
+params with the best validation loss are kept and exported (early stopping without a second run).
+Orbax checkpoints in RUN_DIR/ckpt hold the whole state; a rerun with the same RUN_DIR resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import struct
+from tqdm import tqdm
+
+from jspec import data
+from jspec.checkpoint import load_model, load_tokenizer, save_hf
+from jspec.config import ModelConfig
+from jspec.model import Params, forward, init_params
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 2000
+    batch: int = 16
+    seq_len: int = 2048
+    lr: float = 1.5e-3
+    min_lr_frac: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    clip: float = 1.0
+    eval_every: int = 100
+    save_every: int = 500
+    log_every: int = 10
+    time_budget: float | None = None  # seconds of wall clock for the loop, compile included
+    seed: int = 0
+
+
+# Target: head_dim 128 so the OSCAR INT2 path runs at its real D; GQA 4 query / 2 KV heads.
+# Draft: same tokenizer, ~1/6 of the target's parameters. Both tie embeddings to stay small.
+PRESETS = {
+    "target": (ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=512,
+                           intermediate_size=1536, num_layers=6, num_heads=4, num_kv_heads=2, head_dim=128,
+                           max_position=data.MAX_LENGTH, tie_embeddings=True, qk_norm=True),
+               TrainConfig(steps=1000, lr=1.5e-3)),
+    "draft": (ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=256,
+                          intermediate_size=768, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64,
+                          max_position=data.MAX_LENGTH, tie_embeddings=True, qk_norm=True),
+              TrainConfig(steps=1200, lr=3e-3)),
+}
+
+
+@struct.dataclass
+class TrainState:
+    step: jax.Array  # [] int32
+    params: Params  # f32 master weights
+    opt_state: optax.OptState
+    best_params: Params  # the params of the best validation loss so far (what gets exported)
+    best_val: jax.Array  # [] f32
+    best_step: jax.Array  # [] int32, the step of best_params
+    elapsed: jax.Array  # [] f32 seconds of training wall clock before this process
+
+
+def param_count(params) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))
+
+
+def with_special_tokens(cfg: ModelConfig, tokenizer) -> ModelConfig:
+    return dataclasses.replace(cfg, bos_token_id=tokenizer.bos_token_id, eos_token_ids=(tokenizer.eos_token_id,))
+
+
+def make_optimizer(tc: TrainConfig) -> optax.GradientTransformation:
+    """AdamW with global-norm clipping; the learning rate is a hyperparameter set every step."""
+
+    def adamw(learning_rate):
+        # Decay matrices only: norms (1-D) stay at their scale.
+        decay = lambda params: jax.tree.map(lambda x: x.ndim > 1, params)
+        return optax.chain(optax.clip_by_global_norm(tc.clip),
+                           optax.adamw(learning_rate, b1=0.9, b2=0.95, weight_decay=tc.weight_decay, mask=decay))
+
+    return optax.inject_hyperparams(adamw)(learning_rate=tc.lr)
+
+
+def progress(tc: TrainConfig, step: int, elapsed: float) -> float:
+    by_time = elapsed / tc.time_budget if tc.time_budget else 0.0
+    return max(step / tc.steps, by_time)
+
+
+def learning_rate(tc: TrainConfig, step: int, p: float) -> float:
+    warm = min(1.0, (step + 1) / tc.warmup)
+    cosine = tc.min_lr_frac + (1 - tc.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(p, 1.0)))
+    return tc.lr * warm * cosine
+
+
+def token_losses(params: Params, cfg: ModelConfig, windows):
+    """Next-token cross entropy [B, L] in f32 of windows [B, L + 1], with a bf16 forward."""
+    p16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    logits, _ = forward(p16, cfg, windows[:, :-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, windows[:, 1:])
+
+
+def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation):
+    def step(state: TrainState, windows, lr):
+        loss, grads = jax.value_and_grad(lambda p: token_losses(p, cfg, windows).mean())(state.params)
+        hp = {**state.opt_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)}
+        opt_state = state.opt_state._replace(hyperparams=hp)
+        updates, opt_state = tx.update(grads, opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        return state.replace(step=state.step + 1, params=params, opt_state=opt_state), loss
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def make_eval_step(cfg: ModelConfig):
+    # weights [B] mask the padding windows of the last batch: one compiled shape for all batches.
+    return jax.jit(lambda params, windows, weights: (token_losses(params, cfg, windows).mean(-1) * weights).sum())
+
+
+def batches(windows: np.ndarray, batch: int):
+    """Yields (windows [batch, L + 1], weights [batch]) with the last batch padded by zero-weight rows."""
+    for i in range(0, len(windows), batch):
+        chunk = windows[i:i + batch]
+        pad = batch - len(chunk)
+        weights = np.r_[np.ones(len(chunk)), np.zeros(pad)].astype(np.float32)
+        yield np.concatenate([chunk, np.repeat(chunk[:1], pad, 0)]), weights
+
+
+def evaluate(eval_step, params, windows: np.ndarray, batch: int) -> float:
+    """Mean next-token loss over the windows (each window weighs the same; all have L tokens)."""
+    total = sum(float(eval_step(params, w, m)) for w, m in batches(windows, batch))
+    return total / len(windows)
+
+
+def init_state(cfg: ModelConfig, tc: TrainConfig, tx) -> TrainState:
+    params = init_params(cfg, jax.random.key(tc.seed), jnp.float32)
+    return TrainState(step=jnp.int32(0), params=params, opt_state=tx.init(params),
+                      best_params=jax.tree.map(jnp.copy, params), best_val=jnp.float32(jnp.inf),
+                      best_step=jnp.int32(0), elapsed=jnp.float32(0))
+
+
+def checkpoint_manager(run_dir: Path, tc: TrainConfig) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(max_to_keep=2, save_interval_steps=tc.save_every)
+    return ocp.CheckpointManager(Path(run_dir).absolute() / "ckpt", options=options)
+
+
+def restore_or_init(mngr: ocp.CheckpointManager, cfg: ModelConfig, tc: TrainConfig, tx) -> TrainState:
+    state = init_state(cfg, tc, tx)
+    latest = mngr.latest_step()
+    if latest is None:
+        return state
+    return mngr.restore(latest, args=ocp.args.StandardRestore(state))
+
+
+def keep_best(state: TrainState, val: float) -> TrainState:
+    if val >= float(state.best_val):
+        return state
+    # A copy, not an alias: the train step donates the state and cannot donate one buffer twice.
+    return state.replace(best_params=jax.tree.map(jnp.copy, state.params), best_val=jnp.float32(val),
+                         best_step=jnp.copy(state.step))
+
+
+def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.ndarray,
+          val_stream: np.ndarray) -> TrainState:
+    """Trains until tc.steps or tc.time_budget, resuming from run_dir; returns the final state."""
+    tx = make_optimizer(tc)
+    mngr = checkpoint_manager(run_dir, tc)
+    state = restore_or_init(mngr, cfg, tc, tx)
+    train_step, eval_step = make_train_step(cfg, tx), make_eval_step(cfg)
+    val_windows = data.eval_windows(val_stream, tc.seq_len)
+    step = int(state.step)
+    start = time.perf_counter() - float(state.elapsed)
+    bar = tqdm(total=tc.steps, initial=step, desc="train", dynamic_ncols=True)
+    tick, tick_step = time.perf_counter(), step
+    while progress(tc, step, time.perf_counter() - start) < 1:
+        rng = np.random.default_rng([tc.seed, step])  # a function of the step: resumes reproduce it
+        windows = data.sample_batch(train_stream, tc.batch, tc.seq_len, rng)
+        lr = learning_rate(tc, step, progress(tc, step, time.perf_counter() - start))
+        state, loss = train_step(state, windows, lr)
+        step += 1
+        bar.update(1)
+        if step % tc.log_every == 0:
+            loss = float(loss)  # the only host sync of a logging interval
+            now = time.perf_counter()
+            tok_s = (step - tick_step) * tc.batch * tc.seq_len / (now - tick)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+            tick, tick_step = now, step
+        if step % tc.eval_every == 0:
+            val = evaluate(eval_step, state.params, val_windows, tc.batch)
+            bar.write(f"step {step}: val loss {val:.4f} (train {float(loss):.4f})")
+            state = keep_best(state, val)
+        if mngr.should_save(step):
+            state = state.replace(elapsed=jnp.float32(time.perf_counter() - start))
+            mngr.save(step, args=ocp.args.StandardSave(state))
+    bar.close()
+    if step % tc.eval_every:
+        state = keep_best(state, evaluate(eval_step, state.params, val_windows, tc.batch))
+    state = state.replace(elapsed=jnp.float32(time.perf_counter() - start))
+    if mngr.latest_step() != step:
+        mngr.save(step, args=ocp.args.StandardSave(state), force=True)
+    mngr.wait_until_finished()
+    return state
+
+
+def export(out_dir: Path, params: Params, cfg: ModelConfig, tokenizer_dir: Path) -> None:
+    """A Hugging Face directory: config.json, bf16 model.safetensors and the shared tokenizer files."""
+    save_hf(out_dir, params, cfg)
+    for f in Path(tokenizer_dir).iterdir():
+        shutil.copy(f, Path(out_dir) / f.name)
+
+
+def pair_metrics(target_dir: Path, draft_dir: Path, windows: np.ndarray, batch: int) -> dict:
+    """Validation loss/perplexity of both exported models (bf16) and their greedy agreement."""
+    tcfg, tparams, _ = load_model(target_dir, tokenizer=False)
+    dcfg, dparams, _ = load_model(draft_dir, tokenizer=False)
+
+    @jax.jit  # params as arguments, not closed-over constants baked into the program
+    def stats(tparams, dparams, windows, weights):
+        tl, _ = forward(tparams, tcfg, windows[:, :-1])
+        dl, _ = forward(dparams, dcfg, windows[:, :-1])
+        ce = lambda logits: optax.softmax_cross_entropy_with_integer_labels(logits, windows[:, 1:]).mean(-1)
+        agree = (tl.argmax(-1) == dl.argmax(-1)).mean(-1)
+        return jnp.stack([(ce(tl) * weights).sum(), (ce(dl) * weights).sum(), (agree * weights).sum()])
+
+    total = sum(np.asarray(stats(tparams, dparams, w, m)) for w, m in batches(windows, batch)) / len(windows)
+    t, d, agree = (float(x) for x in total)
+    return {"target": {"val_loss": t, "val_ppl": math.exp(t)}, "draft": {"val_loss": d, "val_ppl": math.exp(d)},
+            "greedy_agreement": agree, "val_tokens": int(windows[:, 1:].size)}
+
+
+def run_preset(args) -> None:
+    cfg, tc = PRESETS[args.preset]
+    overrides = {k: v for k, v in dict(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
+                                       time_budget=args.time_budget, eval_every=args.eval_every,
+                                       save_every=args.save_every).items() if v is not None}
+    tc = dataclasses.replace(tc, **overrides)
+    cfg = with_special_tokens(cfg, load_tokenizer(args.tokenizer))
+    train_stream, val_stream = data.load_split(args.data, "train"), data.load_split(args.data, "val")
+    state = train(cfg, tc, args.out, train_stream, val_stream)
+    metrics = {"preset": args.preset, "params": param_count(state.params), "steps": int(state.step),
+               "tokens": int(state.step) * tc.batch * tc.seq_len, "wall_s": float(state.elapsed),
+               "best_val_loss": float(state.best_val), "best_step": int(state.best_step),
+               "best_tokens": int(state.best_step) * tc.batch * tc.seq_len, "device": str(jax.devices()[0].device_kind),
+               "train_config": dataclasses.asdict(tc)}
+    Path(args.out, "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print(json.dumps(metrics))
+    if args.export:
+        export(args.export, state.best_params, cfg, args.tokenizer)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="Train a jspec preset on the stdlib corpus, or compare a pair.")
+    ap.add_argument("--preset", choices=sorted(PRESETS))
+    ap.add_argument("--out", type=Path, help="run directory (orbax checkpoints, metrics.json); reruns resume")
+    ap.add_argument("--data", type=Path, default=Path("data/stdlib"), help="output of python -m jspec.data")
+    ap.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: DATA/tokenizer)")
+    ap.add_argument("--export", type=Path, help="write the best params here as a Hugging Face directory")
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seq-len", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--time-budget", type=float, help="wall-clock seconds for the training loop")
+    ap.add_argument("--eval-every", type=int)
+    ap.add_argument("--save-every", type=int)
+    ap.add_argument("--eval-pair", nargs=2, type=Path, metavar=("TARGET", "DRAFT"),
+                    help="print val loss/perplexity of two exported models and their greedy agreement")
+    args = ap.parse_args(argv)
+    args.tokenizer = args.tokenizer or args.data / "tokenizer"
+    if args.eval_pair:
+        windows = data.eval_windows(data.load_split(args.data, "val"), args.seq_len or TrainConfig.seq_len)
+        print(json.dumps(pair_metrics(*args.eval_pair, windows, args.batch or TrainConfig.batch)))
+    elif args.preset and args.out:
+        run_preset(args)
+    else:
+        ap.error("give --preset and --out to train, or --eval-pair TARGET DRAFT")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Training resumes from its orbax checkpoint; the shipped pair and its tokenizer load (jspec and HF)."""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jspec import data, train
+from jspec.config import ModelConfig
+
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
+TINY = ModelConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
+                   num_heads=2, num_kv_heads=1, head_dim=16, max_position=64, tie_embeddings=True, qk_norm=True)
+
+
+def _stream(n, seed):
+    return np.random.default_rng(seed).integers(0, TINY.vocab_size, n).astype(np.uint16)
+
+
+def test_train_two_steps_then_resume(tmp_path):
+    tc = train.TrainConfig(steps=2, batch=2, seq_len=16, warmup=1, eval_every=2, save_every=2)
+    stream, val = _stream(512, 0), _stream(64, 1)
+    first = train.train(TINY, tc, tmp_path, stream, val)
+    assert int(first.step) == 2 and np.isfinite(float(first.best_val))
+
+    tx = train.make_optimizer(tc)
+    restored = train.restore_or_init(train.checkpoint_manager(tmp_path, tc), TINY, tc, tx)
+    assert int(restored.step) == 2
+    for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(restored.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    resumed = train.train(TINY, train.dataclasses.replace(tc, steps=3), tmp_path, stream, val)
+    assert int(resumed.step) == 3  # continued from 2, not restarted
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(first.params), jax.tree.leaves(resumed.params)))
+
+
+def test_schedule_warms_up_then_decays():
+    tc = train.TrainConfig(steps=100, lr=1.0, warmup=10, min_lr_frac=0.1)
+    assert train.learning_rate(tc, 0, 0.0) == pytest.approx(0.1)
+    assert train.learning_rate(tc, 50, 0.5) == pytest.approx(0.55)
+    assert train.learning_rate(tc, 99, 1.0) == pytest.approx(0.1)
+    assert train.progress(train.dataclasses.replace(tc, time_budget=10.0), 5, 8.0) == pytest.approx(0.8)
+
+
+def test_corpus_split_is_stable_and_excludes_tests():
+    files = data.corpus_files(data.stdlib_root())
+    assert files and not any(set(f.split("/")[:-1]) & {"test", "tests", "idle_test"} for f in files)
+    val = [f for f in files if data.is_validation(f)]
+    assert len(val) >= 0.02 * len(files)
+    assert data.is_validation(val[0]) and data.is_validation(val[0])  # a pure function of the path
+
+
+def _shipped(name):
+    path = CHECKPOINTS / name
+    if not (path / "model.safetensors").is_file():
+        pytest.skip(f"{path} is not shipped yet")
+    return path
+
+
+def test_shipped_tokenizer_round_trips():
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(_shipped("code-target")))
+    text = "def fibonacci(n):\n    if n < 2:\n        return n  # ünïcode\n\treturn fibonacci(n - 1)\n"
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id and tok.eos_token_id is not None
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert len(tok) == data.VOCAB_SIZE
+
+
+@pytest.mark.parametrize("name", ["code-target", "code-draft"])
+def test_shipped_model_matches_transformers(name):
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    from jspec.checkpoint import load_model
+    from jspec.model import forward
+
+    path = _shipped(name)
+    cfg, params, tok = load_model(path, jnp.float32)
+    assert cfg.eos_token_ids == (tok.eos_token_id,) and cfg.max_position >= 2048
+    ids = tok("import os\n\ndef main(argv):\n    for arg in argv:\n        print(os.path.join(arg))\n")["input_ids"]
+    ours, _ = forward(params, cfg, jnp.asarray([ids]))
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = hf(torch.tensor([ids])).logits.numpy()
+    assert np.abs(np.asarray(ours) - theirs).max() <= 1e-3
