@@ -148,9 +148,11 @@ class KVConfig:
     def group(self, head_dim: int) -> int:
         return self.group_size or head_dim
 
-    def ring(self, lookahead: int = 0) -> int:
-        """Ring slots: the recent window rounded up to a power of two (slot = position mod W)."""
-        return 1 << math.ceil(math.log2(max(self.recent + lookahead + 1, 2)))
+    def ring(self) -> int:
+        """Ring slots W = R: a query at t >= length reads from the cache in BF16 only positions in
+        (t - R, length), at most R - 1 of them, whatever the lookahead (its own chunk is attended from
+        the forward's rows)."""
+        return self.recent
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,7 +62,7 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
         )
     B, H, D = batch, cfg.num_kv_heads, cfg.head_dim
     if kv.int2:
-        S, W, T = min(kv.sink, capacity), kv.ring(lookahead), capacity
+        S, W, T = min(kv.sink, capacity), kv.ring(), capacity
     else:
         S, W, T = capacity, 0, 0
     G = kv.group(D)

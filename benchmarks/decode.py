@@ -1,0 +1,135 @@
+"""Decode-step time of an 8B-shaped target: BF16 KV vs INT2 mixed KV (Pallas kernel), on one GPU.
+
+    PYTHONPATH=. python benchmarks/decode.py --out $OUT/decode.json
+
+Random bf16 weights with Llama-3-8B shapes. A step = one target forward over one token per row plus
+the commit of its K/V rows, jitted with the cache donated. Every figure is compared with the step
+floor (weight bytes + KV bytes read) / copy bandwidth, the copy bandwidth measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jspec import kvcache, model, rotation
+from jspec.config import KVConfig, ModelConfig
+
+LLAMA3_8B = ModelConfig("llama", 128256, 4096, 14336, 32, 32, 8, 128, rms_eps=1e-5, rope_theta=500000.0,
+                        max_position=140000)
+
+
+def copy_bandwidth(gib: float = 2.0) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second) through XLA."""
+    x = jnp.ones((int(gib * 2**30) // 2,), jnp.bfloat16)
+    f = jax.jit(lambda x: x + 1)
+    jax.block_until_ready(f(x))
+    return 2 * x.nbytes / median_time(lambda: f(x))
+
+
+def median_time(fn, iters: int = 10, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def kv_read_bytes(cfg: ModelConfig, kv: KVConfig, B: int, ctx: int) -> int:
+    """KV bytes one decode step reads at context ctx (all layers)."""
+    per_head = cfg.head_dim * 2  # bf16 bytes of one row
+    if kv.int2:
+        G = kv.group(cfg.head_dim)
+        scale = 2 if kv.scale_dtype == "bfloat16" else 4
+        int2_row = cfg.head_dim // 4 + 2 * (cfg.head_dim // G) * scale
+        rows = kv.sink + kv.recent
+        per_token = (ctx - rows) * int2_row + rows * per_head
+    else:
+        per_token = ctx * per_head
+    return 2 * cfg.num_layers * B * cfg.num_kv_heads * per_token  # K and V
+
+
+def weight_bytes(params) -> int:
+    return sum(x.nbytes for x in jax.tree.leaves(params))
+
+
+def make_step(cfg: ModelConfig, impl: str):
+    def step(params, cache, tok):
+        logits, (k, v) = model.forward(params, cfg, tok[:, None], cache, attn_impl=impl)
+        cache = kvcache.commit(cache, k, v, jnp.ones_like(tok))
+        return jnp.argmax(logits[:, -1], -1).astype(jnp.int32), cache
+
+    return jax.jit(step, donate_argnums=1)
+
+
+def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str) -> float:
+    cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16)
+    cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
+    step = make_step(cfg, impl)
+    tok = jnp.zeros((B,), jnp.int32)
+    state = {"cache": cache, "tok": tok}
+
+    def run():
+        state["tok"], state["cache"] = step(params, state["cache"], state["tok"])
+        return state["tok"]
+
+    t = median_time(run, iters=8)
+    del state
+    return t
+
+
+def max_batch(cfg: ModelConfig, kv: KVConfig, ctx: int, free_bytes: int) -> int:
+    """Largest batch whose cache fits in free_bytes (allocation size of init_cache, per row)."""
+    one = jax.eval_shape(lambda: kvcache.init_cache(cfg, kv, 1, ctx + 64, jnp.bfloat16))
+    per_row = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one.layers))
+    return int(free_bytes // per_row)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="benchmarks/results/decode.json")
+    ap.add_argument("--contexts", default="8192,32768,131072")
+    ap.add_argument("--batches", default="1,8,32")
+    args = ap.parse_args()
+    cfg = LLAMA3_8B
+    params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
+    # INT2 runs pay for the real R_K rotation of q and k (R_V is folded into the weights: free).
+    rotated = rotation.apply_rotations(params, cfg, *rotation.hadamard_rotations(cfg))
+    wbytes = weight_bytes(params)
+    bw = copy_bandwidth()
+    stats = jax.devices()[0].memory_stats() or {}
+    free = stats.get("bytes_limit", 0) - stats.get("bytes_in_use", 0) - 4 * 2**30  # 4 GiB workspace
+    modes = {"bf16": (KVConfig("bf16"), "reference", params), "int2": (KVConfig("int2"), "pallas", rotated)}
+    rows = []
+    bf16_max_32k = max_batch(cfg, modes["bf16"][0], 32768, free)
+    for ctx in map(int, args.contexts.split(",")):
+        batches = [int(b) for b in args.batches.split(",")] + ([bf16_max_32k] if ctx == 32768 else [])
+        for B in batches:
+            for name, (kv, impl, p) in modes.items():
+                if max_batch(cfg, kv, ctx, free) < B:
+                    continue
+                t = time_step(p, cfg, kv, B, ctx, impl)
+                floor = (wbytes + kv_read_bytes(cfg, kv, B, ctx)) / bw
+                rows.append(dict(ctx=ctx, batch=B, kv=name, ms=t * 1e3, tok_s=B / t, floor_ms=floor * 1e3,
+                                 floor_frac=floor / t))
+                print(f"ctx {ctx:>6} B {B:>3} {name}: {t * 1e3:8.2f} ms  {B / t:8.0f} tok/s  "
+                      f"floor {floor * 1e3:7.2f} ms ({floor / t:.0%})", flush=True)
+    fits = {f"{name}@{ctx}": max_batch(cfg, kv, ctx, free) for ctx in (32768, 131072)
+            for name, (kv, _, _) in modes.items()}
+    result = dict(device=str(jax.devices()[0]), jax=jax.__version__, copy_bw_gbs=bw / 1e9,
+                  weight_bytes=wbytes, free_bytes=free, max_batch=fits, rows=rows)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(fits))
+
+
+if __name__ == "__main__":
+    main()
