@@ -7,6 +7,7 @@ device-to-device copy measured in the same run. The BF16 baselines attend all 5 
 context (no mask): the same bytes as the masked verify step.
 
     PYTHONPATH=. python benchmarks/attention.py --sweep --out DIR     # on the GPU
+    PYTHONPATH=. python benchmarks/attention.py --v3 --reps 10 --budget-s 150 --out DIR  # v3 sweep + table
     PYTHONPATH=. python benchmarks/attention.py --smoke               # CPU: tiny, interpret mode
 """
 
@@ -119,10 +120,17 @@ def bf16_bytes(B, T, n):
     return 2 * B * T * HKV * D * 2 + 2 * B * n * HQ * D * 2
 
 
+_INPUTS = {}  # (B, T, n, stored words) -> (qs, bufs, nb): reused across sweep variants
+
+
 def time_int2(B, T, n, reps, words=False, interpret=False, words_in_jit=False, **opts):
     """words: codes stored as uint32; words_in_jit: stored uint8, viewed as uint32 inside the jit."""
-    nb = _n_buffers(int2_bytes(B, T, n))
-    qs, bufs = int2_inputs(B, T, n, nb, words and not words_in_jit)
+    key = (B, T, n, words and not words_in_jit)
+    if key not in _INPUTS:
+        _INPUTS.clear()  # one input set alive at a time
+        nb = _n_buffers(int2_bytes(B, T, n))
+        _INPUTS[key] = (*int2_inputs(B, T, n, nb, key[3]), nb)
+    qs, bufs, nb = _INPUTS[key]
     lo = jnp.zeros((B, n * G), jnp.int32)
     hi = jnp.full((B, n * G), T, jnp.int32)
     view = ia.as_words if words_in_jit else (lambda c: c)
@@ -179,19 +187,21 @@ def best_opts(rows, n):
     return r["words"], dict(block_t=r["block_t"], num_warps=r["num_warps"], num_stages=r["num_stages"])
 
 
-def bench(contexts, batches, reps, choice, copy_gbps, deadline, results, dump):
-    for T in contexts:
-        for B in batches:
-            for n in (1, 5):
+def bench(contexts, batches, reps, choice, copy_gbps, deadline, results, dump, impls=("int2", "cudnn", "xla"),
+          points=None):
+    points = points or [(T, B, n) for T in contexts for B in batches for n in (1, 5)]
+    if True:
+        if True:
+            for T, B, n in points:
                 if time.time() > deadline:
                     print("deadline reached: skipping the rest", flush=True)
                     return
                 row = dict(B=B, T=T, n=n)
                 words, opts = choice[n]
-                impls = [("int2", lambda: time_int2(B, T, n, reps, words=words, **opts), int2_bytes(B, T, n)),
-                         ("cudnn", lambda: time_bf16(B, T, n, reps, "cudnn"), bf16_bytes(B, T, n)),
-                         ("xla", lambda: time_bf16(B, T, n, reps, "xla"), bf16_bytes(B, T, n))]
-                for name, fn, nbytes in impls:
+                run = [("int2", lambda: time_int2(B, T, n, reps, words=words, **opts), int2_bytes(B, T, n)),
+                       ("cudnn", lambda: time_bf16(B, T, n, reps, "cudnn"), bf16_bytes(B, T, n)),
+                       ("xla", lambda: time_bf16(B, T, n, reps, "xla"), bf16_bytes(B, T, n))]
+                for name, fn, nbytes in [x for x in run if x[0] in impls]:
                     try:
                         t, nb = fn()
                         gbps = nbytes / t / 1e9
@@ -221,12 +231,125 @@ def table(results) -> str:
     return "\n".join(lines)
 
 
+# v3: decode row tiles below 16 rows, warps, block sizes, stages, u8 vs words, then splits at B=1.
+V3_N1 = [dict(min_rows=r, block_t=bt, num_warps=w, num_stages=st, words=wd) for r, bt, w, st, wd in [
+    (16, 64, 4, 3, True), (8, 64, 4, 3, True), (8, 64, 2, 3, True), (8, 64, 1, 3, True), (4, 64, 1, 3, True),
+    (4, 64, 2, 3, True), (8, 128, 2, 3, True), (8, 128, 4, 3, True), (8, 256, 4, 3, True), (8, 64, 2, 3, False),
+    (8, 64, 2, 4, True)]]
+V3_N5 = [dict(min_rows=16, block_t=bt, num_warps=w, num_stages=st, words=True) for bt, w, st in [
+    (64, 2, 3), (64, 1, 3), (32, 2, 3), (128, 2, 3), (64, 4, 3), (64, 2, 4)]]
+V3_SPLITS = [dict(target_programs=t, min_blocks=mb) for t, mb in [(528, 4), (264, 4), (1056, 4), (2112, 2)]]
+# Table order: the headline points first (the run stops at its deadline).
+V3_POINTS = [(32768, 8, 1), (32768, 8, 5), (131072, 8, 1), (131072, 8, 5), (131072, 1, 1), (131072, 1, 5),
+             (32768, 1, 1), (32768, 1, 5), (32768, 32, 1), (131072, 32, 1), (32768, 32, 5), (131072, 32, 5),
+             (65536, 8, 1), (65536, 8, 5)]
+V3_DEADLINES = dict(n1=55, n5=80, splits=105)  # seconds since start; the table runs to --budget-s
+
+
+def _measure(B, T, n, reps, opts, tag, rows):
+    opts = dict(opts)
+    words = opts.pop("words", True)
+    try:
+        t, _ = time_int2(B, T, n, reps, words=words, **opts)
+        row = dict(tag=tag, B=B, T=T, n=n, words=words, **opts, ms=t * 1e3, GBps=int2_bytes(B, T, n) / t / 1e9)
+    except Exception as e:
+        row = dict(tag=tag, B=B, T=T, n=n, words=words, **opts, error=repr(e)[:300])
+    rows.append(row)
+    print("sweep", json.dumps(row), flush=True)
+    return row
+
+
+def v3(args, report, dump, t_start):
+    report["version"] = "v3"
+    report["copy"] = copy_bandwidth(1.0, 10)
+    copy_gbps = report["copy"]["copy_GBps"]
+    print("copy", report["copy"], flush=True)
+    rows = report["sweep"]
+    budget = lambda: time.time() - t_start
+    best = {}
+    for n, variants in ((1, V3_N1), (5, V3_N5)):  # stage 1: B=8, T=32K
+        for i, o in enumerate(variants):
+            if budget() > V3_DEADLINES[f"n{n}"]:
+                print("stage-1 deadline", n, i, flush=True)
+                break
+            _measure(8, 32768, n, 10, o, "tile", rows)
+        ok = sorted((r for r in rows if r["n"] == n and "ms" in r), key=lambda r: r["ms"])
+        for r in ok:  # the fastest variant that is also correct on an unaligned, masked input
+            o = {k: r[k] for k in ("min_rows", "block_t", "num_warps", "num_stages")}
+            try:
+                err = check_int2(2, 3001, n, r["words"], **o)
+            except Exception as e:
+                err = repr(e)[:200]
+            report["checks"][f"n={n} {o}"] = err
+            print("check", n, o, err, flush=True)
+            if isinstance(err, float) and err <= 1e-2:
+                best[n] = dict(words=r["words"], **o)
+                break
+        dump()
+    if 1 in best:  # stage 2: splits at B=1, n=1 (the grid is B x 8 heads x splits); n=5 takes the same
+        for T in (131072, 32768):
+            for o in V3_SPLITS:
+                if budget() < V3_DEADLINES["splits"]:
+                    _measure(1, T, 1, 10, {**best[1], **o}, "splits", rows)
+        sp = [r for r in rows if r["tag"] == "splits" and "ms" in r]
+        tot = {}
+        for r in sp:  # mean time relative to the best at the same T, over both contexts
+            tot.setdefault((r["target_programs"], r["min_blocks"]), []).append(
+                r["ms"] / min(x["ms"] for x in sp if x["T"] == r["T"]))
+        full = [(sum(v) / len(v), k) for k, v in tot.items() if len(v) == 2]
+        if full:
+            tp, mb = min(full)[1]
+            for b in best.values():
+                b.update(target_programs=tp, min_blocks=mb)
+        dump()
+    report["choice"] = {str(n): b for n, b in best.items()}
+    print("choice", report["choice"], flush=True)
+    choice = {n: (b.pop("words"), b) for n, b in ((n, dict(b)) for n, b in best.items())}
+    for n in (1, 5):
+        choice.setdefault(n, (True, {}))
+    bench(None, None, args.reps, choice, copy_gbps, t_start + args.budget_s, report["results"], dump,
+          impls=("int2", "cudnn"), points=V3_POINTS)
+    dump()
+    print(f"copy {copy_gbps:.0f} GB/s; total {budget():.0f} s")
+    for r in rows:
+        print(r.get("tag"), r.get("n"), r.get("B"), r.get("T"), r.get("min_rows"), r.get("block_t"),
+              r.get("num_warps"), r.get("num_stages"), r.get("words"), r.get("target_programs"),
+              r.get("min_blocks"), round(r.get("ms", -1), 4), r.get("error", "")[:60])
+    print(table(report["results"]))
+
+
+# v3 confirmation: split targets at B=8/32 with the v3 decode tile, repeats for the spread.
+V3_CONFIRM = [(8, 32768, 1, dict(target_programs=528)), (8, 32768, 1, dict(target_programs=1056)),
+              (8, 32768, 1, dict(target_programs=2112)), (8, 32768, 1, dict(target_programs=528)),
+              (8, 32768, 1, dict(target_programs=528, num_stages=4)), (8, 32768, 1, dict(target_programs=528, block_t=128)),
+              (8, 32768, 1, dict(target_programs=528, block_t=32)), (32, 32768, 1, dict(target_programs=528)),
+              (32, 32768, 1, dict(target_programs=1056)), (8, 131072, 1, dict(target_programs=528)),
+              (8, 131072, 1, dict(target_programs=1056)), (8, 32768, 5, dict(target_programs=528)),
+              (8, 32768, 5, dict(target_programs=1056)), (8, 32768, 5, dict(target_programs=2112)),
+              (8, 32768, 5, dict(target_programs=528))]
+V3_TILE = {1: dict(min_rows=4, block_t=64, num_warps=1, num_stages=3, min_blocks=4),
+           5: dict(min_rows=16, block_t=64, num_warps=2, num_stages=3, min_blocks=4)}
+
+
+def v3_confirm(out, budget_s=60.0):
+    t0, rows = time.time(), []
+    for B, T, n, o in V3_CONFIRM:
+        if time.time() - t0 < budget_s:
+            _measure(B, T, n, 10, {**V3_TILE[n], **o}, "confirm", rows)
+    json.dump(rows, open(os.path.join(out, "confirm.json"), "w"), indent=1)
+    for r in rows:
+        print(r["B"], r["T"], r["n"], r.get("target_programs"), r.get("block_t"), r.get("num_stages"),
+              round(r.get("ms", -1), 4), r.get("error", "")[:60])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--sweep", action="store_true", help="tune block sizes / warps first")
     ap.add_argument("--sweep-only", action="store_true", help="sweep + the cost of viewing uint8 as words")
     ap.add_argument("--smoke", action="store_true", help="CPU check of the script: tiny, interpret mode")
+    ap.add_argument("--v3", action="store_true", help="v3: staged sweep (rows/warps/blocks/splits) + table")
+    ap.add_argument("--v3-confirm", action="store_true", help="v3: split targets at B=8/32, repeats")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--budget-s", type=float, default=330.0, help="stop starting new configs after this")
     args = ap.parse_args(argv)
@@ -237,8 +360,12 @@ def main(argv=None):
     report = dict(info=info, copy={}, checks={}, sweep=[], choice={}, results=[])
     dump = lambda: json.dump(report, open(path, "w"), indent=1)
 
+    if args.v3_confirm:
+        return v3_confirm(args.out)
+    if args.v3:
+        return v3(args, report, dump, t_start)
     if args.smoke:
-        t, _ = time_int2(1, 256, 5, 2, interpret=True, block_t=64)
+        t, _ = time_int2(1, 256, 5, 2, interpret=True, block_t=64, min_rows=4)
         print("smoke int2 ms", t * 1e3, "rel err", check_int2(1, 512, 5, False, interpret=True, block_t=64))
         return
 

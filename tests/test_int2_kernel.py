@@ -49,6 +49,8 @@ KERNEL_CASES = [
     (128, 1, 1, 77, jnp.bfloat16, True, dict(block_t=64, num_splits=2)),
     (64, 4, 1, 10, jnp.bfloat16, False, {}),
     (128, 8, 6, 150, jnp.float32, True, dict(block_t=32, block_m=16, num_splits=2)),
+    (128, 4, 1, 300, jnp.bfloat16, True, dict(min_rows=4, block_t=64, num_splits=3)),  # decode tile, no padding
+    (64, 8, 1, 130, jnp.float32, False, dict(min_rows=8, block_t=32, num_splits=2)),
 ]
 
 
@@ -118,3 +120,12 @@ def test_compiled_kernel_matches_reference(words):
     _check_kernel(args, words=words, interpret=False)
     _check_kernel(_kernel_inputs(1, 2, 8, 40, 128, 3001, jnp.float32), words=words, interpret=False,
                   num_splits=4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("g,min_rows,num_warps", [(4, 4, 1), (4, 8, 2), (8, 8, 1), (4, 16, 4)])
+def test_compiled_decode_tiles_match_reference(g, min_rows, num_warps):
+    """Decode row tiles smaller than the 16-row mma tile (M = g query heads, one position)."""
+    args = _kernel_inputs(2, 2, 8, g, 128, 4099, jnp.bfloat16)
+    _check_kernel(args, words=True, interpret=False, min_rows=min_rows, num_warps=num_warps, block_t=64)

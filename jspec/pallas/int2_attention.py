@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover
 _MAGIC = 0x4080  # bf16 bits of 4.0; with code c in mantissa bits 5-6 the value is 4 + c
 _OFFSET = 4.0
 _NEG = -1e30  # finite start for the running max: fully masked rows stay NaN-free
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
 
 
 # ----------------------------------------------------------------------------------------------
@@ -87,6 +89,7 @@ def _kernel(q_ref, kc_ref, ks_ref, kz_ref, vc_ref, vs_ref, vz_ref, lo_ref, hi_re
     f32 = jnp.float32
     plane = _plane_u8 if kc_ref.dtype == jnp.uint8 else _plane_u32
     lo, hi = lo_ref[...], hi_ref[...]
+    scale2 = sm_scale * _LOG2E  # scores in the log2 domain: exp2 is the native instruction
 
     # This split's share of the union of the rows' ranges, in whole blocks.
     nonempty = hi > lo
@@ -107,18 +110,19 @@ def _kernel(q_ref, kc_ref, ks_ref, kz_ref, vc_ref, vs_ref, vz_ref, lo_ref, hi_re
         if aligned:
             a = pl.multiple_of(a, block_t)
         rows = pl.ds(a, block_t)
-        ks, kz = ks_ref[rows].astype(f32), kz_ref[rows].astype(f32)
+        ks = ks_ref[rows].astype(f32) * scale2  # per-token factors: [BT] work, not [M, BT]
+        kzs = ks * (kz_ref[rows].astype(f32) + _OFFSET)
         kc = kc_ref[rows, :]
         # One quarter unpacked at a time, right before its dot: one code tile live, not four.
         qc = sum(jnp.dot(qs[i], plane(kc, i).T, preferred_element_type=f32) for i in range(4))  # [M, BT]
-        s = (qc * ks[None, :] - qsum[:, None] * (ks * (kz + _OFFSET))[None, :]) * sm_scale
-        pos = a + jnp.arange(block_t)[None, :]
-        valid = (pos >= s0) & (pos >= lo[:, None]) & (pos < hi[:, None])
+        s = qc * ks[None, :] - qsum[:, None] * kzs[None, :]
+        pos = (a - jnp.maximum(lo, s0))[:, None] + jnp.arange(block_t)[None, :]  # >= 0: past lo and s0
+        valid = (pos >= 0) & (pos < (hi - jnp.maximum(lo, s0))[:, None])
         s = jnp.where(valid, s, -jnp.inf)
 
         m_new = jnp.maximum(m, s.max(axis=1))
-        alpha = jnp.exp(m - m_new)
-        p = jnp.exp(s - m_new[:, None])
+        alpha = jnp.exp2(m - m_new)
+        p = jnp.exp2(s - m_new[:, None])
         vs, vz = vs_ref[rows].astype(f32), vz_ref[rows].astype(f32)
         # Round p*s to bf16 once and use the same rounded weights for the zero term: the error is
         # then a perturbation of the weights, not a cancellation between two large sums.
@@ -135,31 +139,37 @@ def _kernel(q_ref, kc_ref, ks_ref, kz_ref, vc_ref, vs_ref, vz_ref, lo_ref, hi_re
     inv = 1.0 / jnp.where(l > 0, l, 1.0)
     for i in range(4):
         o_ref[:, pl.ds(i * D4, D4)] = (acc[i] - zacc[:, None]) * inv[:, None]
-    lse_ref[...] = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), -jnp.inf)
+    lse_ref[...] = jnp.where(l > 0, (m + jnp.log2(jnp.where(l > 0, l, 1.0))) * _LN2, -jnp.inf)
 
 
 # ----------------------------------------------------------------------------------------------
 # Wrapper
 # ----------------------------------------------------------------------------------------------
 
-# Measured on the H200 at B=8, T=32K (benchmarks/NOTES.md): 64-token blocks, uint32 words, 3 stages;
-# 4 warps for 16-row tiles (decode), 2 warps for larger tiles (K=4 verification, 32 rows).
-BLOCK_T, BLOCK_M, NUM_STAGES = 64, 64, 3
-_TARGET_PROGRAMS = 528  # ~4 per SM of an H200 (132 SMs)
+# Measured on the H200 (benchmarks/NOTES.md, v3: sweep at B=8, T=32K; splits at B=1, 32K/128K;
+# repeats at B=8/32). Keyed by the query rows per KV head M: decode (M <= 8: GQA group x 1 position)
+# and verification (K=4: 20 rows). block_t: tokens per loop step; rows: pad M up to this (a power of
+# two; Triton accepts tiles under the 16-row mma shape, and 4 rows + 1 warp beat 16 rows + 4 warps by
+# 1.36x at n=1); warps, stages: Triton launch; programs: grid size default_splits aims for (B x Hkv x
+# row tiles x splits; 1056 vs 528: 1.3-1.5x at B=1, equal within 3% at B >= 8); min_blocks: fewest
+# loop steps per split.
+DECODE = dict(block_t=64, rows=4, warps=1, stages=3, programs=1056, min_blocks=4)
+VERIFY = dict(block_t=64, rows=16, warps=2, stages=3, programs=1056, min_blocks=4)
+BLOCK_T, BLOCK_M, NUM_STAGES = DECODE["block_t"], 64, DECODE["stages"]
+
+
+def defaults_for(M: int) -> dict:
+    return DECODE if M <= 8 else VERIFY
 
 
 def _pow2_at_least(x: int, floor: int = 1) -> int:
     return max(floor, 1 << max(0, (x - 1).bit_length()))
 
 
-def default_splits(B: int, programs: int, T: int, block_t: int) -> int:
-    """Enough splits to fill the GPU, but at least 4 blocks of history per split."""
-    want = _pow2_at_least(-(-_TARGET_PROGRAMS // max(1, B * programs)))
-    return max(1, min(want, T // (4 * block_t)))
-
-
-def default_warps(block_rows: int) -> int:
-    return 4 if block_rows <= 16 else 2
+def default_splits(B: int, programs: int, T: int, block_t: int, target: int = 1056, min_blocks: int = 4) -> int:
+    """Enough splits for about `target` programs, but at least min_blocks blocks of history per split."""
+    want = _pow2_at_least(-(-target // max(1, B * programs)))
+    return max(1, min(want, T // (min_blocks * block_t)))
 
 
 def _compiler_params(num_warps: int, num_stages: int):
@@ -174,12 +184,12 @@ def as_words(codes):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("sm_scale", "block_t", "block_m", "num_splits", "num_warps", "num_stages", "words",
-                     "interpret"),
+    static_argnames=("sm_scale", "block_t", "block_m", "min_rows", "num_splits", "num_warps", "num_stages",
+                     "target_programs", "min_blocks", "words", "interpret"),
 )
 def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi, *, sm_scale=None,
-                   block_t=BLOCK_T, block_m=BLOCK_M, num_splits=None, num_warps=None,
-                   num_stages=NUM_STAGES, words=True, interpret=False):
+                   block_t=None, block_m=BLOCK_M, min_rows=None, num_splits=None, num_warps=None,
+                   num_stages=None, target_programs=None, min_blocks=None, words=True, interpret=False):
     """Attention of each query row over its INT2 key range.
 
     q: [B, Hkv, M, D] rotated queries (cast to bf16); codes: [B, Hkv, T, D/4] uint8 (or [.., D/16]
@@ -187,7 +197,7 @@ def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi
     lo <= p < hi. Returns out [B, Hkv, M, D] f32 (normalised over the range; 0 where empty) and
     lse [B, Hkv, M] f32 (-inf where empty). G < D falls back to int2_attention_reference.
     words: view uint8 codes as uint32 inside the jit (measured free on the H200) and unpack two
-    codes per 32-bit op; num_warps None: default_warps(row tile).
+    codes per 32-bit op. Options left None take defaults_for(M) (DECODE or VERIFY).
     """
     B, H, M, D = q.shape
     T = k_codes.shape[2]
@@ -205,8 +215,13 @@ def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi
         return int2_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi,
                                         sm_scale=sm_scale)
 
-    # Rows: pad M to a power of two >= 16 (Triton dot minimum), then tile by block_m.
-    Mp = _pow2_at_least(M, 16)
+    cfg = defaults_for(M)
+    block_t = cfg["block_t"] if block_t is None else block_t
+    min_rows = cfg["rows"] if min_rows is None else min_rows
+    num_warps = cfg["warps"] if num_warps is None else num_warps
+    num_stages = cfg["stages"] if num_stages is None else num_stages
+    # Rows: pad M to a power of two >= min_rows, then tile by block_m.
+    Mp = _pow2_at_least(M, min_rows)
     bm = min(block_m, Mp)
     Mb = Mp // bm
     qp = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, Mp - M), (0, 0))).reshape(B, H * Mb, bm, D)
@@ -223,7 +238,8 @@ def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi
             padT, (k_codes, k_scale, k_zero, v_codes, v_scale, v_zero))
     Tp = k_codes.shape[2]
     flat = lambda x: x.reshape(B, H, Tp)  # [.., T, 1] -> [.., T]: one scale per token
-    ns = num_splits or default_splits(B, H * Mb, Tp, bt)
+    ns = num_splits or default_splits(B, H * Mb, Tp, bt, target_programs or cfg["programs"],
+                                      min_blocks or cfg["min_blocks"])
 
     kernel = functools.partial(_kernel, block_t=bt, num_splits=ns, sm_scale=float(sm_scale),
                                aligned=Tp % bt == 0)
@@ -242,7 +258,7 @@ def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi
                    pl.BlockSpec((None, None, None, bm), lambda b, h, s: (b, h, s, 0))],
         out_shape=[jax.ShapeDtypeStruct((B, H * Mb, ns, bm, D), jnp.float32),
                    jax.ShapeDtypeStruct((B, H * Mb, ns, bm), jnp.float32)],
-        compiler_params=None if interpret else _compiler_params(num_warps or default_warps(bm), num_stages),
+        compiler_params=None if interpret else _compiler_params(num_warps, num_stages),
         interpret=interpret,
         name="int2_attention",
     )(qp, k_codes, flat(k_scale), flat(k_zero), v_codes, flat(v_scale), flat(v_zero), lo_p, hi_p)
