@@ -98,7 +98,9 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/decode.json")
     ap.add_argument("--contexts", default="8192,32768,131072")
     ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--time-budget", type=float, default=300, help="skip the remaining sizes after this")
     args = ap.parse_args()
+    t_start = time.perf_counter()
     cfg = LLAMA3_8B
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     # INT2 runs pay for the real R_K rotation of q and k (R_V is folded into the weights: free).
@@ -114,7 +116,7 @@ def main():
         batches = [int(b) for b in args.batches.split(",")] + ([bf16_max_32k] if ctx == 32768 else [])
         for B in batches:
             for name, (kv, impl, p) in modes.items():
-                if max_batch(cfg, kv, ctx, free) < B:
+                if max_batch(cfg, kv, ctx, free) < B or time.perf_counter() - t_start > args.time_budget:
                     continue
                 t = time_step(p, cfg, kv, B, ctx, impl)
                 floor = (wbytes + kv_read_bytes(cfg, kv, B, ctx)) / bw
@@ -122,13 +124,16 @@ def main():
                                  floor_frac=floor / t))
                 print(f"ctx {ctx:>6} B {B:>3} {name}: {t * 1e3:8.2f} ms  {B / t:8.0f} tok/s  "
                       f"floor {floor * 1e3:7.2f} ms ({floor / t:.0%})", flush=True)
+                save(args.out, cfg, modes, bw, wbytes, free, rows)  # after every row: a timeout loses nothing
+
+
+def save(path, cfg, modes, bw, wbytes, free, rows):
     fits = {f"{name}@{ctx}": max_batch(cfg, kv, ctx, free) for ctx in (32768, 131072)
             for name, (kv, _, _) in modes.items()}
     result = dict(device=str(jax.devices()[0]), jax=jax.__version__, copy_bw_gbs=bw / 1e9,
                   weight_bytes=wbytes, free_bytes=free, max_batch=fits, rows=rows)
-    with open(args.out, "w") as f:
+    with open(path, "w") as f:
         json.dump(result, f, indent=1)
-    print(json.dumps(fits))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_no
 
 def held_out_prompts(tok, n: int, chars: int = 600) -> list[str]:
     """The first `chars` characters (cut at a line end) of n validation-split stdlib files."""
-    docs = data.split_documents(data.stdlib_root())["validation"]
+    docs = data.split_documents(data.stdlib_root())["val"]
     prompts = []
     for doc in docs:
         cut = doc[:chars].rsplit("\n", 1)[0] + "\n"
@@ -131,13 +131,18 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/speculative.json")
     ap.add_argument("--max-new", type=int, default=128)
     args = ap.parse_args()
-    a = part_a(args.max_new)
+    result = dict(device=str(jax.devices()[0]), jax=jax.__version__)
+    result["shipped_pair"] = a = part_a(args.max_new)
+    save(args.out, result)
     tau = next(r["accept_length"] for r in a["rows"] if r["kv"] == "int2" and r["draft"] == "draft" and r["batch"] == 1)
-    b = part_b(tau)
-    print(json.dumps(b))
-    with open(args.out, "w") as f:
-        json.dump(dict(device=str(jax.devices()[0]), jax=jax.__version__, shipped_pair=a, llama8b_qwen06b=b), f,
-                  indent=1)
+    result["llama8b_qwen06b"] = part_b(tau)
+    print(json.dumps(result["llama8b_qwen06b"]))
+    save(args.out, result)
+
+
+def save(path, result):
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

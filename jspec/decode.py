@@ -51,6 +51,18 @@ class Models:
         return forward(self.draft, self.draft_cfg, tokens, cache)
 
 
+def draw(keys, logits, sampler: Sampler):
+    """One token per row from logits [B, V] -> (token [B], its distribution [B, V] or None if greedy).
+
+    Greedy skips the warp and the categorical draw: an argmax is all it takes, and for small models
+    the per-step overhead of a V-wide random draw is a visible part of a draft step.
+    """
+    if sampler.greedy:
+        return jnp.argmax(logits, -1).astype(jnp.int32), None
+    probs = sampling.warp(logits, sampler)
+    return sampling.sample(keys, probs), probs
+
+
 def _pick(logits, idx):
     """logits [B, n, V], idx [B] -> [B, V]."""
     return jnp.take_along_axis(logits, idx[:, None, None], axis=1)[:, 0]
@@ -65,8 +77,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
             _, (dk, dv) = m.draft_forward(prompts, draft_cache)
             draft_cache = kvcache.commit(draft_cache, dk, dv, prompt_lens)
         keys, use = sampling.split_keys(keys, 2)
-        probs = sampling.warp(_pick(logits, prompt_lens - 1), sampler)
-        first = sampling.sample(use, probs)
+        first, _ = draw(use, _pick(logits, prompt_lens - 1), sampler)
     last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
     return cache, draft_cache, first, last, keys
 
@@ -83,8 +94,7 @@ def draft_rollout(m: Models, s: DecodeState, sampler: Sampler, keys):
     dc = kvcache.commit(dc, k, v, jnp.full_like(s.next, 2))
     drafts, qs = [], []
     for i in range(K):  # K is small and static: unrolled, so no nested loop in the program
-        q = sampling.warp(logits[:, -1], sampler)
-        d = sampling.sample(keys[i], q)
+        d, q = draw(keys[i], logits[:, -1], sampler)
         drafts.append(d)
         qs.append(q)
         if i + 1 < K:
