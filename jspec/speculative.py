@@ -28,22 +28,38 @@ def accept_greedy(target_logits, drafts):
     return a, jnp.take_along_axis(best, a[:, None], axis=1)[:, 0]
 
 
-def accept_sampled(p, q, drafts, keys):
-    """p [B, K+1, V] target and q [B, K, V] draft probabilities, drafts [B, K], keys [2, B].
+def acceptance(p, q, drafts):
+    """[B, K] probability min(1, p_i(d_i) / q_i(d_i)) that draft i passes, given it was drawn from q_i.
 
-    Returns (a [B] accepted drafts, next token [B]): the replacement at the first rejection, or the
-    bonus token drawn from p_{K+1} when every draft passes.
+    q_i(d_i) > 0 for a draft sampled from q_i; the floor only keeps a stray zero from dividing by 0.
     """
-    B, K = drafts.shape
+    K = drafts.shape[1]
     pd = jnp.take_along_axis(p[:, :K], drafts[..., None], axis=-1)[..., 0]  # [B, K] p_i(d_i)
-    qd = jnp.take_along_axis(q, drafts[..., None], axis=-1)[..., 0]  # [B, K] q_i(d_i) > 0
-    u = jax.vmap(lambda k: jax.random.uniform(k, (K,)))(keys[0])  # [B, K] in [0, 1)
-    a = accepted_prefix(u * qd < pd)  # u < p/q without dividing
+    qd = jnp.take_along_axis(q, drafts[..., None], axis=-1)[..., 0]  # [B, K] q_i(d_i)
+    return jnp.minimum(1.0, pd / jnp.maximum(qd, jnp.finfo(qd.dtype).tiny))
+
+
+def residual(p, q, a):
+    """The distribution [B, V] of the token emitted after a [B] accepted drafts.
+
+    a < K: the first rejection, norm(max(0, p_a - q_a)); a == K: the bonus token, p_{K+1}.
+    """
     p_a = jnp.take_along_axis(p, a[:, None, None], axis=1)[:, 0]  # [B, V]
     q_pad = jnp.concatenate([q, jnp.zeros_like(p[:, :1])], axis=1)  # q_{K+1} := 0: bonus draws from p
     q_a = jnp.take_along_axis(q_pad, a[:, None, None], axis=1)[:, 0]
     resid = jnp.maximum(p_a - q_a, 0.0)
     mass = resid.sum(-1, keepdims=True)
     # mass is 0 only if p_a == q_a, where rejection has probability 0: fall back to p_a for safety.
-    resid = jnp.where(mass > 0, resid / jnp.where(mass > 0, mass, 1.0), p_a)
-    return a, sample(keys[1], resid)
+    return jnp.where(mass > 0, resid / jnp.where(mass > 0, mass, 1.0), p_a)
+
+
+def accept_sampled(p, q, drafts, keys):
+    """p [B, K+1, V] target and q [B, K, V] draft probabilities, drafts [B, K], keys [2, B].
+
+    Returns (a [B] accepted drafts, next token [B]): the replacement at the first rejection, or the
+    bonus token drawn from p_{K+1} when every draft passes.
+    """
+    K = drafts.shape[1]
+    u = jax.vmap(lambda k: jax.random.uniform(k, (K,), p.dtype))(keys[0])  # [B, K] in [0, 1)
+    a = accepted_prefix(u < acceptance(p, q, drafts))
+    return a, sample(keys[1], residual(p, q, a))

@@ -1,0 +1,464 @@
+"""Speculative decoding (jspec/speculative.py, jspec/decode.py): lossless greedy and sampled.
+
+Greedy: speculative tokens == plain tokens in float32 for K in {1, 3, 5}, BF16 and INT2 caches, with
+ragged prompts and a row stopping at EOS mid-round. Sampled: the acceptance rule reproduces the
+target's distribution, by exact enumeration in float64 and by a chi-square test of accept_sampled.
+Cache lifecycle: rejected candidates never touch the cache.
+
+Compile time dominates on CPU: one tiny target config (drafts share it), one batch shape, and each
+generate program is compiled once per (kv, K, greedy) and reused.
+"""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+
+from jspec import decode, kvcache, model, speculative
+from jspec.config import KVConfig, ModelConfig
+from jspec.sampling import Sampler, sample, warp
+
+CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
+KVS = {"bf16": KVConfig("bf16"), "int2": KVConfig("int2", sink=2, recent=6, group_size=8)}  # R > K
+B, P, MAX_NEW = 3, 12, 20
+LENS = np.array([12, 5, 9], np.int32)
+NO_EOS = -1
+# Compile the test programs without LLVM optimization: the same XLA program, a third less CPU time.
+_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+@functools.cache
+def _prompts():
+    return np.random.default_rng(1).integers(2, CFG.vocab_size, (B, P)).astype(np.int32)
+
+
+@functools.cache
+def _target():
+    return model.init_params(CFG, jax.random.key(0), std=0.3)
+
+
+@functools.cache
+def _draft(kind):
+    """'same': the target itself; 'near': the target with a slightly perturbed output head (often
+    right, not always); 'random': an unrelated model of the same shape (acceptance near 1/V)."""
+    target = _target()
+    if kind == "same":
+        return target
+    if kind == "random":
+        return model.init_params(CFG, jax.random.key(7), std=0.3)
+    noise = 0.02 * jax.random.normal(jax.random.key(3), target.lm_head.shape)
+    return target.replace(lm_head=target.lm_head + noise)
+
+
+_programs = {}
+
+
+def _program(args):
+    """The compiled generate program for these argument shapes/statics (one compile each)."""
+    m, sampler, cache = args[0], args[4], args[6]
+    key = (cache.kv, cache.capacity, m.lookahead, sampler.greedy)
+    if key not in _programs:
+        lowered = decode.generate_program.lower(*args)
+        _programs[key] = (lowered.compile(_COMPILE), lowered.as_text())
+    return _programs[key]
+
+
+def _generate(mode, K, draft=None, sampler=None, eos=NO_EOS, poison=None):
+    """Runs the generate program; returns the final DecodeState as numpy (and the program text)."""
+    kv = KVS[mode]
+    cap = P + MAX_NEW + K + 1
+    m = decode.Models(_target(), _draft(draft) if K else None, CFG, CFG if K else None, K)
+    cache = kvcache.init_cache(CFG, kv, B, cap, jnp.float32, K)
+    if poison is not None:
+        cache = poison(cache)
+    dcache = kvcache.init_cache(CFG, KVConfig("bf16"), B, cap, jnp.float32) if K else None
+    sampler = sampler or Sampler.make(B)
+    args = (m, jnp.asarray(_prompts()), jnp.asarray(LENS), jnp.full((B,), MAX_NEW, jnp.int32), sampler,
+            jnp.arange(B, dtype=jnp.int32), cache, dcache, jnp.asarray([eos], jnp.int32))
+    program, text = _program(args)
+    state = program(*args).replace(keys=None)  # typed PRNG keys do not convert to numpy
+    return jax.tree.map(np.asarray, state), text
+
+
+@functools.cache
+def _plain(mode):
+    """Greedy plain decoding (K = 0), no EOS: the reference tokens [B, MAX_NEW]."""
+    s, _ = _generate(mode, 0)
+    np.testing.assert_array_equal(s.count, MAX_NEW)
+    return s.tokens[:, :MAX_NEW]
+
+
+@functools.cache
+def _eos(mode):
+    """An EOS id that row 0 of the plain run first emits at index 9 or later: the row stops mid-run."""
+    row = _plain(mode)[0]
+    for i in range(9, MAX_NEW - 4):
+        if row[i] not in row[:i]:
+            return int(row[i])
+    raise AssertionError("no fresh token in row 0 to use as EOS")
+
+
+def _cut(tokens, eos):
+    """Expected (tokens, count) per row: the plain tokens up to and including the first EOS."""
+    out = []
+    for row in tokens:
+        hits = np.flatnonzero(row == eos)
+        n = hits[0] + 1 if len(hits) else len(row)
+        out.append((row[:n], n))
+    return out
+
+
+def _assert_output(s, expected):
+    for b, (want, n) in enumerate(expected):
+        assert s.count[b] == n, (b, s.count[b], n)
+        np.testing.assert_array_equal(s.tokens[b, :n], want, err_msg=f"row {b}")
+        assert not s.tokens[b, n:].any(), f"row {b}: tokens written past its count"
+    assert s.done.all()
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int2"])
+def test_plain_decoding_stops_at_eos(mode):
+    eos = _eos(mode)
+    s, _ = _generate(mode, 0, eos=eos)
+    _assert_output(s, _cut(_plain(mode), eos))
+    assert 10 <= s.count[0] < MAX_NEW - 3
+
+
+@pytest.mark.parametrize("K", [1, 3, 5])
+@pytest.mark.parametrize("mode", ["bf16", "int2"])
+def test_greedy_speculative_equals_plain(mode, K):
+    eos = _eos(mode)
+    s, _ = _generate(mode, K, "near", eos=eos)
+    expected = _cut(_plain(mode), eos)
+    _assert_output(s, expected)
+    assert (s.accepted <= K * s.rounds).all() and (s.rounds >= 1).all()
+    assert s.accepted.sum() > 0  # the near draft is often right
+    # Committed = prompt + emitted - 1 (the last token is not fed yet) + accepted drafts that were cut
+    # (after EOS, or past max_new). Row 0 must have committed drafts past its EOS: EOS mid-round.
+    cut = s.cache.length - LENS - (s.count - 1)
+    assert (cut >= 0).all()
+    assert cut[0] > 0, "EOS was not mid-round: pick another draft or EOS"
+
+
+def test_draft_equal_to_target_accepts_everything():
+    K = 3
+    s, _ = _generate("bf16", K, "same")
+    _assert_output(s, _cut(_plain("bf16"), NO_EOS))
+    rounds = -(-(MAX_NEW - 1) // (K + 1))  # the first token comes from the prefill
+    np.testing.assert_array_equal(s.rounds, rounds)
+    np.testing.assert_array_equal(s.accepted, K * s.rounds)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int2"])
+def test_random_draft_is_rarely_accepted_and_still_exact(mode):
+    K = 3
+    s, _ = _generate(mode, K, "random")
+    _assert_output(s, _cut(_plain(mode), NO_EOS))
+    assert s.accepted.sum() / (K * s.rounds.sum()) < 0.2
+    assert (s.rounds >= (MAX_NEW - 1) // 2).all()
+
+
+def test_one_while_loop_and_no_host_callbacks():
+    _, text = _generate("int2", 3, "near")
+    funcs = text.split("func.func ")
+    main = next(f for f in funcs if f.startswith("public @main"))
+    # The decode loop is the one while of the program proper; threefry's rounds loop in its own
+    # private function (the PRNG, not the decoder).
+    assert main.count("stablehlo.while") == 1
+    assert all("threefry" in f.split("(")[0] for f in funcs if f is not main and "stablehlo.while" in f)
+    assert "callback" not in text and "custom_call" not in text
+
+
+def _poison_all(cache):
+    """Every slot of an empty cache holds huge finite garbage (a fresh cache is all dead)."""
+    rng = np.random.default_rng(5)
+
+    def garbage(x):
+        x = np.asarray(x)
+        if x.dtype == np.uint8:
+            return jnp.asarray(rng.integers(0, 256, x.shape, np.uint8))
+        scale = 1e15 if x.dtype != np.float32 else 1e30  # bf16 scale/zero: (c - z) * s stays finite
+        return jnp.asarray((rng.uniform(-1, 1, x.shape) * scale).astype(x.dtype))
+
+    return cache.replace(layers=jax.tree.map(garbage, cache.layers))
+
+
+@functools.partial(jax.jit, static_argnums=1, compiler_options=_COMPILE)
+def _prefill_cache(params, cfg, tokens, cache, n):
+    _, (k, v) = model.forward(params, cfg, tokens, cache)
+    return kvcache.commit(cache, k, v, n)
+
+
+def test_rejected_candidates_never_touch_the_cache():
+    """A whole generate run over a poisoned int2 cache: slots past each row's final length still hold
+    the poison bit for bit, and the committed slots equal a fresh prefill of the fed tokens."""
+    K, kv = 3, KVS["int2"]
+    poisoned = _poison_all(kvcache.init_cache(CFG, kv, B, P + MAX_NEW + K + 1, jnp.float32, K))
+    s, _ = _generate("int2", K, "near", poison=lambda c: jax.tree.map(jnp.copy, poisoned))
+    _assert_output(s, _cut(_plain("int2"), NO_EOS))  # poison never read
+    assert (s.accepted < K * s.rounds).any()  # some candidates were rejected
+    length = s.cache.length
+    for before, after in zip(poisoned.layers, s.cache.layers):
+        for f in ("sink_k", "sink_v"):
+            _assert_dead_unchanged(getattr(before, f), getattr(after, f), length)
+        for h in ("hist_k", "hist_v"):
+            for f in ("codes", "scale", "zero"):
+                _assert_dead_unchanged(getattr(getattr(before, h), f), getattr(getattr(after, h), f), length)
+    # Fresh prefill of prompt + emitted[:-1]: what every row fed, at positions < length.
+    fed = np.zeros((B, P + MAX_NEW), np.int32)
+    for b in range(B):
+        n = LENS[b] + s.count[b] - 1
+        fed[b, :n] = np.concatenate([_prompts()[b, : LENS[b]], s.tokens[b, : s.count[b] - 1]])
+    n_fed = LENS + s.count - 1
+    ref = _prefill_cache(_target(), CFG, jnp.asarray(fed), kvcache.init_cache(CFG, kv, B, poisoned.capacity,
+                                                                              jnp.float32, K), n_fed)
+    W = ref.ring_size
+    for got, want in zip(s.cache.layers, ref.layers):
+        for b in range(B):
+            n = n_fed[b]
+            np.testing.assert_allclose(got.sink_k[b], want.sink_k[b], rtol=1e-5, atol=1e-5)
+            ring = np.arange(n - W, n) % W  # slots of the last W fed positions
+            np.testing.assert_allclose(got.ring_k[b][:, ring], want.ring_k[b][:, ring], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got.ring_v[b][:, ring], want.ring_v[b][:, ring], rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(got.hist_k.codes[b, :, :n], np.asarray(want.hist_k.codes[b, :, :n]))
+            np.testing.assert_array_equal(got.hist_v.codes[b, :, :n], np.asarray(want.hist_v.codes[b, :, :n]))
+
+
+def _assert_dead_unchanged(before, after, length):
+    before, after = np.asarray(before), np.asarray(after)
+    for b, n in enumerate(length):
+        np.testing.assert_array_equal(after[b, :, n:], before[b, :, n:])
+
+
+@functools.partial(jax.jit, static_argnums=1, compiler_options=_COMPILE)
+def _verify_and_commit(params, cfg, tokens, cache):
+    """One verify forward over [next, d_1..d_K] and the greedy acceptance and masked commit."""
+    logits, (k, v) = model.forward(params, cfg, tokens, cache)
+    a, nxt = speculative.accept_greedy(logits, tokens[:, 1:])
+    return a, nxt, logits, kvcache.commit(cache, k, v, a + 1)
+
+
+def test_one_round_by_hand_commits_only_accepted_rows():
+    """Drafts built to be accepted for exactly a = 0, 2, K tokens; every slot past length + a + 1 is
+    bit-identical to before the round (the cache was poisoned, so any stray write would show)."""
+    K, kv = 3, KVS["int2"]
+    cache = kvcache.init_cache(CFG, kv, B, P + MAX_NEW + K + 1, jnp.float32, K)
+    cache = _prefill_cache(_target(), CFG, jnp.asarray(_prompts()), _poison_all(cache), jnp.asarray(LENS))
+    plain = _plain("int2")  # plain[:, 0] is the next token; plain[:, 1:] the target's greedy drafts
+    drafts = plain[:, 1 : K + 1].copy()
+    want_a = np.array([0, 2, K])
+    for b, a in enumerate(want_a):
+        if a < K:
+            drafts[b, a] = (drafts[b, a] + 1) % CFG.vocab_size  # first wrong draft at index a
+    tokens = jnp.asarray(np.concatenate([plain[:, :1], drafts], 1))
+    before = jax.tree.map(np.asarray, cache)
+    a, nxt, _, after = _verify_and_commit(_target(), CFG, tokens, cache)
+    np.testing.assert_array_equal(np.asarray(a), want_a)
+    np.testing.assert_array_equal(np.asarray(nxt), plain[np.arange(B), want_a + 1])
+    np.testing.assert_array_equal(np.asarray(after.length), LENS + want_a + 1)
+    end = LENS + want_a + 1
+    for l0, l1 in zip(before.layers, after.layers):
+        for f in ("sink_k", "sink_v"):
+            _assert_dead_unchanged(getattr(l0, f), getattr(l1, f), end)
+        for h in ("hist_k", "hist_v"):
+            for f in ("codes", "scale", "zero"):
+                _assert_dead_unchanged(getattr(getattr(l0, h), f), getattr(getattr(l1, h), f), end)
+        W = l0.ring_k.shape[2]
+        for b in range(B):  # ring: only the slots of the committed positions changed
+            rest = np.setdiff1d(np.arange(W), np.arange(LENS[b], end[b]) % W)
+            np.testing.assert_array_equal(np.asarray(l1.ring_k)[b][:, rest], l0.ring_k[b][:, rest])
+            np.testing.assert_array_equal(np.asarray(l1.ring_v)[b][:, rest], l0.ring_v[b][:, rest])
+
+
+# ------------------------------------------------------------------------------ the sampled rule
+
+V = 4  # tiny vocabulary for the distribution tests; K = 2 drafts per round
+TABLES = ["random", "equal", "disjoint", "onehot"]
+
+
+def _p(kind, ctx):
+    """Target distribution [V] after the prefix ctx (a tuple of tokens): fixed, context-dependent."""
+    rng = np.random.default_rng([1, len(ctx), *ctx])
+    x = rng.dirichlet(np.ones(V))
+    if kind == "disjoint":
+        x[2:] = 0
+    else:
+        x[rng.integers(V)] *= rng.integers(2)  # a zero in about half of the contexts
+    return x / x.sum()
+
+
+def _q(kind, ctx):
+    """Draft distribution [V] after ctx: q = p, disjoint from p, one-hot (n-gram), or random with a
+    zero where p may be positive."""
+    rng = np.random.default_rng([2, len(ctx), *ctx])
+    if kind == "equal":
+        return _p(kind, ctx)
+    if kind == "onehot":
+        return np.eye(V)[rng.integers(V)]
+    x = rng.dirichlet(np.ones(V))
+    if kind == "disjoint":
+        x[:2] = 0
+    else:
+        x[rng.integers(V)] = 0
+    return x / x.sum()
+
+
+@functools.cache
+def _round_dist(kind, ctx):
+    """{emitted tokens of one round at ctx: probability}, enumerating both drafts, with the real
+    acceptance probabilities and residual distributions of speculative.py in float64."""
+    drafts = list(itertools.product(range(V), repeat=2))
+    p = np.stack([[_p(kind, ctx), _p(kind, ctx + (d1,)), _p(kind, ctx + (d1, d2))] for d1, d2 in drafts])
+    q = np.stack([[_q(kind, ctx), _q(kind, ctx + (d1,))] for d1, _ in drafts])
+    d = np.array(drafts)
+    M = len(drafts)
+    w = q[np.arange(M), 0, d[:, 0]] * q[np.arange(M), 1, d[:, 1]]  # probability of drafting d
+    alpha = np.asarray(speculative.acceptance(jnp.asarray(p), jnp.asarray(q), jnp.asarray(d)))
+    assert alpha.dtype == np.float64
+    reach = [1 - alpha[:, 0], alpha[:, 0] * (1 - alpha[:, 1]), alpha[:, 0] * alpha[:, 1]]  # P(a | d)
+    out = {}
+    for a in range(3):
+        r = np.asarray(speculative.residual(jnp.asarray(p), jnp.asarray(q), jnp.full(M, a)))
+        for m in np.flatnonzero(w > 0):
+            for x in range(V):
+                seq = tuple(d[m, :a]) + (x,)
+                out[seq] = out.get(seq, 0.0) + w[m] * reach[a][m] * r[m, x]
+    return out
+
+
+def _emitted_dist(kind, ctx, n):
+    """{first n emitted tokens: probability}, running as many rounds as it takes."""
+    out = {}
+    for seq, pr in _round_dist(kind, ctx).items():
+        tails = {(): 1.0} if len(seq) >= n else _emitted_dist(kind, ctx + seq, n - len(seq))
+        for tail, pr2 in tails.items():
+            key = (seq + tail)[:n]
+            out[key] = out.get(key, 0.0) + pr * pr2
+    return out
+
+
+def _target_dist(kind, n):
+    out = {}
+    for seq in itertools.product(range(V), repeat=n):
+        out[seq] = np.prod([_p(kind, seq[:i])[seq[i]] for i in range(n)])
+    return out
+
+
+@pytest.mark.parametrize("kind", TABLES)
+def test_exact_enumeration_matches_target(kind):
+    """The first 1, 2 and 3 emitted tokens (the 3rd covers the bonus token after a full accept) are
+    jointly distributed as the target's: total variation <= 1e-6 in float64."""
+    with jax.enable_x64(True):
+        for n in (1, 2, 3):
+            got, want = _emitted_dist(kind, (), n), _target_dist(kind, n)
+            assert set(got) <= set(want)
+            tv = 0.5 * sum(abs(got.get(s, 0.0) - want[s]) for s in want)
+            assert tv <= 1e-6, (kind, n, tv)
+            assert abs(sum(got.values()) - 1) <= 1e-12
+    _round_dist.cache_clear()
+
+
+def _dense(table, kind, depth):
+    """table(kind, ctx) for every ctx of length depth: [V] * depth + [V] float32."""
+    shape = (V,) * depth
+    return jnp.asarray(np.array([table(kind, c) for c in itertools.product(range(V), repeat=depth)])
+                       .reshape(*shape, V), jnp.float32)
+
+
+@functools.partial(jax.jit, compiler_options=_COMPILE)
+def _two_tokens(P, Q, keys):
+    """First two emitted tokens [N, 2] of speculative sampling (K = 2) from the context tables
+    P = (p at depth 0..3) and Q = (q at depth 0..2), with the real sampler and accept_sampled."""
+    N = keys.shape[1]
+
+    def round_(k, p0, p1, p2, q0, q1):
+        # p0 [N, V] and q0 at the round's context; p1 [N, V, V] and q1 one token on; p2 two on.
+        d1 = sample(k[0], q0)
+        d2 = sample(k[1], q1[jnp.arange(N), d1])
+        p = jnp.stack([p0, p1[jnp.arange(N), d1], p2[jnp.arange(N), d1, d2]], 1)
+        q = jnp.stack([q0, q1[jnp.arange(N), d1]], 1)
+        a, nxt = speculative.accept_sampled(p, q, jnp.stack([d1, d2], 1), k[2:4])
+        return jnp.where(a >= 1, d1, nxt), jnp.where(a >= 2, d2, nxt), a
+
+    rep = lambda x: jnp.broadcast_to(x, (N, *x.shape))
+    x1, y, a = round_(keys[:4], rep(P[0]), rep(P[1]), rep(P[2]), rep(Q[0]), rep(Q[1]))
+    z, _, _ = round_(keys[4:], P[1][x1], P[2][x1], P[3][x1], Q[1][x1], Q[2][x1])  # next round at (x1,)
+    return jnp.stack([x1, jnp.where(a >= 1, y, z)], 1)
+
+
+@pytest.mark.parametrize("kind", TABLES)
+def test_sampled_chi_square(kind):
+    """200k seeds through accept_sampled (float32): the (first, second) emitted token histogram fits
+    the target's joint distribution."""
+    N = 200_000
+    P = tuple(_dense(_p, kind, i) for i in range(4))
+    Q = tuple(_dense(_q, kind, i) for i in range(3))
+    keys = jax.random.split(jax.random.key(TABLES.index(kind)), 8 * N).reshape(8, N)
+    pairs = np.asarray(_two_tokens(P, Q, keys))
+    counts = np.bincount(pairs[:, 0] * V + pairs[:, 1], minlength=V * V)
+    want = np.array([_target_dist(kind, 2)[s] for s in itertools.product(range(V), repeat=2)])
+    assert counts[want == 0].sum() == 0  # nothing the target cannot emit
+    live = want > 0
+    _, pvalue = scipy.stats.chisquare(counts[live], want[live] / want[live].sum() * N)
+    assert pvalue > 1e-3, (kind, pvalue, counts, want * N)
+
+
+# ------------------------------------------------------------------------------------- sampling
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_warp_temperature_top_k_top_p():
+    R, Vw = 512, 64
+    logits = np.asarray(jax.random.normal(jax.random.key(0), (R, Vw))) * 3
+    temp = np.resize([0.0, 0.5, 1.0, 2.0], R).astype(np.float32)
+    top_k = np.resize([0, 1, 5, 0, 20, 0, 3], R).astype(np.int32)
+    top_p = np.resize([1.0, 0.9, 0.5, 0.05, 1.0], R).astype(np.float32)
+    s = Sampler(jnp.asarray(temp), jnp.asarray(top_k), jnp.asarray(top_p))
+    got = np.asarray(jax.jit(warp)(jnp.asarray(logits), s))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got.sum(-1), 1, rtol=1e-5)
+    for r in range(R):
+        if temp[r] == 0:  # greedy whatever top-k/top-p say
+            np.testing.assert_array_equal(got[r], np.eye(Vw)[logits[r].argmax()])
+            continue
+        base = _softmax(logits[r] / temp[r])
+        order = np.argsort(-base)
+        keep = order[: top_k[r]] if top_k[r] else order
+        pk = base[keep] / base[keep].sum()  # top-k renormalized, descending
+        n = np.searchsorted(np.cumsum(pk), top_p[r] * (1 - 1e-6)) + 1 if top_p[r] < 1 else len(keep)
+        keep = keep[:n]  # the smallest prefix whose mass reaches top_p
+        want = np.zeros(Vw)
+        want[keep] = base[keep] / base[keep].sum()
+        np.testing.assert_allclose(got[r], want, rtol=1e-4, atol=1e-7, err_msg=f"row {r}")
+
+
+def test_warp_keeps_the_top_token_for_tiny_top_p():
+    # Regression: a probability threshold compared across two softmaxes (vocabulary order, sorted
+    # order) could drop the only kept token by one ulp and return 0/0 = NaN.
+    logits = jax.random.normal(jax.random.key(1), (4096, 64)) * 3
+    got = np.asarray(jax.jit(warp)(logits, Sampler.make(4096, temperature=0.7, top_p=1e-3)))
+    np.testing.assert_array_equal(got, np.eye(64)[np.asarray(logits).argmax(-1)])
+
+
+def test_temperature_zero_rows_are_exactly_greedy():
+    """Rows at temperature 0 inside a sampled batch emit the greedy tokens; the sampled row runs."""
+    K = 3
+    sampler = Sampler.make(B, temperature=jnp.array([0.0, 1.0, 0.0]), top_k=jnp.array([0, 8, 3]),
+                           top_p=jnp.array([1.0, 0.9, 0.5]))
+    assert not sampler.greedy
+    s, _ = _generate("bf16", K, "near", sampler=sampler)
+    plain = _plain("bf16")
+    for b in (0, 2):
+        assert s.count[b] == MAX_NEW
+        np.testing.assert_array_equal(s.tokens[b, :MAX_NEW], plain[b])
+    assert s.count[1] == MAX_NEW and ((0 <= s.tokens[1]) & (s.tokens[1] < CFG.vocab_size)).all()
+    assert (s.accepted[[0, 2]] > 0).all()  # greedy rows still accept the near draft's tokens
