@@ -42,14 +42,16 @@ def warp(logits, s: Sampler):
     k = _rows(s.top_k, logits)
     kth = jnp.take_along_axis(desc, jnp.clip(k - 1, 0, x.shape[-1] - 1), axis=-1)
     x = jnp.where((k > 0) & (x < kth), -jnp.inf, x)
-    probs = jax.nn.softmax(x, axis=-1)
-    # top-p: keep the smallest prefix of the sorted distribution whose mass reaches p.
-    sorted_p = jax.nn.softmax(jnp.where((k > 0) & (desc < kth), -jnp.inf, desc), axis=-1)
+    desc = jnp.where((k > 0) & (desc < kth), -jnp.inf, desc)
+    # top-p: keep the smallest prefix of the sorted distribution whose mass reaches p. The cut is a
+    # logit, not a probability: a softmax in sorted order and one in vocabulary order differ in the
+    # last ulp, and comparing those could drop the boundary token (or every token: 0/0 = NaN).
+    sorted_p = jax.nn.softmax(desc, axis=-1)
     before = jnp.cumsum(sorted_p, axis=-1) - sorted_p  # mass strictly above each sorted entry
-    keep = before < _rows(s.top_p, logits)
-    thr = jnp.min(jnp.where(keep, sorted_p, jnp.inf), axis=-1, keepdims=True)
-    probs = jnp.where(probs >= thr, probs, 0.0)
-    probs = probs / probs.sum(-1, keepdims=True)
+    top_p = _rows(s.top_p, logits)
+    keep = (before < top_p) | (top_p >= 1)  # top_p = 1 is off, whatever the rounding of cumsum
+    cut = jnp.min(jnp.where(keep, desc, jnp.inf), axis=-1, keepdims=True)  # keep[0] is always True
+    probs = jax.nn.softmax(jnp.where(x < cut, -jnp.inf, x), axis=-1)
     return jnp.where(t > 0, probs, greedy)
 
 
