@@ -11,16 +11,24 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
-from jspec.config import GenerateConfig, KVConfig, SamplingConfig
+from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
+CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """A usage error is one line (argparse would print the whole usage block first)."""
+        self.exit(2, f"error: {message} (see --help)\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jspec.generate", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = _Parser(prog="python -m jspec.generate", description=__doc__.split("\n")[0],
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts; '-' reads one prompt from stdin")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     m = p.add_argument_group("models")
@@ -41,22 +49,23 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--rotations", help="rotation file (default: MODEL/rotations.safetensors)")
     c.add_argument("--clip-k", type=float, default=KV.clip_k, help="key clip quantile (<= 0 disables)")
     c.add_argument("--clip-v", type=float, default=KV.clip_v, help="value clip quantile (<= 0 disables)")
-    c.add_argument("--scale-dtype", choices=("bfloat16", "float32"), default=KV.scale_dtype)
+    c.add_argument("--scale-dtype", choices=("bfloat16", "float32"), default=KV.scale_dtype,
+                   help="dtype of the INT2 scales and zero points")
     g = p.add_argument_group("generation")
     g.add_argument("--lookahead", type=int, default=GEN.lookahead, help="K draft tokens per round")
-    g.add_argument("--max-new-tokens", type=int, default=GEN.max_new_tokens)
+    g.add_argument("--max-new-tokens", type=int, default=GEN.max_new_tokens, help="tokens to generate per prompt")
     g.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 is greedy")
     g.add_argument("--top-k", type=int, default=SAMPLING.top_k, help="0 disables")
     g.add_argument("--top-p", type=float, default=SAMPLING.top_p, help="1 disables")
-    g.add_argument("--seed", type=int, default=SAMPLING.seed)
+    g.add_argument("--seed", type=int, default=SAMPLING.seed, help="sampling seed (per row in jobs)")
     o = p.add_argument_group("output and jobs")
     o.add_argument("--json", action="store_true", help="one JSON object per prompt")
     o.add_argument("--stream", action="store_true",
                    help="print each speculative round's tokens as they come (one host sync per round)")
     o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line")
     o.add_argument("--output", type=Path, help="JSONL results (appended; finished ids are skipped on re-run)")
-    o.add_argument("--batch-size", type=int, default=8, help="rows per compiled batch")
-    o.add_argument("--compile-cache", default=os.path.join(Path.home(), ".cache", "jspec", "xla"),
+    o.add_argument("--batch-size", type=int, default=8, help="prompts (job rows) per compiled batch")
+    o.add_argument("--compile-cache", default=str(CACHE_HOME / "jspec" / "xla"),
                    help="JAX persistent compilation cache directory ('' disables)")
     return p
 
@@ -66,7 +75,10 @@ def _check(a) -> None:
            (a.batch_size < 1, "--batch-size must be >= 1"), (a.sink < 0, "--sink must be >= 0"),
            (a.recent < 1, "--recent must be >= 1"),
            (a.group_size is not None and a.group_size < 1, "--group-size must be >= 1"),
-           ((a.input is None) != (a.output is None), "--input and --output go together")]
+           ((a.input is None) != (a.output is None), "--input and --output go together"),
+           (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
+           (a.stream and (a.json or a.input is not None), "--stream prints text: it does not combine with "
+                                                          "--json or --input")]
     for cond, msg in bad:
         if cond:
             raise ValueError(msg)
@@ -88,13 +100,17 @@ def _summary(r) -> str:
 
 
 def main(argv=None) -> int:
-    a = parser().parse_args(argv)
+    try:
+        a = parser().parse_args(argv)
+    except SystemExit as e:  # --help (0), or a usage error already printed on one line (2)
+        return e.code if isinstance(e.code, int) else 0
     try:
         _check(a)
         prompts = _prompts(a)
         return _run(a, prompts)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        resume = "; the output holds every finished record: run the same command to resume" if a.input else ""
+        print(f"interrupted{resume}", file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, OSError) as e:  # ConfigError and CheckpointError are ValueErrors
         print(f"error: {e}", file=sys.stderr)
@@ -116,11 +132,13 @@ def _run(a, prompts) -> int:
         print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
     gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
     sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
+    gen.validate()
+    sampling.validate()
+    _check_windows(eng, gen)
     if a.input is not None:
         summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size)
-        print(json.dumps(summary), file=sys.stderr)
+        print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
         return 0
-    eng.kv.validate(eng.cfg.head_dim, eng.lookahead(gen))
     if a.stream:
         for prompt in prompts:
             print(prompt, end="", flush=True)
@@ -128,13 +146,28 @@ def _run(a, prompts) -> int:
                 print(piece, end="", flush=True)
             print()
         return 0
-    for r in eng.generate(prompts, gen, sampling):
-        if a.json:
-            print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats}))
-        else:
-            print(r.prompt + r.text)
-            print(_summary(r))
+    t0, summary = time.perf_counter(), batch.Summary()
+    for i in range(0, len(prompts), a.batch_size):  # --batch-size prompts per compiled call
+        results = eng.generate(prompts[i : i + a.batch_size], gen, sampling)
+        summary.add([r.stats for r in results])
+        for r in results:
+            if a.json:
+                print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats}))
+            else:
+                print(r.prompt + r.text)
+                print(_summary(r))
+    if len(prompts) > 1:  # the end-of-run summary, on stderr so that stdout stays one record per prompt
+        summary.wall_s = time.perf_counter() - t0
+        print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
     return 0
+
+
+def _check_windows(eng, gen: GenerateConfig) -> None:
+    """The INT2 cache's BF16 windows must exceed the lookahead and fit in the model's context."""
+    kv, context = eng.kv, eng.cfg.max_position
+    kv.validate(eng.cfg.head_dim, eng.lookahead(gen))
+    if kv.int2 and kv.sink + kv.recent > context:
+        raise ConfigError(f"--sink {kv.sink} + --recent {kv.recent} exceed the model's context of {context} tokens")
 
 
 if __name__ == "__main__":
