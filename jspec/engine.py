@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import checkpoint, decode, kvcache, rotation
+from jspec import checkpoint, decode, kvcache, rotation, sharding
 from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig
 from jspec.model import Params
 from jspec.sampling import Sampler
@@ -48,6 +48,7 @@ class Engine:
     dtype: str = "bfloat16"
     attn_impl: str = "reference"
     rotation: str = "none"
+    mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.sharding
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def encode(self, prompt: str) -> list[int]:
@@ -81,7 +82,7 @@ class Engine:
         t0 = time.perf_counter()
         state = jax.block_until_ready(program(*args))
         decode_s = time.perf_counter() - t0
-        return self._results(state, K, compile_s, decode_s, args)
+        return self._results(state, K, compile_s, decode_s, args)[: len(ids)]  # dummy rows dropped
 
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
         """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
@@ -104,6 +105,7 @@ class Engine:
     def _prepare(self, ids, rows, max_new, gen):
         """Pads the prompts to a bucket and builds the program's arguments (caches included)."""
         gen.validate()
+        ids, rows, max_new = sharding.pad_batch(ids, rows, max_new, self.mesh)
         K = self.lookahead(gen)
         B, top = len(ids), max(max_new)
         if any(len(x) == 0 for x in ids):
@@ -133,9 +135,10 @@ class Engine:
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K)
         draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt) if K else None
         eos = jnp.asarray(self.cfg.eos_token_ids or (-1,), jnp.int32)
-        return (self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
+        args = (self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
                 jnp.asarray(max_new, jnp.int32), sampler, jnp.asarray([s.seed for s in rows], jnp.uint32),
                 cache, draft_cache, eos)
+        return args if self.mesh is None else sharding.shard_program_args(self.mesh, *args)
 
     def _program(self, args):
         """The compiled program for these shapes, compiling (and timing it) on first use."""
@@ -143,7 +146,8 @@ class Engine:
         if key in self._compiled:
             return self._compiled[key], 0.0
         t0 = time.perf_counter()
-        compiled = decode.generate_program.lower(*args).compile()
+        with sharding.context(self.mesh):  # traced under the mesh: sharding.per_shard sees it
+            compiled = decode.generate_program.lower(*args).compile()
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
 
@@ -201,11 +205,12 @@ def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mod
 
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
-         attn_impl: str = "auto") -> Engine:
+         attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto") -> Engine:
     """Loads a target (default: the shipped code model) and a draft ("auto": the shipped draft when the
     shipped target is used, None/"none": no speculation) from local Hugging Face directories.
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
+    mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.sharding).
     """
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
@@ -223,4 +228,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         draft_cfg, draft_params, dtok = checkpoint.load_model(draft, jnp.dtype(dtype))
         _check_same_tokenizer(tok, dtok, cfg, draft_cfg)
     impl = _default_impl() if attn_impl == "auto" else attn_impl
-    return Engine(cfg, params, tok, kv, draft_cfg, draft_params, dtype, impl, used_rotation)
+    mesh = sharding.resolve_mesh(mesh, cfg)
+    if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
+        params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
+    return Engine(cfg, params, tok, kv, draft_cfg, draft_params, dtype, impl, used_rotation, mesh)

@@ -38,6 +38,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
     m.add_argument("--attn", choices=("auto", "reference", "pallas"), default="auto",
                    help="INT2 attention: Pallas kernel (GPU) or the pure-jnp reference; auto picks by backend")
+    m.add_argument("--mesh", default="auto",
+                   help="devices as 'tp=N,dp=M' (tensor-parallel target x data-parallel batch); "
+                        "auto: every local device data-parallel; none: one device")
     c = p.add_argument_group("KV cache (OSCAR)")
     c.add_argument("--kv", choices=("auto", "bf16", "int2"), default="auto",
                    help="auto: int2 when the model directory holds rotations.safetensors, else bf16")
@@ -127,7 +130,7 @@ def _run(a, prompts) -> int:
     kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
                   clip_v=a.clip_v, scale_dtype=a.scale_dtype)
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
-                      attn_impl=a.attn)
+                      attn_impl=a.attn, mesh=a.mesh)
     if a.kv == "auto" and not eng.kv.int2:
         print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
     gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
