@@ -26,8 +26,9 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     """
     if impl == "pallas" and layer is not None and kv is not None and kv.int2:
         from jspec.attention_fast import attend_split  # GPU path: Pallas INT2 kernel + XLA BF16 parts
+        from jspec.sharding import per_shard  # under a mesh the kernel runs per device (shard_map)
 
-        return attend_split(q, k, v, layer, length, kv)
+        return per_shard(attend_split)(q, k, v, layer, length, kv)
     return attend_reference(q, k, v, layer, length, kv)
 
 

@@ -76,9 +76,13 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
 
 
 def _scatter(buf, idx, rows):
-    """buf [B, H, X, ...] <- rows [B, n, H, ...] at per-row slots idx [B, n]; idx >= X is dropped."""
-    b = jnp.arange(buf.shape[0])[:, None]
-    return buf.at[b, :, idx].set(rows.astype(buf.dtype), mode="drop")
+    """buf [B, H, X, ...] <- rows [B, n, H, ...] at per-row slots idx [B, n]; idx >= X is dropped.
+
+    vmapped over rows: a batched scatter keeps a data-parallel batch local to its device (an indexed
+    scatter over all rows made GSPMD gather the new rows from every device).
+    """
+    put = lambda b, i, r: b.at[:, i].set(jnp.swapaxes(r, 0, 1).astype(b.dtype), mode="drop")
+    return jax.vmap(put)(buf, idx, rows)
 
 
 def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
