@@ -1,0 +1,77 @@
+"""Smoke test of benchmarks/kv_quality.py on a tiny random model.
+
+Pins what the benchmark relies on: one forward with a tiny empty int2 cache scores exactly what a
+chunked prefill through the real cache (commit included) scores, the bytes-per-token figures match the
+layout arithmetic, and the evaluation loop produces a sane table (BF16 agrees with itself).
+"""
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jspec import kvcache, model, rotation
+from jspec.config import KVConfig, ModelConfig
+
+_SPEC = importlib.util.spec_from_file_location(
+    "kv_quality", Path(__file__).resolve().parent.parent / "benchmarks" / "kv_quality.py")
+kvq = importlib.util.module_from_spec(_SPEC)
+sys.modules["kv_quality"] = kvq  # dataclasses look their module up there
+_SPEC.loader.exec_module(kvq)
+
+CFG = ModelConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=16, max_position=64, qk_norm=True)
+KV = KVConfig("int2", sink=2, recent=4)
+N = 24
+
+
+def _setup():
+    params = model.init_params(CFG, jax.random.key(0), std=0.3)
+    tokens = np.random.default_rng(1).integers(0, CFG.vocab_size, (3, N + 1)).astype(np.int32)
+    return params, tokens
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _prefill_step(params, cfg, tokens, cache):
+    logits, (k, v) = model.forward(params, cfg, tokens, cache)
+    return jax.nn.log_softmax(logits[0], -1), kvcache.commit(cache, k, v, jnp.asarray([tokens.shape[1]]))
+
+
+def test_window_forward_is_the_decode_semantics():
+    params, tokens = _setup()
+    x = jnp.asarray(tokens[:1, :-1])
+    got = np.asarray(kvq.window_logp(params, CFG, KV, x))
+    cache = kvcache.init_cache(CFG, KV, 1, N, jnp.float32)
+    parts = []
+    for s in (0, N // 2):  # chunked prefill: the second chunk reads INT2 keys from the committed cache
+        logp, cache = _prefill_step(params, CFG, x[:, s : s + N // 2], cache)
+        parts.append(np.asarray(logp))
+    np.testing.assert_allclose(got, np.concatenate(parts), atol=2e-4)
+    bf16 = np.asarray(kvq.window_logp(params, CFG, KVConfig("bf16"), x))
+    assert np.abs(got - bf16).max() > 1e-3  # INT2 reads really happen at S + R = 6 < N
+
+
+def test_kv_bytes_per_token_match_the_layout():
+    L, H, D = CFG.num_layers, CFG.num_kv_heads, CFG.head_dim
+    assert kvq.kv_bytes_per_token(CFG, KVConfig("bf16"), 32) == L * H * 2 * D * 2
+    int2 = L * H * 2 * (D // 4 + 2 * 2)  # codes + bf16 (scale, zero), K and V
+    windows = L * H * 2 * (KV.sink + KV.recent) * D * 2  # BF16 sink + ring, K and V
+    for T in (32, 1000):  # above max_position too: the figure is layout arithmetic, not an allocation
+        assert np.isclose(kvq.kv_bytes_per_token(CFG, KV, T), int2 + windows / T)
+
+
+def test_evaluate_table():
+    params, tokens = _setup()
+    vs = kvq.variants(rotations=("hadamard",), windows=((2, 4),))
+    by_rot = {"none": params, "hadamard": rotation.apply_rotations(params, CFG, *rotation.hadamard_rotations(CFG))}
+    res = kvq.evaluate(by_rot, CFG, tokens[:2], vs, log=lambda *_: None, tail_from=N // 2)
+    assert set(res) == {v.name for v in vs}
+    assert res["bf16"]["top1_agree"] == 1.0 and abs(res["bf16"]["kl"]) < 1e-6
+    for r in res.values():
+        assert np.isfinite(r["ppl"]) and np.isfinite(r["ppl_tail"]) and r["kl"] >= -1e-6
+    table = kvq.markdown(res, kvq.bytes_table(CFG, vs), vs)
+    assert table.count("\n") == len(vs) + 1
