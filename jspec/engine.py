@@ -78,11 +78,13 @@ class Engine:
                      gen: GenerateConfig):
         """Token-level generate: returns [(token_ids, stats)] per row."""
         args, K = self._prepare(ids, rows, max_new, gen)
+        cache, draft_cache = args[6], args[7]
+        kv_bytes = cache.nbytes() + (draft_cache.nbytes() if draft_cache is not None else 0)
         program, compile_s = self._program(args)
         t0 = time.perf_counter()
-        state = jax.block_until_ready(program(*args))
+        state = jax.block_until_ready(program(*args))  # the caches are donated: args[6:8] are gone now
         decode_s = time.perf_counter() - t0
-        return self._results(state, K, compile_s, decode_s, args)[: len(ids)]  # dummy rows dropped
+        return self._results(state, K, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
 
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
         """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
@@ -151,10 +153,9 @@ class Engine:
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
 
-    def _results(self, state, K, compile_s, decode_s, args):
+    def _results(self, state, K, compile_s, decode_s, kv_bytes):
         tokens, count = np.asarray(state.tokens), np.asarray(state.count)
         rounds, accepted = np.asarray(state.rounds), np.asarray(state.accepted)
-        kv_bytes = args[6].nbytes() + (args[7].nbytes() if args[7] is not None else 0)
         total = int(count.sum())
         out = []
         for b in range(len(count)):
