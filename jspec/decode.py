@@ -121,6 +121,15 @@ def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
     return tokens, count, done
 
 
+def accept(sampler: Sampler, logits, drafts, q, keys):
+    """(a [B] accepted drafts, next token [B]) from the verify logits [B, K+1, V]."""
+    if sampler.greedy:
+        return speculative.accept_greedy(logits, drafts)
+    p = sampling.warp(logits, sampler)
+    q = q if drafts.shape[1] else jnp.zeros(p[:, :0].shape, p.dtype)
+    return speculative.accept_sampled(p, q, drafts, keys)
+
+
 def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
     """One speculative round (one decode step when K = 0)."""
     K = m.lookahead
@@ -132,28 +141,20 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
             drafts, q, draft_cache = draft_rollout(m, s, sampler, draft_keys)
         else:
             drafts, q = jnp.zeros((s.next.shape[0], 0), jnp.int32), None
+    fed = jnp.concatenate([s.next[:, None], drafts], 1)  # [B, K+1] at positions length + 0..K
     with jax.named_scope("verify"):
-        logits, (k, v) = m.target_forward(jnp.concatenate([s.next[:, None], drafts], 1), s.cache)
+        logits, (k, v) = m.target_forward(fed, s.cache)
     with jax.named_scope("accept"):
-        if sampler.greedy:
-            a, nxt = speculative.accept_greedy(logits, drafts)
-        else:
-            p = sampling.warp(logits, sampler)
-            q = q if K else jnp.zeros(p[:, :0].shape, p.dtype)
-            a, nxt = speculative.accept_sampled(p, q, drafts, accept_keys)
-    with jax.named_scope("commit"):
-        n_commit = jnp.where(s.done, 0, a + 1)
-        cache = kvcache.commit(s.cache, k, v, n_commit)
-    # emitted: d_1..d_a then the target's token; committed: next, d_1..d_a
-    seq = jnp.concatenate([drafts, jnp.zeros_like(nxt[:, None])], 1)
-    seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], seq)
+        a, nxt = accept(sampler, logits, drafts, q, accept_keys)
+    with jax.named_scope("commit"):  # next, d_1..d_a: rejected rows never reach the cache
+        cache = kvcache.commit(s.cache, k, v, jnp.where(s.done, 0, a + 1))
+    # emitted: d_1..d_a, then the target's token in slot a
+    seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], jnp.concatenate([drafts, fed[:, :1]], 1))
     tokens, count, done = emit(s, seq, a + 1, max_new, eos_ids)
-    fed = jnp.concatenate([s.next[:, None], drafts], 1)
-    last = jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0]
     active = ~s.done
     return s.replace(
-        tokens=tokens, count=count, next=nxt, last=last, done=done, keys=keys,
-        rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
+        tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
+        done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
         cache=cache, draft_cache=draft_cache,
     )
 

@@ -26,9 +26,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see --help)\n")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except where the help already says it or there is none to show."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, [], False):
+            return text
+        return super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m jspec.generate", description=__doc__.split("\n")[0],
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                formatter_class=_HelpFormatter)
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts; '-' reads one prompt from stdin")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     m = p.add_argument_group("models")
