@@ -36,6 +36,7 @@ class ModelConfig:
     qk_norm: bool = False  # Qwen3
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    sliding_window: int | None = None  # Mistral; jspec attends to the full context, so runs must fit in it
 
     @property
     def q_per_kv(self) -> int:
@@ -71,6 +72,7 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
         qk_norm=model_type == "qwen3",
         bos_token_id=hf.get("bos_token_id"),
         eos_token_ids=eos,
+        sliding_window=hf.get("sliding_window") if hf.get("use_sliding_window", True) else None,
     )
 
 

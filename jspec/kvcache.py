@@ -60,6 +60,11 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
             f"capacity {capacity} (prompt + new tokens + lookahead) exceeds the model's "
             f"max_position_embeddings {cfg.max_position}"
         )
+    if cfg.sliding_window is not None and capacity > cfg.sliding_window:
+        raise ConfigError(
+            f"capacity {capacity} exceeds the model's sliding window of {cfg.sliding_window} tokens: jspec has "
+            "no sliding-window attention, so longer runs would silently differ from the model"
+        )
     B, H, D = batch, cfg.num_kv_heads, cfg.head_dim
     if kv.int2:
         S, W, T = min(kv.sink, capacity), kv.ring(), capacity

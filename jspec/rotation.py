@@ -115,9 +115,17 @@ def hadamard_rotations(cfg: ModelConfig):
     return data_free_rotations(cfg, "hadamard")
 
 
+# The fields that shape a model's attention; run-time settings (context length, EOS ids, sliding
+# window) may change without invalidating a rotation file.
+HASHED_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                 "num_kv_heads", "head_dim", "rms_eps", "rope_theta", "rope_llama3", "tie_embeddings",
+                 "qkv_bias", "qk_norm")
+
+
 def config_hash(cfg: ModelConfig) -> str:
-    """A short stable hash of every ModelConfig field: ties a rotation file to its model."""
-    text = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+    """A short stable hash of the architecture fields of a ModelConfig: ties a rotation file to its model."""
+    fields = dataclasses.asdict(cfg)
+    text = json.dumps({k: fields[k] for k in HASHED_FIELDS}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

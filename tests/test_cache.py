@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jspec import kvcache, model, quant
-from jspec.config import ConfigError, KVConfig, ModelConfig
+from jspec.config import ConfigError, KVConfig, ModelConfig, model_config_from_hf
 
 CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
@@ -304,3 +304,14 @@ def test_capacity_and_config_errors():
         KVConfig("int2").validate(head_dim=18)
     KVConfig("int2", recent=5, group_size=8).validate(CFG.head_dim, lookahead=4)
     KVConfig("bf16", recent=1).validate(CFG.head_dim, lookahead=4)  # bf16 has no windows to check
+
+
+def test_sliding_window_models_refuse_runs_longer_than_the_window():
+    hf = dict(model_type="mistral", vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+              num_attention_heads=2, num_key_value_heads=1, sliding_window=16)
+    cfg = model_config_from_hf(hf)
+    kvcache.init_cache(cfg, KVConfig("bf16"), 1, 16)  # fits in the window: fine
+    with pytest.raises(ConfigError, match="sliding window"):
+        kvcache.init_cache(cfg, KVConfig("bf16"), 1, 17)
+    qwen = model_config_from_hf(dict(hf, model_type="qwen2", use_sliding_window=False))
+    assert qwen.sliding_window is None
