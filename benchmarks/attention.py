@@ -26,6 +26,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # torch shares 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from jspec.pallas import int2_attention as ia  # noqa: E402
 
 HQ, HKV, D = 32, 8, 128
@@ -60,21 +61,10 @@ def copy_bandwidth(gib: float = 2.0, reps: int = 20) -> dict:
         res["torch_error"] = repr(e)[:200]
     x = jax.random.normal(jax.random.key(0), (n,), jnp.bfloat16)
     f = jax.jit(lambda x: x + 1)
-    t = _median_time(lambda: f(x), reps)
+    t = median_time(lambda: f(x), reps)
     res["jax_elementwise_GBps"] = 2 * x.size * 2 / t / 1e9
     res["copy_GBps"] = res.get("torch_copy_GBps", res["jax_elementwise_GBps"])
     return res
-
-
-def _median_time(fn, reps: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        jax.block_until_ready(fn())
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def _n_buffers(nbytes: int) -> int:
@@ -88,7 +78,7 @@ def _time_calls(attn, qs, bufs, reps: int) -> float:
     def many(qs, bufs):
         return [attn(q, *bufs[i % len(bufs)]) for i, q in enumerate(qs)]
 
-    return _median_time(lambda: many(qs, bufs), reps) / len(qs)
+    return median_time(lambda: many(qs, bufs), reps) / len(qs)
 
 
 def _keys(seed, shape, dtype=jnp.bfloat16):

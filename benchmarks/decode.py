@@ -15,10 +15,10 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jspec import kvcache, model, rotation
 from jspec.config import KVConfig, ModelConfig
+from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 LLAMA3_8B = ModelConfig("llama", 128256, 4096, 14336, 32, 32, 8, 128, rms_eps=1e-5, rope_theta=500000.0,
                         max_position=140000)
@@ -30,17 +30,6 @@ def copy_bandwidth(gib: float = 2.0) -> float:
     f = jax.jit(lambda x: x + 1)
     jax.block_until_ready(f(x))
     return 2 * x.nbytes / median_time(lambda: f(x))
-
-
-def median_time(fn, iters: int = 10, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        jax.block_until_ready(fn())
-    ts = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def kv_read_bytes(cfg: ModelConfig, kv: KVConfig, B: int, ctx: int) -> int:
@@ -81,9 +70,7 @@ def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str) -> float:
         state["tok"], state["cache"] = step(params, state["cache"], state["tok"])
         return state["tok"]
 
-    t = median_time(run, iters=8)
-    del state
-    return t
+    return median_time(run, iters=8)  # the cache is freed with `state` on return
 
 
 def max_batch(cfg: ModelConfig, kv: KVConfig, ctx: int, free_bytes: int) -> int:

@@ -23,7 +23,8 @@ import jspec
 from jspec import data, engine, kvcache, model
 from jspec.config import KVConfig, ModelConfig
 
-from decode import LLAMA3_8B, median_time  # noqa: E402  (run from benchmarks/ or with PYTHONPATH)
+from decode import LLAMA3_8B  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from timing import median_time  # noqa: E402
 
 QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_norm=True, max_position=140000)
 
