@@ -92,7 +92,8 @@ class Engine:
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         args, _ = self._prepare([ids], [sampling], [gen.max_new_tokens], gen)
         m, _, _, max_new, sampler, _, _, _, eos = args
-        s = decode.start_program(*args)
+        with sharding.context(self.mesh):  # traced under the mesh, like generate's program
+            s = decode.start_program(*args)
         shown, text = 0, ""
         while True:
             count = int(s.count[0])
@@ -102,7 +103,8 @@ class Engine:
                 shown, text = count, full
             if bool(s.done[0]):
                 return
-            s = decode.round_program(m, sampler, max_new, eos, s)
+            with sharding.context(self.mesh):
+                s = decode.round_program(m, sampler, max_new, eos, s)
 
     def _prepare(self, ids, rows, max_new, gen):
         """Pads the prompts to a bucket and builds the program's arguments (caches included)."""
