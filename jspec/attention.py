@@ -47,13 +47,13 @@ def attend_reference(q, k, v, layer, length, kv):
         parts.insert(0, _cache_keys(layer, length, kv, k.dtype))
     scores, values = [], []
     for kpos, exists, kb, vb, kq, vq in parts:
-        s = _dot_scores(qg, kb)  # [B, H, G, n, X]
+        s = dot_scores(qg, kb)  # [B, H, G, n, X]
         valid = (exists[:, None, :] & (kpos[:, None, :] <= t[:, :, None]))[:, None, None]  # [B,1,1,n,X]
         use_bf = True
         if kq is not None:
             use_bf = (kpos[:, None, :] < kv.sink) | (kpos[:, None, :] > t[:, :, None] - kv.recent)
             use_bf = use_bf[:, None, None]
-            s = jnp.where(use_bf, s, _dot_scores(qg, kq))
+            s = jnp.where(use_bf, s, dot_scores(qg, kq))
         scores.append(jnp.where(valid, s * D**-0.5, -jnp.inf))
         values.append((use_bf, vb, vq))
     p = jax.nn.softmax(jnp.concatenate(scores, -1), axis=-1)
@@ -101,7 +101,7 @@ def einsum_f32(spec, a, b):
     return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
 
 
-def _dot_scores(qg, keys):
+def dot_scores(qg, keys):
     # qg [B, n, H, G, D], keys [B, H, X, D] -> [B, H, G, n, X] in f32
     return einsum_f32("bnhgd,bhxd->bhgnx", qg, keys)
 

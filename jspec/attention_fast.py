@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from jspec import quant
 from jspec.config import KVConfig
+from jspec.attention import dot_scores
 from jspec.kvcache import LayerKV
 from jspec.pallas.int2_attention import int2_attention
 
@@ -75,11 +76,11 @@ def _bf16_part(qg, k, v, layer: LayerKV, length, t, kv: KVConfig):
     keys = jnp.concatenate([layer.sink_k.astype(dt), layer.ring_k.astype(dt), k.transpose(0, 2, 1, 3)], 2)
     vals = jnp.concatenate([layer.sink_v.astype(dt), layer.ring_v.astype(dt), v.transpose(0, 2, 1, 3)], 2)
     valid = jnp.concatenate([ok_sink, ok_ring, causal], 2)  # [B, n, X]
-    s = _scores(qg, keys)  # [B, H, g, n, X]
+    s = dot_scores(qg, keys)  # [B, H, g, n, X]
     if n > R:  # a long chunk: its own rows older than t - R are read as INT2
         new_int2 = (i - j >= R) & (t[:, None, :] >= kv.sink)  # [B, n(query), n(key)]
         kq, vq = _fake_quant(k, v, kv)
-        s_new = jnp.where(new_int2[:, None, None], _scores(qg, kq), s[..., S + W:])
+        s_new = jnp.where(new_int2[:, None, None], dot_scores(qg, kq), s[..., S + W:])
         s = jnp.concatenate([s[..., : S + W], s_new], -1)
     s = jnp.where(valid[:, None, None], s * D**-0.5, -jnp.inf)
     m = s.max(-1, keepdims=True)
@@ -100,11 +101,6 @@ def _fake_quant(k, v, kv: KVConfig):
     kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     return (quant.fake_quantize(kt, G, kv.clip_k, kv.scale_dtype),
             quant.fake_quantize(vt, G, kv.clip_v, kv.scale_dtype))
-
-
-def _scores(qg, keys):
-    # qg [B, n, H, g, D], keys [B, H, X, D] -> [B, H, g, n, X] f32
-    return jnp.einsum("bnhgd,bhxd->bhgnx", qg, keys, preferred_element_type=jnp.float32)
 
 
 def _values(p, vals):

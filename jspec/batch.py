@@ -17,7 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig
-from jspec.engine import _bucket
+from jspec.engine import bucket, pad_rows
 
 # optional per-line fields and the types they must have
 FIELDS = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int}
@@ -165,7 +165,7 @@ def read_jobs(engine, input_path: Path, done: set[int], gen: GenerateConfig, bas
 def chunks(jobs: list[Job], size: int, room: int):
     """Batches of at most `size` jobs, bucketed by prompt length and max_new (the shapes of the compiled
     program), whose longest prompt + largest max_new fit in `room` tokens."""
-    jobs = sorted(jobs, key=lambda j: (_bucket(len(j.ids)), j.max_new, len(j.ids)))
+    jobs = sorted(jobs, key=lambda j: (bucket(len(j.ids)), j.max_new, len(j.ids)))
     chunk = []
     for j in jobs:
         trial = chunk + [j]
@@ -180,11 +180,9 @@ def chunks(jobs: list[Job], size: int, room: int):
 def run_chunk(engine, chunk: list[Job], gen: GenerateConfig, batch_size: int):
     """Generates one batch, padded with dummy rows (max_new 0: done at once) to a power of two <= batch_size,
     so that a job's last, partial batch reuses a compiled program instead of compiling a new one."""
-    pad = min(batch_size, 1 << (len(chunk) - 1).bit_length()) - len(chunk)
-    ids = [j.ids for j in chunk] + [[0]] * pad
-    rows = [j.sampling for j in chunk] + [chunk[0].sampling] * pad
-    results = engine.generate_ids(ids, rows, [j.max_new for j in chunk] + [0] * pad, gen)
-    return results[: len(chunk)]
+    size = min(batch_size, 1 << (len(chunk) - 1).bit_length())
+    padded = pad_rows([j.ids for j in chunk], [j.sampling for j in chunk], [j.max_new for j in chunk], size)
+    return engine.generate_ids(*padded, gen)[: len(chunk)]
 
 
 def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +26,20 @@ CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_TARGET = CHECKPOINTS / "code-target"
 DEFAULT_DRAFT = CHECKPOINTS / "code-draft"
 ROTATION_FILE = "rotations.safetensors"
+
+
+class ProgramArgs(NamedTuple):
+    """The arguments of decode.generate_program, in order."""
+
+    models: decode.Models
+    prompts: jax.Array  # [B, P] int32, right-padded
+    prompt_lens: jax.Array  # [B] int32
+    max_new: jax.Array  # [B] int32
+    sampler: Sampler
+    seeds: jax.Array  # [B] uint32
+    cache: kvcache.KVCache  # donated
+    draft_cache: kvcache.KVCache | None  # donated
+    eos_ids: jax.Array  # [E] int32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +93,10 @@ class Engine:
                      gen: GenerateConfig):
         """Token-level generate: returns [(token_ids, stats)] per row."""
         args, K = self._prepare(ids, rows, max_new, gen)
-        cache, draft_cache = args[6], args[7]
-        kv_bytes = cache.nbytes() + (draft_cache.nbytes() if draft_cache is not None else 0)
+        kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
         program, compile_s = self._program(args)
         t0 = time.perf_counter()
-        state = jax.block_until_ready(program(*args))  # the caches are donated: args[6:8] are gone now
+        state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
         decode_s = time.perf_counter() - t0
         return self._results(state, K, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
 
@@ -91,7 +105,6 @@ class Engine:
         round; generate() keeps the whole loop on device)."""
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         args, _ = self._prepare([ids], [sampling], [gen.max_new_tokens], gen)
-        m, _, _, max_new, sampler, _, _, _, eos = args
         with sharding.context(self.mesh):  # traced under the mesh, like generate's program
             s = decode.start_program(*args)
         shown, text = 0, ""
@@ -104,12 +117,13 @@ class Engine:
             if bool(s.done[0]):
                 return
             with sharding.context(self.mesh):
-                s = decode.round_program(m, sampler, max_new, eos, s)
+                s = decode.round_program(args.models, args.sampler, args.max_new, args.eos_ids, s)
 
     def _prepare(self, ids, rows, max_new, gen):
         """Pads the prompts to a bucket and builds the program's arguments (caches included)."""
         gen.validate()
-        ids, rows, max_new = sharding.pad_batch(ids, rows, max_new, self.mesh)
+        dp = sharding.dp_size(self.mesh)
+        ids, rows, max_new = pad_rows(ids, rows, max_new, -(-len(ids) // dp) * dp)
         K = self.lookahead(gen)
         B, top = len(ids), max(max_new)
         if any(len(x) == 0 for x in ids):
@@ -121,7 +135,7 @@ class Engine:
                 f"prompt of {longest} tokens + {top} new tokens + lookahead {K} + 1 exceeds the model's "
                 f"context of {self.cfg.max_position} tokens"
             )
-        P = min(_bucket(longest), capacity_left)
+        P = min(bucket(longest), capacity_left)
         prompts = np.zeros((B, P), np.int32)
         for b, x in enumerate(ids):
             prompts[b, : len(x)] = x
@@ -139,10 +153,10 @@ class Engine:
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K)
         draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt) if K else None
         eos = jnp.asarray(self.cfg.eos_token_ids or (-1,), jnp.int32)
-        args = (self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
-                jnp.asarray(max_new, jnp.int32), sampler, jnp.asarray([s.seed for s in rows], jnp.uint32),
-                cache, draft_cache, eos)
-        return args if self.mesh is None else sharding.shard_program_args(self.mesh, *args)
+        args = ProgramArgs(self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
+                           jnp.asarray(max_new, jnp.int32), sampler, jnp.asarray([s.seed for s in rows], jnp.uint32),
+                           cache, draft_cache, eos)
+        return args if self.mesh is None else ProgramArgs(*sharding.shard_program_args(self.mesh, *args))
 
     def _program(self, args):
         """The compiled program for these shapes, compiling (and timing it) on first use."""
@@ -174,9 +188,16 @@ class Engine:
         return out
 
 
-def _bucket(n: int) -> int:
+def bucket(n: int) -> int:
     """Prompt lengths are padded to a power of two (>= 16) so that compiled programs are reused."""
     return max(16, 1 << (n - 1).bit_length())
+
+
+def pad_rows(ids: list, rows: list[SamplingConfig], max_new: list[int], size: int):
+    """Pads a batch to `size` rows with dummy rows (one token, max_new 0: done before the first round, so
+    they emit nothing); callers drop the results past the real rows."""
+    extra = size - len(ids)
+    return ids + [[0]] * extra, rows + rows[:1] * extra, max_new + [0] * extra
 
 
 def _default_impl() -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 
@@ -22,7 +23,7 @@ class Sampler:
     def make(cls, batch: int, temperature=0.0, top_k=0, top_p=1.0) -> "Sampler":
         full = lambda x, dt: jnp.broadcast_to(jnp.asarray(x, dt), (batch,))
         t = full(temperature, jnp.float32)
-        greedy = bool((jnp.asarray(temperature) == 0).all())
+        greedy = bool(np.all(np.asarray(temperature) == 0))  # host values: no device round trip
         return cls(t, full(top_k, jnp.int32), full(top_p, jnp.float32), greedy)
 
 

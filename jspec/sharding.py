@@ -9,7 +9,7 @@ NamedShardings and GSPMD propagates them through the loop.
 - draft: replicated. It is small, and every tp shard runs it for its own dp rows.
 - caches [B, Hkv, X, ...] (BF16 rows, INT2 codes, scales, zeros alike): rows over "dp", KV heads over
   "tp" for the target; the draft cache over "dp" only. Lengths and every other [B, ...] input over "dp".
-The batch must divide by dp: callers pad it with dummy rows (pad_batch).
+The batch must divide by dp: the engine pads it with dummy rows (engine.pad_rows).
 
 The Pallas INT2 kernel is a custom call that GSPMD cannot split: per_shard wraps the attention around
 it in shard_map so that each device runs it on its own (dp, tp) block of rows and KV heads; the Engine
@@ -26,7 +26,7 @@ import dataclasses
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from jspec.config import ConfigError, ModelConfig, SamplingConfig
+from jspec.config import ConfigError, ModelConfig
 from jspec.kvcache import KVCache
 from jspec.model import Layer, Params
 
@@ -130,11 +130,9 @@ def shard_program_args(mesh: Mesh, m, prompts, prompt_lens, max_new, sampler, se
     return (m, *batch, shard_cache(cache, mesh), draft_cache, replicate(eos, mesh))
 
 
-def pad_batch(ids: list, rows: list[SamplingConfig], max_new: list[int], mesh: Mesh | None):
-    """Pads a batch to a multiple of dp with dummy rows (one token, max_new 0: done before the first
-    round, so they emit nothing); callers drop the results past the real rows."""
-    extra = 0 if mesh is None else -len(ids) % mesh.shape[DP]
-    return ids + [[0]] * extra, rows + rows[:1] * extra, max_new + [0] * extra
+def dp_size(mesh: Mesh | None) -> int:
+    """Rows per batch must be a multiple of this (1 without a mesh)."""
+    return 1 if mesh is None else mesh.shape[DP]
 
 
 def context(mesh: Mesh | None):
