@@ -9,43 +9,54 @@ import jax.numpy as jnp
 from safetensors import safe_open
 
 from jspec.config import ModelConfig, load_model_config
-from jspec.model import Layer, Params
+from jspec.model import Layer, Params, fuse_qkv, unfuse_qkv
 
 
 class CheckpointError(ValueError):
     """A model directory whose weights do not match its config."""
 
 
-# jspec Layer field -> (HF name under model.layers.{i}., transpose?)
+# jspec Layer field -> (its HF tensors under model.layers.{i}., transpose?). Fused fields (_fuse):
+# q/k/v into wqkv and bqkv, gate/up into w_gu.
 _LAYER_NAMES = {
-    "attn_norm": ("input_layernorm.weight", False),
-    "wq": ("self_attn.q_proj.weight", True),
-    "wk": ("self_attn.k_proj.weight", True),
-    "wv": ("self_attn.v_proj.weight", True),
-    "wo": ("self_attn.o_proj.weight", True),
-    "mlp_norm": ("post_attention_layernorm.weight", False),
-    "w_gate": ("mlp.gate_proj.weight", True),
-    "w_up": ("mlp.up_proj.weight", True),
-    "w_down": ("mlp.down_proj.weight", True),
-    "bq": ("self_attn.q_proj.bias", False),
-    "bk": ("self_attn.k_proj.bias", False),
-    "bv": ("self_attn.v_proj.bias", False),
-    "q_norm": ("self_attn.q_norm.weight", False),
-    "k_norm": ("self_attn.k_norm.weight", False),
+    "attn_norm": (("input_layernorm.weight",), False),
+    "wqkv": (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), True),
+    "wo": (("self_attn.o_proj.weight",), True),
+    "mlp_norm": (("post_attention_layernorm.weight",), False),
+    "w_gu": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), True),
+    "w_down": (("mlp.down_proj.weight",), True),
+    "bqkv": (("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"), False),
+    "q_norm": (("self_attn.q_norm.weight",), False),
+    "k_norm": (("self_attn.k_norm.weight",), False),
 }
 
 
-def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Expected jspec shapes of a layer's tensors (only those this config has)."""
+def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Expected shapes of a layer's HF tensors as jspec reads them (transposed), per Layer field
+    (only the fields this config has)."""
     E, F, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     Hq, Hkv = cfg.num_heads * D, cfg.num_kv_heads * D
-    shapes = dict(attn_norm=(E,), wq=(E, Hq), wk=(E, Hkv), wv=(E, Hkv), wo=(Hq, E), mlp_norm=(E,),
-                  w_gate=(E, F), w_up=(E, F), w_down=(F, E))
+    shapes = dict(attn_norm=((E,),), wqkv=((E, Hq), (E, Hkv), (E, Hkv)), wo=((Hq, E),), mlp_norm=((E,),),
+                  w_gu=((E, F), (E, F)), w_down=((F, E),))
     if cfg.qkv_bias:
-        shapes.update(bq=(Hq,), bk=(Hkv,), bv=(Hkv,))
+        shapes.update(bqkv=((Hq,), (Hkv,), (Hkv,)))
     if cfg.qk_norm:
-        shapes.update(q_norm=(D,), k_norm=(D,))
+        shapes.update(q_norm=((D,),), k_norm=((D,),))
     return shapes
+
+
+def _fuse(field: str, parts, cfg: ModelConfig):
+    """A Layer field from its HF tensors (transposed): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu)."""
+    if field in ("wqkv", "bqkv"):
+        return fuse_qkv(*parts, cfg)
+    return jnp.stack(parts, axis=-2) if field == "w_gu" else parts[0]
+
+
+def _unfuse(field: str, x, cfg: ModelConfig):
+    """_fuse's inverse: the HF tensors (transposed) of a Layer field."""
+    if field in ("wqkv", "bqkv"):
+        return unfuse_qkv(x, cfg)
+    return (x[..., 0, :], x[..., 1, :]) if field == "w_gu" else (x,)
 
 
 def _open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
@@ -89,10 +100,11 @@ def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
     read = _reader(_open_tensors(model_dir))
     layers = []
     for i in range(cfg.num_layers):
-        fields = {
-            field: read(f"model.layers.{i}.{_LAYER_NAMES[field][0]}", shape, _LAYER_NAMES[field][1], dtype)
-            for field, shape in _layer_shapes(cfg).items()
-        }
+        fields = {}
+        for field, shapes in _layer_shapes(cfg).items():
+            names, t = _LAYER_NAMES[field]
+            parts = [read(f"model.layers.{i}.{name}", shape, t, dtype) for name, shape in zip(names, shapes)]
+            fields[field] = _fuse(field, parts, cfg)
         layers.append(Layer(**fields))
     E, V = cfg.hidden_size, cfg.vocab_size
     embed = read("model.embed_tokens.weight", (V, E), False, dtype)
@@ -163,8 +175,9 @@ def save_hf(model_dir: str | Path, params: Params, cfg: ModelConfig) -> None:
     bf16 = lambda x, t: jnp.asarray(x.T if t else x, jnp.bfloat16)
     for i, lp in enumerate(params.layers):
         for field in _layer_shapes(cfg):
-            name, t = _LAYER_NAMES[field]
-            out[f"model.layers.{i}.{name}"] = bf16(getattr(lp, field), t)
+            names, t = _LAYER_NAMES[field]
+            for name, part in zip(names, _unfuse(field, getattr(lp, field), cfg)):
+                out[f"model.layers.{i}.{name}"] = bf16(part, t)
     out["model.embed_tokens.weight"] = bf16(params.embed, False)
     out["model.norm.weight"] = bf16(params.norm, False)
     if params.lm_head is not None:

@@ -22,17 +22,14 @@ from jspec.kvcache import KVCache
 @struct.dataclass
 class Layer:
     attn_norm: jax.Array  # [E]
-    wq: jax.Array  # [E, Hq*D]
-    wk: jax.Array  # [E, Hkv*D]
-    wv: jax.Array  # [E, Hkv*D]; R_V folded in per KV head when rotated
+    # q, k and v in one matmul. Slots per KV head h: 0..g-1 its query heads h*g.., g its k, g+1 its
+    # v (R_V folded in when rotated); grouped by KV head so that a tp shard of axis 1 holds all three.
+    wqkv: jax.Array  # [E, Hkv, g + 2, D]
     wo: jax.Array  # [Hq*D, E]; R_V^T folded in per head when rotated
     mlp_norm: jax.Array  # [E]
-    w_gate: jax.Array  # [E, F]
-    w_up: jax.Array  # [E, F]
+    w_gu: jax.Array  # [E, 2, F]: gate, up in one matmul
     w_down: jax.Array  # [F, E]
-    bq: jax.Array | None = None  # [Hq*D] Qwen2
-    bk: jax.Array | None = None  # [Hkv*D]
-    bv: jax.Array | None = None  # [Hkv*D]
+    bqkv: jax.Array | None = None  # [Hkv, g + 2, D] Qwen2, slots as in wqkv
     q_norm: jax.Array | None = None  # [D] Qwen3
     k_norm: jax.Array | None = None  # [D]
     rot_k: jax.Array | None = None  # [Hkv, D, D] R_K, applied to q and k after RoPE
@@ -77,13 +74,12 @@ def apply_rope(x, pos, inv_freq):
 def qkv(lp: Layer, cfg: ModelConfig, h, pos):
     """Post-RoPE q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D], before R_K."""
     B, n, _ = h.shape
-    D = cfg.head_dim
-    q, k, v = h @ lp.wq, h @ lp.wk, h @ lp.wv
-    if lp.bq is not None:
-        q, k, v = q + lp.bq, k + lp.bk, v + lp.bv
-    q = q.reshape(B, n, cfg.num_heads, D)
-    k = k.reshape(B, n, cfg.num_kv_heads, D)
-    v = v.reshape(B, n, cfg.num_kv_heads, D)
+    g = cfg.q_per_kv
+    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
+    if lp.bqkv is not None:
+        y = y + lp.bqkv
+    q = y[..., :g, :].reshape(B, n, cfg.num_heads, cfg.head_dim)  # query head h*g + j is slot j of h
+    k, v = y[..., g, :], y[..., g + 1, :]
     if lp.q_norm is not None:
         q, k = rms_norm(q, lp.q_norm, cfg.rms_eps), rms_norm(k, lp.k_norm, cfg.rms_eps)
     inv = rope_frequencies(cfg)
@@ -102,7 +98,8 @@ def rotate_qk(lp: Layer, cfg: ModelConfig, q, k):
 
 
 def mlp(lp: Layer, x):
-    return (jax.nn.silu(x @ lp.w_gate) * (x @ lp.w_up)) @ lp.w_down
+    y = jnp.einsum("bne,ejf->bnjf", x, lp.w_gu)  # [B, n, 2, F]
+    return (jax.nn.silu(y[..., 0, :]) * y[..., 1, :]) @ lp.w_down
 
 
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
@@ -136,6 +133,19 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
     return logits, (new_k, new_v)
 
 
+def fuse_qkv(q, k, v, cfg: ModelConfig):
+    """q [..., Hq*D], k and v [..., Hkv*D] (HF's output order) -> [..., Hkv, g + 2, D], wqkv's layout."""
+    heads = lambda x: x.reshape(*x.shape[:-1], cfg.num_kv_heads, -1, cfg.head_dim)  # [..., Hkv, n, D]
+    return jnp.concatenate([heads(q), heads(k), heads(v)], axis=-2)
+
+
+def unfuse_qkv(x, cfg: ModelConfig):
+    """fuse_qkv's inverse: x [..., Hkv, g + 2, D] -> q [..., Hq*D], k and v [..., Hkv*D]."""
+    g = cfg.q_per_kv
+    flat = lambda y: y.reshape(*y.shape[:-3], -1)
+    return flat(x[..., :g, :]), flat(x[..., g, None, :]), flat(x[..., g + 1, None, :])
+
+
 def init_params(cfg: ModelConfig, key, dtype=jnp.float32, std: float = 0.02) -> Params:
     """Random weights (normal(0, std), norms at 1) for tests, benchmarks and training from scratch."""
     E, F, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
@@ -145,10 +155,14 @@ def init_params(cfg: ModelConfig, key, dtype=jnp.float32, std: float = 0.02) -> 
     ones = lambda n: jnp.ones((n,), dtype)
 
     def layer():
-        bias = dict(bq=w(Hq), bk=w(Hkv), bv=w(Hkv)) if cfg.qkv_bias else {}
+        # Each HF projection is drawn on its own key, then fused: a seed gives the same model whether
+        # the projections are stored apart or fused (tests and training runs are pinned to seeds).
+        bias = dict(bqkv=fuse_qkv(w(Hq), w(Hkv), w(Hkv), cfg)) if cfg.qkv_bias else {}
         norms = dict(q_norm=ones(D), k_norm=ones(D)) if cfg.qk_norm else {}
-        return Layer(ones(E), w(E, Hq), w(E, Hkv), w(E, Hkv), w(Hq, E), ones(E), w(E, F), w(E, F),
-                     w(F, E), **bias, **norms)
+        wqkv, wo = fuse_qkv(w(E, Hq), w(E, Hkv), w(E, Hkv), cfg), w(Hq, E)
+        w_gu = jnp.stack([w(E, F), w(E, F)], axis=1)  # [E, 2, F]
+        return Layer(attn_norm=ones(E), wqkv=wqkv, wo=wo, mlp_norm=ones(E), w_gu=w_gu, w_down=w(F, E),
+                     **bias, **norms)
 
     layers = tuple(layer() for _ in range(cfg.num_layers))
     lm_head = None if cfg.tie_embeddings else w(E, cfg.vocab_size)

@@ -2,8 +2,8 @@
 
 Convention (oscar.md section 2.5): rows are rotated on the right, x_rot = x @ R with R [in, out].
 - R_K = U_Q . H . P_br rotates post-RoPE q and k at run time (q.k unchanged, R_K orthogonal).
-- R_V = U_S . H . P_br is folded into W_v (v comes out rotated) and R_V^T into W_o (the attention
-  output is un-rotated for free), so values cost nothing at run time.
+- R_V = U_S . H . P_br is folded into W_v (the v slot of wqkv: v comes out rotated) and R_V^T into
+  W_o (the attention output is un-rotated for free), so values cost nothing at run time.
 U: eigenvectors of the target covariance; H: normalized Walsh-Hadamard; P_br: eigenvalue-sorted
 bit-reversal permutation. All math in float64 numpy; rotations are stored as float32.
 
@@ -188,7 +188,7 @@ def load_rotations(path, cfg: ModelConfig):
 
 
 def apply_rotations(params: Params, cfg: ModelConfig, rot_k: Sequence, rot_v: Sequence) -> Params:
-    """Sets Layer.rot_k and folds R_V into W_v/b_v and R_V^T into W_o; the model function is unchanged.
+    """Sets Layer.rot_k, folds R_V into the v slot of wqkv/bqkv and R_V^T into W_o; the model is unchanged.
 
     v_rot = v @ R_V[h] for KV head h, and o_rot @ R_V[h]^T = o for every query head i using h
     (i // q_per_kv == h), so W_o's row block of head i becomes R_V[h]^T @ W_o[i*D:(i+1)*D].
@@ -204,13 +204,13 @@ def _rotate_layer(lp, cfg: ModelConfig, rk, rv):
         raise ConfigError("params are already rotated; apply rotations to the original weights")
     Hkv, g, D = cfg.num_kv_heads, cfg.q_per_kv, cfg.head_dim
     rk, rv = jnp.asarray(rk, jnp.float32), jnp.asarray(rv, jnp.float32)  # [Hkv, D, D]
-    dtype = lp.wv.dtype
-    wv = lp.wv.astype(jnp.float32).reshape(-1, Hkv, D)  # [E, Hkv, D]
-    wv = jnp.einsum("ehd,hdf->ehf", wv, rv).reshape(lp.wv.shape)
+    dtype = lp.wqkv.dtype
+    wv = jnp.einsum("ehd,hdf->ehf", lp.wqkv[:, :, g + 1, :].astype(jnp.float32), rv)  # v slot [E, Hkv, D]
     wo = lp.wo.astype(jnp.float32).reshape(Hkv, g, D, -1)  # [Hkv, g, D, E]
     wo = jnp.einsum("hdf,hgde->hgfe", rv, wo).reshape(lp.wo.shape)  # R_V^T @ block
-    new = dict(rot_k=rk.astype(dtype), wv=wv.astype(dtype), wo=wo.astype(lp.wo.dtype))
-    if lp.bv is not None:
-        bv = jnp.einsum("hd,hdf->hf", lp.bv.astype(jnp.float32).reshape(Hkv, D), rv)
-        new["bv"] = bv.reshape(lp.bv.shape).astype(lp.bv.dtype)
+    new = dict(rot_k=rk.astype(dtype), wqkv=lp.wqkv.at[:, :, g + 1, :].set(wv.astype(dtype)),
+               wo=wo.astype(lp.wo.dtype))
+    if lp.bqkv is not None:
+        bv = jnp.einsum("hd,hdf->hf", lp.bqkv[:, g + 1, :].astype(jnp.float32), rv)  # [Hkv, D]
+        new["bqkv"] = lp.bqkv.at[:, g + 1, :].set(bv.astype(lp.bqkv.dtype))
     return lp.replace(**new)

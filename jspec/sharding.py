@@ -2,10 +2,10 @@
 
 The decode program stays decode.generate_program, jitted once; only its inputs are placed with
 NamedShardings and GSPMD propagates them through the loop.
-- target, Megatron-style over "tp": wq/wk/wv (+ biases) and w_gate/w_up split by output column, that is
-  by head and by MLP unit; wo and w_down split by input row, so each layer costs one all-reduce after
-  attention and one after the MLP. rot_k split by KV head. lm_head split by vocabulary when tp divides
-  it; embedding and norms replicated.
+- target, Megatron-style over "tp": wqkv (+ bqkv) split by KV head, each shard holding whole KV heads
+  with their queries, and w_gu by MLP unit; wo and w_down split by input row, so each layer costs one
+  all-reduce after attention and one after the MLP. rot_k split by KV head. lm_head split by
+  vocabulary when tp divides it; embedding and norms replicated.
 - draft: replicated. It is small, and every tp shard runs it for its own dp rows.
 - caches [B, Hkv, X, ...] (BF16 rows, INT2 codes, scales, zeros alike): rows over "dp", KV heads over
   "tp" for the target; the draft cache over "dp" only. Lengths and every other [B, ...] input over "dp".
@@ -32,13 +32,13 @@ from jspec.model import Layer, Params
 
 DP, TP = "dp", "tp"
 
-# Layer fields split over tp (the rest are replicated): columns of the projections into heads and
-# MLP units, rows of the projections out of them. The head-major layout [E, H*D] makes a contiguous
-# column block exactly a block of whole heads.
+# Layer fields split over tp (the rest are replicated): the projections into heads by KV head and
+# into the MLP by unit, the projections out of them by row. wqkv's KV-head axis carries each head's
+# q, k and v together; wo's head-major rows [Hq*D] split into blocks of whole query heads, the same
+# heads (h*g..) as the wqkv block of KV head h.
 _LAYER_SPECS = dict(
-    wq=P(None, TP), wk=P(None, TP), wv=P(None, TP), wo=P(TP, None),
-    w_gate=P(None, TP), w_up=P(None, TP), w_down=P(TP, None),
-    bq=P(TP), bk=P(TP), bv=P(TP), rot_k=P(TP, None, None),
+    wqkv=P(None, TP, None, None), bqkv=P(TP, None, None), wo=P(TP, None),
+    w_gu=P(None, None, TP), w_down=P(TP, None), rot_k=P(TP, None, None),
 )
 
 

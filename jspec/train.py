@@ -89,8 +89,9 @@ def make_optimizer(tc: TrainConfig) -> optax.GradientTransformation:
     """AdamW with global-norm clipping; the learning rate is a hyperparameter set every step."""
 
     def adamw(learning_rate):
-        # Decay matrices only: norms (1-D) stay at their scale.
-        decay = lambda params: jax.tree.map(lambda x: x.ndim > 1, params)
+        # Decay matrices only: norms (1-D) and biases (bqkv is [Hkv, g + 2, D]) stay at their scale.
+        decay = lambda params: jax.tree_util.tree_map_with_path(
+            lambda path, x: x.ndim > 1 and path[-1].name != "bqkv", params)
         return optax.chain(optax.clip_by_global_norm(tc.clip),
                            optax.adamw(learning_rate, b1=0.9, b2=0.95, weight_decay=tc.weight_decay, mask=decay))
 

@@ -230,6 +230,41 @@ def test_save_hf_round_trip(cfg, tmp_path):
     np.testing.assert_allclose(np.asarray(ours), _hf_logits(hf, ids), atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_save_hf_writes_back_the_loaded_tensors(family, hf_model_dir, jspec_model, tmp_path):
+    """HF -> load (fused wqkv, w_gu) -> save_hf gives back every HF tensor, exactly as bf16."""
+    from safetensors.flax import load_file as load_jax
+
+    cfg, params, _ = jspec_model(family, jnp.bfloat16)
+    checkpoint.save_hf(tmp_path, params, cfg)
+    want = load_file(hf_model_dir(family) / "model.safetensors")
+    got = load_jax(tmp_path / "model.safetensors")
+    assert got.keys() == want.keys()
+    for name, x in want.items():
+        assert got[name].dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(got[name], np.float32),
+                                      np.asarray(jnp.asarray(x, jnp.bfloat16), np.float32), err_msg=name)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])  # GQA, MHA, biases (no q/k norm)
+def test_fused_projections_equal_hf_ones(family, hf_model_dir, jspec_model):
+    """q/k/v from wqkv and the MLP from w_gu are HF's separate q/k/v_proj and gate/up_proj."""
+    cfg, params, _ = jspec_model(family)
+    prefix = "model.layers.1."
+    w = {k[len(prefix):]: x for k, x in load_file(hf_model_dir(family) / "model.safetensors").items()
+         if k.startswith(prefix)}
+    h = np.random.default_rng(5).standard_normal((2, 3, cfg.hidden_size)).astype(np.float32)
+    proj = lambda name: h @ w[f"{name}.weight"].T + w.get(f"{name}.bias", 0)
+    heads = lambda x: x.reshape(2, 3, -1, cfg.head_dim)
+    # at position 0 RoPE is the identity, so qkv returns the projections themselves
+    q, k, v = model.qkv(params.layers[1], cfg, jnp.asarray(h), jnp.zeros((2, 3), jnp.int32))
+    for got, name in ((q, "q_proj"), (k, "k_proj"), (v, "v_proj")):
+        np.testing.assert_allclose(np.asarray(got), heads(proj(f"self_attn.{name}")), atol=1e-5, rtol=0)
+    silu = lambda x: x / (1 + np.exp(-x))
+    want = (silu(proj("mlp.gate_proj")) * proj("mlp.up_proj")) @ w["mlp.down_proj.weight"].T
+    np.testing.assert_allclose(np.asarray(model.mlp(params.layers[1], jnp.asarray(h))), want, atol=1e-5, rtol=0)
+
+
 # ------------------------------------------------------------------------------------ load errors
 
 

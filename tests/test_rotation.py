@@ -152,15 +152,7 @@ def _per_head_rotations(cfg, seed):
 
 
 def _params(cfg, seed):
-    # biases added by hand: init_params runs out of PRNG keys when cfg.qkv_bias is set
-    params = init_params(dataclasses.replace(cfg, qkv_bias=False), jax.random.PRNGKey(seed), std=0.2)
-    if not cfg.qkv_bias:
-        return params
-    rng = np.random.default_rng(seed)
-    bias = lambda n: jnp.asarray(0.2 * rng.standard_normal(n), jnp.float32)
-    Dq, Dkv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    layers = tuple(lp.replace(bq=bias(Dq), bk=bias(Dkv), bv=bias(Dkv)) for lp in params.layers)
-    return params.replace(layers=layers)
+    return init_params(cfg, jax.random.PRNGKey(seed), std=0.2)
 
 
 @pytest.mark.parametrize("cfg", [TINY, TINY_QWEN2], ids=["llama", "qwen2-bias"])
@@ -172,7 +164,10 @@ def test_apply_rotations_preserves_the_model(cfg):
     rotated = rotation.apply_rotations(params, cfg, rot_k, rot_v)
     assert rotated.layers[0].rot_k.shape == (cfg.num_kv_heads, cfg.head_dim, cfg.head_dim)
     assert rotated.layers[0].rot_k.dtype == jnp.float32
-    assert not np.allclose(rotated.layers[0].wv, params.layers[0].wv)  # R_V really is folded
+    g = cfg.q_per_kv
+    before, after = params.layers[0].wqkv, rotated.layers[0].wqkv
+    assert not np.allclose(after[:, :, g + 1], before[:, :, g + 1])  # R_V really is folded into v
+    np.testing.assert_array_equal(after[:, :, : g + 1], before[:, :, : g + 1])  # and only into v
     out, (new_k, new_v) = forward(rotated, cfg, tokens)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-4)
     _, (plain_k, plain_v) = forward(params, cfg, tokens)

@@ -145,14 +145,13 @@ def _check_placement(eng, mesh):
     placement = {}
     put = lambda name, x, spec: placement.__setitem__(name, _placed(x, mesh, spec))
     lp = m.target.layers[0]
-    for name, spec in (("wq", P(None, "tp")), ("wk", P(None, "tp")), ("wv", P(None, "tp")),
-                       ("wo", P("tp", None)), ("w_gate", P(None, "tp")), ("w_up", P(None, "tp")),
-                       ("w_down", P("tp", None)), ("bq", P("tp")), ("bk", P("tp")), ("rot_k", P("tp")),
+    for name, spec in (("wqkv", P(None, "tp")), ("bqkv", P("tp")), ("wo", P("tp", None)),
+                       ("w_gu", P(None, None, "tp")), ("w_down", P("tp", None)), ("rot_k", P("tp")),
                        ("attn_norm", P()), ("q_norm", P())):
         put(f"target.{name}", getattr(lp, name), spec)
     put("target.lm_head", m.target.lm_head, P(None, "tp"))
     put("target.embed", m.target.embed, P())
-    put("draft.wq", m.draft.layers[0].wq, P())
+    put("draft.wqkv", m.draft.layers[0].wqkv, P())
     put("prompts", prompts, P("dp"))
 
     def caches(prefix, c, dc):

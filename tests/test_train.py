@@ -87,3 +87,19 @@ def test_shipped_model_matches_transformers(name):
     with torch.no_grad():
         theirs = hf(torch.tensor([ids])).logits.numpy()
     assert np.abs(np.asarray(ours) - theirs).max() <= 1e-3
+
+
+@pytest.mark.parametrize("name", ["code-target", "code-draft"])
+def test_shipped_model_round_trips_exactly(name, tmp_path):
+    """The shipped bf16 tensors -> jspec's fused layout -> save_hf: the same tensors, bit for bit."""
+    from safetensors.flax import load_file
+
+    from jspec.checkpoint import load_model, save_hf
+
+    path = _shipped(name)
+    cfg, params, _ = load_model(path, jnp.bfloat16, tokenizer=False)
+    save_hf(tmp_path, params, cfg)
+    want, got = load_file(path / "model.safetensors"), load_file(tmp_path / "model.safetensors")
+    assert got.keys() == want.keys()
+    for k, x in want.items():
+        assert got[k].dtype == x.dtype and bool(jnp.array_equal(got[k], x)), k
