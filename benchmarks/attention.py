@@ -87,15 +87,13 @@ def _keys(seed, shape, dtype=jnp.bfloat16):
 
 def int2_inputs(B, T, n, nb, words):
     """nb buffer sets of packed K/V history for B rows of T tokens; queries rows [B, Hkv, n*G, D]."""
-    def one(seed):
-        ks = jax.random.split(jax.random.key(seed), 6)
-        codes = lambda k: jax.random.bits(k, (B, HKV, T, D // 4), jnp.uint8)
-        scale = lambda k: jax.random.uniform(k, (B, HKV, T, 1), jnp.float32, 0.05, 0.5).astype(jnp.bfloat16)
-        zero = lambda k: jax.random.uniform(k, (B, HKV, T, 1), jnp.float32, 0, 3).astype(jnp.bfloat16)
-        kc, vc = codes(ks[0]), codes(ks[3])
-        if words:
-            kc, vc = ia.as_words(kc), ia.as_words(vc)
-        return (kc, scale(ks[1]), zero(ks[2]), vc, scale(ks[4]), zero(ks[5]))
+    def one(seed):  # the cache's layout: codes [B, H, 2, T, D/4], qparams [B, H, 4, T, 1]
+        kc, ks, kz = jax.random.split(jax.random.key(seed), 3)
+        codes = jax.random.bits(kc, (B, HKV, 2, T, D // 4), jnp.uint8)
+        scale = jax.random.uniform(ks, (B, HKV, 2, 1, T, 1), jnp.float32, 0.05, 0.5)
+        zero = jax.random.uniform(kz, (B, HKV, 2, 1, T, 1), jnp.float32, 0, 3)
+        qparams = jnp.concatenate([scale, zero], 3).reshape(B, HKV, 4, T, 1).astype(jnp.bfloat16)
+        return (ia.as_words(codes) if words else codes), qparams
 
     bufs = [one(100 + i) for i in range(nb)]
     qs = [_keys(i, (B, HKV, n * G, D)) for i in range(CALLS)]
@@ -125,9 +123,8 @@ def time_int2(B, T, n, reps, words=False, interpret=False, words_in_jit=False, *
     hi = jnp.full((B, n * G), T, jnp.int32)
     view = ia.as_words if words_in_jit else (lambda c: c)
 
-    def attn(q, kc, ks, kz, vc, vs, vz):
-        return ia.int2_attention(q, view(kc), ks, kz, view(vc), vs, vz, lo, hi, words=words, interpret=interpret,
-                                 **opts)
+    def attn(q, codes, qparams):
+        return ia.int2_attention(q, view(codes), qparams, lo, hi, words=words, interpret=interpret, **opts)
 
     return _time_calls(attn, qs, bufs, reps), nb
 

@@ -50,19 +50,33 @@ def weight_bytes(params) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(params))
 
 
-def make_step(cfg: ModelConfig, impl: str):
-    def step(params, cache, tok):
-        logits, (k, v) = model.forward(params, cfg, tok[:, None], cache, attn_impl=impl)
-        cache = kvcache.commit(cache, k, v, jnp.ones_like(tok))
+def make_step(cfg: ModelConfig, impl: str, n: int = 1, steps: int = 1):
+    """`steps` steps in one jitted call (a lax.fori_loop when > 1, as in the engine's decode loop), each
+    a forward over n tokens per row (decode: 1; verification: K + 1) and the commit of all n rows."""
+    def one(params, cache, tok):
+        logits, (k, v) = model.forward(params, cfg, jnp.broadcast_to(tok[:, None], (tok.shape[0], n)), cache,
+                                       attn_impl=impl)
+        cache = kvcache.commit(cache, k, v, jnp.full_like(tok, n))
         return jnp.argmax(logits[:, -1], -1).astype(jnp.int32), cache
+
+    def step(params, cache, tok):
+        if steps == 1:
+            return one(params, cache, tok)
+        return jax.lax.fori_loop(0, steps, lambda i, c: one(params, c[1], c[0]), (tok, cache))
 
     return jax.jit(step, donate_argnums=1)
 
 
-def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str) -> float:
-    cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16)
+def capacity(ctx: int, n: int = 1, steps: int = 1) -> int:
+    """Cache capacity for timing at context ctx: room for the 10 timed calls' commits (+ 64 spare)."""
+    return ctx + 10 * steps * n + 64
+
+
+def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str, n: int = 1, steps: int = 1) -> float:
+    """Median seconds per step (make_step) at context ctx; the commits advance it by 10 * steps * n."""
+    cache = kvcache.init_cache(cfg, kv, B, capacity(ctx, n, steps), jnp.bfloat16)
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
-    step = make_step(cfg, impl)
+    step = make_step(cfg, impl, n, steps)
     tok = jnp.zeros((B,), jnp.int32)
     state = {"cache": cache, "tok": tok}
 
@@ -70,12 +84,12 @@ def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str) -> float:
         state["tok"], state["cache"] = step(params, state["cache"], state["tok"])
         return state["tok"]
 
-    return median_time(run, iters=8)  # the cache is freed with `state` on return
+    return median_time(run, iters=8) / steps  # 2 warm-up + 8 timed calls; the cache is freed on return
 
 
-def max_batch(cfg: ModelConfig, kv: KVConfig, ctx: int, free_bytes: int) -> int:
+def max_batch(cfg: ModelConfig, kv: KVConfig, ctx: int, free_bytes: int, steps: int = 1) -> int:
     """Largest batch whose cache fits in free_bytes (allocation size of init_cache, per row)."""
-    one = jax.eval_shape(lambda: kvcache.init_cache(cfg, kv, 1, ctx + 64, jnp.bfloat16))
+    one = jax.eval_shape(lambda: kvcache.init_cache(cfg, kv, 1, capacity(ctx, 1, steps), jnp.bfloat16))
     per_row = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one.layers))
     return int(free_bytes // per_row)
 
@@ -83,9 +97,11 @@ def max_batch(cfg: ModelConfig, kv: KVConfig, ctx: int, free_bytes: int) -> int:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="benchmarks/results/decode.json")
-    ap.add_argument("--contexts", default="8192,32768,131072")
-    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--contexts", default="8192,32768,65536,131072")
+    ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--time-budget", type=float, default=300, help="skip the remaining sizes after this")
+    ap.add_argument("--steps", type=int, default=8, help="decode steps per jitted call (a fori_loop, as in "
+                    "the engine); 1 times one dispatched call per step")
     args = ap.parse_args()
     t_start = time.perf_counter()
     cfg = LLAMA3_8B
@@ -98,27 +114,33 @@ def main():
     free = stats.get("bytes_limit", 0) - stats.get("bytes_in_use", 0) - 4 * 2**30  # 4 GiB workspace
     modes = {"bf16": (KVConfig("bf16"), "reference", params), "int2": (KVConfig("int2"), "pallas", rotated)}
     rows = []
-    bf16_max_32k = max_batch(cfg, modes["bf16"][0], 32768, free)
+    # At 32K also each mode's largest batch: the throughput of a full GPU.
+    max_32k = sorted({max_batch(cfg, kv, 32768, free, args.steps) for kv, _, _ in modes.values()})
     for ctx in map(int, args.contexts.split(",")):
-        batches = [int(b) for b in args.batches.split(",")] + ([bf16_max_32k] if ctx == 32768 else [])
+        batches = sorted({int(b) for b in args.batches.split(",")} | (set(max_32k) if ctx == 32768 else set()))
         for B in batches:
             for name, (kv, impl, p) in modes.items():
-                if max_batch(cfg, kv, ctx, free) < B or time.perf_counter() - t_start > args.time_budget:
+                if max_batch(cfg, kv, ctx, free, args.steps) < B or time.perf_counter() - t_start > args.time_budget:
                     continue
-                t = time_step(p, cfg, kv, B, ctx, impl)
+                try:
+                    t = time_step(p, cfg, kv, B, ctx, impl, steps=args.steps)
+                except jax.errors.JaxRuntimeError as e:  # out of memory beside the computed fit: say so
+                    rows.append(dict(ctx=ctx, batch=B, kv=name, error=str(e).splitlines()[0][:200]))
+                    print(f"ctx {ctx:>6} B {B:>3} {name}: failed ({rows[-1]['error']})", flush=True)
+                    continue
                 floor = (wbytes + kv_read_bytes(cfg, kv, B, ctx)) / bw
                 rows.append(dict(ctx=ctx, batch=B, kv=name, ms=t * 1e3, tok_s=B / t, floor_ms=floor * 1e3,
                                  floor_frac=floor / t))
                 print(f"ctx {ctx:>6} B {B:>3} {name}: {t * 1e3:8.2f} ms  {B / t:8.0f} tok/s  "
                       f"floor {floor * 1e3:7.2f} ms ({floor / t:.0%})", flush=True)
-                save(args.out, cfg, modes, bw, wbytes, free, rows)  # after every row: a timeout loses nothing
+                save(args.out, cfg, modes, bw, wbytes, free, rows, args.steps)  # after every row: a timeout loses nothing
 
 
-def save(path, cfg, modes, bw, wbytes, free, rows):
-    fits = {f"{name}@{ctx}": max_batch(cfg, kv, ctx, free) for ctx in (32768, 131072)
+def save(path, cfg, modes, bw, wbytes, free, rows, steps):
+    fits = {f"{name}@{ctx}": max_batch(cfg, kv, ctx, free, steps) for ctx in (32768, 131072)
             for name, (kv, _, _) in modes.items()}
     result = dict(device=str(jax.devices()[0]), jax=jax.__version__, copy_bw_gbs=bw / 1e9,
-                  weight_bytes=wbytes, free_bytes=free, max_batch=fits, rows=rows)
+                  weight_bytes=wbytes, free_bytes=free, steps_per_call=steps, max_batch=fits, rows=rows)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
 

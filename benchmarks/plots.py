@@ -21,9 +21,10 @@ RESULTS = Path(__file__).parent / "results"
 
 def tokens_vs_context(decode: dict, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
+    rows = [r for r in decode["rows"] if "tok_s" in r]  # rows that ran
     for kv, style in (("bf16", "--"), ("int2", "-")):
-        for B in sorted({r["batch"] for r in decode["rows"]}):
-            pts = sorted((r["ctx"], r["tok_s"]) for r in decode["rows"] if r["kv"] == kv and r["batch"] == B)
+        for B in sorted({r["batch"] for r in rows}):
+            pts = sorted((r["ctx"], r["tok_s"]) for r in rows if r["kv"] == kv and r["batch"] == B)
             if pts:
                 ax.plot(*zip(*pts), style, marker="o", label=f"{kv} B={B}")
     ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="decode tokens/s",

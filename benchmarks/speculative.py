@@ -20,11 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import jspec
-from jspec import data, engine, kvcache, model
+from jspec import data, engine, model, rotation
 from jspec.config import KVConfig, ModelConfig
 
-from decode import LLAMA3_8B  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from timing import median_time  # noqa: E402
+from decode import LLAMA3_8B, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_norm=True, max_position=140000)
 
@@ -106,21 +105,16 @@ def part_a(max_new: int) -> dict:
     return dict(prompts=len(prompts), max_new=max_new, rows=rows, by_k=by_k)
 
 
-def forward_time(params, cfg, kv, B, ctx, n, impl) -> float:
-    """One forward over n tokens per row with a cache at context ctx (no commit: pure cost)."""
-    cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16)
-    cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
-    f = jax.jit(lambda p, c, t: model.forward(p, cfg, t, c, attn_impl=impl)[0][:, -1].argmax(-1))
-    tok = jnp.zeros((B, n), jnp.int32)
-    return median_time(lambda: f(params, cache, tok))
-
-
 def part_b(tau: float, K: int = 4, ctx: int = 8192) -> dict:
+    """Measured: target decode step, verify step (K + 1 tokens) and draft step, each a forward plus the
+    commit of its rows (decode.time_step). Derived: the speed-up at the shipped pair's tau."""
     target = model.init_params(LLAMA3_8B, jax.random.key(0), dtype=jnp.bfloat16)
+    target = rotation.apply_rotations(target, LLAMA3_8B, *rotation.hadamard_rotations(LLAMA3_8B))
     draft = model.init_params(QWEN3_06B_SHAPE, jax.random.key(1), dtype=jnp.bfloat16)
-    t_step = forward_time(target, LLAMA3_8B, KVConfig("int2"), 1, ctx, 1, "pallas")
-    t_verify = forward_time(target, LLAMA3_8B, KVConfig("int2"), 1, ctx, K + 1, "pallas")
-    t_draft = forward_time(draft, QWEN3_06B_SHAPE, KVConfig("bf16"), 1, ctx, 1, "reference")
+    int2 = KVConfig("int2")
+    t_step = time_step(target, LLAMA3_8B, int2, 1, ctx, "pallas", steps=8)
+    t_verify = time_step(target, LLAMA3_8B, int2, 1, ctx, "pallas", n=K + 1, steps=8)
+    t_draft = time_step(draft, QWEN3_06B_SHAPE, KVConfig("bf16"), 1, ctx, "reference", steps=8)
     derived = tau * t_step / (K * t_draft + t_verify)
     return dict(ctx=ctx, K=K, measured_ms=dict(target_step=t_step * 1e3, verify=t_verify * 1e3,
                                                draft_step=t_draft * 1e3),

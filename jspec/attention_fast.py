@@ -12,11 +12,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jspec import quant
 from jspec.config import KVConfig
 from jspec.attention import dot_scores
-from jspec.kvcache import LayerKV
-from jspec.pallas.int2_attention import int2_attention
+from jspec.kvcache import LayerKV, fake_quantize_kv
+from jspec.pallas.int2_attention import int2_attention, merge_lse
 
 
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None, **kernel_options):
@@ -31,31 +30,31 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     with jax.named_scope("bf16_parts"):
         out_x, lse_x = _bf16_part(qg, k, v, layer, length, t, kv)  # [B, n, H, g, D], [B, n, H, g]
     with jax.named_scope("int2_history"):
-        out_k, lse_k = _int2_part(qg, layer, length, t, kv, interpret, kernel_options)
-    # lse_x is finite (every query reads its own row in BF16); lse_k may be -inf (empty range).
-    m = jnp.maximum(lse_x, lse_k)
-    wx, wk = jnp.exp(lse_x - m), jnp.exp(lse_k - m)
-    out = (wx[..., None] * out_x + wk[..., None] * out_k) / (wx + wk)[..., None]
-    return out.reshape(B, n, Hq, D).astype(q.dtype)
+        out_k, lse_k = _int2_part(qg, layer, length, t, kv, interpret, kernel_options)  # [B, H, ns, n*g, ...]
+    # One merge of the BF16 partial with the kernel's split partials (a merge of the splits first and
+    # then of the two parts would be twice the small kernels). Row m of a KV head is query i = m // g.
+    g = Hq // H
+    rows = lambda x: jnp.moveaxis(x, 1, 2).reshape(B, H, 1, n * g, *x.shape[4:])  # [B, n, H, g, ..] -> [B, H, 1, n*g, ..]
+    out, _ = merge_lse(jnp.concatenate([rows(out_x), out_k], 2), jnp.concatenate([rows(lse_x), lse_k], 2), axis=2)
+    return jnp.moveaxis(out.reshape(B, H, n, g, D), 2, 1).reshape(B, n, Hq, D).astype(q.dtype)
 
 
 def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel_options):
-    """Kernel over the INT2 history; GQA heads x query positions packed into M rows per KV head."""
+    """Kernel over the INT2 history; GQA heads x query positions packed into M rows per KV head.
+
+    Returns the kernel's unmerged split partials: out [B, H, splits, n*g, D], lse [B, H, splits, n*g]."""
     B, n, H, g, D = qg.shape
     rows = qg.transpose(0, 2, 1, 3, 4).reshape(B, H, n * g, D)  # row m = i * g + head-in-group
     hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, n*g]
     lo = jnp.full_like(hi, kv.sink)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    hk, hv = layer.hist_k, layer.hist_v
-    out, lse = int2_attention(rows, hk.codes, hk.scale, hk.zero, hv.codes, hv.scale, hv.zero, lo, hi,
-                              interpret=interpret, **kernel_options)
-    out = out.reshape(B, H, n, g, D).transpose(0, 2, 1, 3, 4)
-    return out, lse.reshape(B, H, n, g).transpose(0, 2, 1, 3)
+    return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 
 
 def _ring_positions(length, W: int):
-    """[B, W]: the position held by each ring slot (the latest p < length with p = slot mod W)."""
+    """[B, W]: the position held by ring slot S + j (the latest p < length with p = j mod W; it may
+    be < S, which the caller excludes)."""
     last = length[:, None] - 1
     return last - jnp.mod(last - jnp.arange(W), W)
 
@@ -63,9 +62,9 @@ def _ring_positions(length, W: int):
 def _bf16_part(qg, k, v, layer: LayerKV, length, t, kv: KVConfig):
     """Softmax partial over sink + ring + chunk rows: (out [B, n, H, g, D] f32, lse [B, n, H, g])."""
     B, n, H, g, D = qg.shape
-    S, W, R = layer.sink_k.shape[2], layer.ring_k.shape[2], kv.recent
+    S, W, R = layer.sink, layer.ring, kv.recent
     dt = k.dtype
-    # Key positions and validity per query row, for each key set.
+    # Key positions and validity per query row: the window's sink and ring slots, then the chunk.
     p_ring = _ring_positions(length, W)  # [B, W]
     lo_ring = jnp.maximum(kv.sink, t - R + 1)  # [B, n]
     ok_sink = jnp.broadcast_to((jnp.arange(S) < length[:, None])[:, None, :], (B, n, S))
@@ -73,8 +72,8 @@ def _bf16_part(qg, k, v, layer: LayerKV, length, t, kv: KVConfig):
     i, j = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
     causal = jnp.broadcast_to(j <= i, (B, n, n))
 
-    keys = jnp.concatenate([layer.sink_k.astype(dt), layer.ring_k.astype(dt), k.transpose(0, 2, 1, 3)], 2)
-    vals = jnp.concatenate([layer.sink_v.astype(dt), layer.ring_v.astype(dt), v.transpose(0, 2, 1, 3)], 2)
+    keys = jnp.concatenate([layer.k.astype(dt), k.transpose(0, 2, 1, 3)], 2)
+    vals = jnp.concatenate([layer.v.astype(dt), v.transpose(0, 2, 1, 3)], 2)
     valid = jnp.concatenate([ok_sink, ok_ring, causal], 2)  # [B, n, X]
     s = dot_scores(qg, keys)  # [B, H, g, n, X]
     if n > R:  # a long chunk: its own rows older than t - R are read as INT2
@@ -97,10 +96,7 @@ def _bf16_part(qg, k, v, layer: LayerKV, length, t, kv: KVConfig):
 
 def _fake_quant(k, v, kv: KVConfig):
     """Chunk rows as commit will store them in the INT2 history: [B, H, n, D] each."""
-    G = kv.group(k.shape[-1])
-    kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-    return (quant.fake_quantize(kt, G, kv.clip_k, kv.scale_dtype),
-            quant.fake_quantize(vt, G, kv.clip_v, kv.scale_dtype))
+    return fake_quantize_kv(k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), kv)
 
 
 def _values(p, vals):

@@ -64,37 +64,32 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
 
 
 def apply_rope(x, pos, inv_freq):
-    """x [B, n, H, D] at positions pos [B, n]; HF's rotate-half convention."""
+    """x [B, n, ..., D] at positions pos [B, n]; HF's rotate-half convention."""
     ang = pos[..., None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, n, D/2]
-    cos, sin = jnp.cos(ang)[:, :, None], jnp.sin(ang)[:, :, None]
+    ang = ang.reshape(*ang.shape[:2], *(1,) * (x.ndim - 3), -1)  # broadcast over the head axes
+    cos, sin = jnp.cos(ang), jnp.sin(ang)
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x.dtype)
 
 
 def qkv(lp: Layer, cfg: ModelConfig, h, pos):
-    """Post-RoPE q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D], before R_K."""
+    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
+    layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
+
+    The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
+    """
     B, n, _ = h.shape
-    g = cfg.q_per_kv
+    g, D = cfg.q_per_kv, cfg.head_dim
     y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
-    q = y[..., :g, :].reshape(B, n, cfg.num_heads, cfg.head_dim)  # query head h*g + j is slot j of h
-    k, v = y[..., g, :], y[..., g + 1, :]
+    qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
     if lp.q_norm is not None:
-        q, k = rms_norm(q, lp.q_norm, cfg.rms_eps), rms_norm(k, lp.k_norm, cfg.rms_eps)
-    inv = rope_frequencies(cfg)
-    return apply_rope(q, pos, inv), apply_rope(k, pos, inv), v
-
-
-def rotate_qk(lp: Layer, cfg: ModelConfig, q, k):
-    """x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal."""
-    if lp.rot_k is None:
-        return q, k
-    B, n = q.shape[:2]
-    qg = q.reshape(B, n, cfg.num_kv_heads, cfg.q_per_kv, cfg.head_dim)
-    qg = jnp.einsum("bnhgd,hde->bnhge", qg, lp.rot_k.astype(q.dtype))
-    k = jnp.einsum("bnhd,hde->bnhe", k, lp.rot_k.astype(k.dtype))
-    return qg.reshape(q.shape), k
+        qk = rms_norm(qk, jnp.concatenate([jnp.broadcast_to(lp.q_norm, (g, D)), lp.k_norm[None]]), cfg.rms_eps)
+    qk = apply_rope(qk, pos, rope_frequencies(cfg))
+    if lp.rot_k is not None:
+        qk = jnp.einsum("bnhjd,hde->bnhje", qk, lp.rot_k.astype(qk.dtype))
+    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
 
 
 def mlp(lp: Layer, x):
@@ -120,7 +115,6 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
         with jax.named_scope(f"layer{i}"):
             h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
             q, k, v = qkv(lp, cfg, h, pos)
-            q, k = rotate_qk(lp, cfg, q, k)
             layer_cache = cache.layers[i] if cache is not None else None
             o = attend(q, k, v, layer_cache, length, kv, attn_impl)
             x = x + o.reshape(B, n, -1) @ lp.wo

@@ -11,16 +11,40 @@ q.k as four small dots without any interleaving.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 
-def clip_rows(x, ratio: float):
-    """Symmetric clip of each row at thr = sort(|x|)[floor(ratio * D)]; ratio <= 0 disables."""
-    if ratio <= 0:
+def clip_rows(x, ratio):
+    """Symmetric clip of each row at thr = sort(|x|)[floor(ratio * D)]; ratio <= 0 disables.
+
+    ratio: a float, or one per plane of axis -2 (keys and values stacked: (clip_k, clip_v)).
+    """
+    ratio = np.asarray(ratio, np.float64)[..., None]  # [1] or [P, 1]: against x.shape[:-1] + (1,)
+    if (ratio <= 0).all():
         return x
     D = x.shape[-1]
-    idx = min(int(ratio * D), D - 1)
-    thr = jnp.sort(jnp.abs(x), axis=-1)[..., idx : idx + 1]
+    idx = np.minimum((ratio * D).astype(np.int32), D - 1)
+    thr = jnp.where(ratio > 0, order_statistic(jnp.abs(x), idx), jnp.inf)
     return jnp.clip(x, -thr, thr)
+
+
+# Rows up to which order_statistic counts ranks instead of sorting (decode and verification sizes).
+RANK_ROWS = 8192
+
+
+def order_statistic(a, idx):
+    """sort(a)[..., idx] as [..., 1], idx broadcastable to a.shape[:-1] + (1,).
+
+    Few rows (decode, verification): by counting ranks, a D x D compare-and-sum that XLA fuses into one
+    reduction, where a sort is kernels of its own. The value with lt <= idx < le, lt and le counting the
+    entries < and <= it, is exactly the sorted one. Many rows (prefill): a sort.
+    """
+    if a.size // a.shape[-1] > RANK_ROWS:
+        return jnp.take_along_axis(jnp.sort(a, axis=-1), jnp.broadcast_to(idx, a.shape[:-1] + (1,)), axis=-1)
+    lt = (a[..., None, :] < a[..., :, None]).sum(-1, dtype=jnp.int32)  # [..., D]
+    le = (a[..., None, :] <= a[..., :, None]).sum(-1, dtype=jnp.int32)
+    hit = (lt <= idx) & (idx < le)
+    return jnp.max(jnp.where(hit, a, -jnp.inf), axis=-1, keepdims=True)
 
 
 def pack(codes):
@@ -36,7 +60,7 @@ def unpack(packed):
     return jnp.concatenate(quarters, axis=-1)
 
 
-def quantize(x, group: int, clip_ratio: float = 0.0, scale_dtype=jnp.bfloat16):
+def quantize(x, group: int, clip_ratio=0.0, scale_dtype=jnp.bfloat16):
     """Codes each row of x: [..., D] -> (codes [..., D/4] uint8, scale [..., D/G], zero [..., D/G]).
 
     scale = max(mx - mn, 1e-8) / 3 and zero = -mn / scale (a float, not rounded), both stored in

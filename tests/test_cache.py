@@ -115,27 +115,27 @@ def _assert_caches_close(a: kvcache.KVCache, b: kvcache.KVCache, lens):
     """Live slots of two caches agree (positions < lens[b]; ring slots holding those positions)."""
     np.testing.assert_array_equal(np.asarray(a.length), np.asarray(b.length))
     for la, lb in zip(a.layers, b.layers):
+        pa, pb = la.parts(), lb.parts()
         for name in ("sink_k", "sink_v", "ring_k", "ring_v"):
-            x, y = np.asarray(getattr(la, name)), np.asarray(getattr(lb, name))
+            x, y = np.asarray(pa[name]), np.asarray(pb[name])
             for r, n in enumerate(lens):
-                live = _live_slots(name, x.shape[2], n)
+                live = _live_slots(name, x.shape[2], n, la.sink)
                 np.testing.assert_allclose(x[r, :, live], y[r, :, live], rtol=1e-5, atol=1e-5, err_msg=name)
         if a.kv.int2:
-            for name in ("hist_k", "hist_v"):
-                qa, qb = getattr(la, name), getattr(lb, name)
+            for kind in "kv":
                 for r, n in enumerate(lens):
-                    ca, cb = np.asarray(qa.codes), np.asarray(qb.codes)
+                    ca, cb = np.asarray(pa[f"codes_{kind}"]), np.asarray(pb[f"codes_{kind}"])
                     np.testing.assert_array_equal(ca[r, :, :n], cb[r, :, :n])
                     for f in ("scale", "zero"):
-                        np.testing.assert_allclose(np.asarray(getattr(qa, f), np.float32)[r, :, :n],
-                                                   np.asarray(getattr(qb, f), np.float32)[r, :, :n],
+                        np.testing.assert_allclose(np.asarray(pa[f"{f}_{kind}"], np.float32)[r, :, :n],
+                                                   np.asarray(pb[f"{f}_{kind}"], np.float32)[r, :, :n],
                                                    rtol=1e-2, atol=1e-5)
 
 
-def _live_slots(name, size, n):
+def _live_slots(name, size, n, S):
     if name.startswith("sink"):
         return np.arange(min(size, n))
-    return np.unique(np.arange(max(n - size, 0), n) % size)  # ring: the last W positions
+    return np.unique(np.arange(max(n - size, S), n) % size)  # ring: the last W positions >= S
 
 
 @pytest.mark.parametrize("mode", ["bf16", "int2"])
@@ -156,26 +156,24 @@ def _poison(cache: kvcache.KVCache, seed=0) -> kvcache.KVCache:
     rng = np.random.default_rng(seed)
     lens = np.asarray(cache.length)
 
-    def garbage(x, dead, scale):
+    def garbage(x, dead, scale, axis=2):  # dead [B, size] along `axis` of x
         x = np.asarray(x)
         g = rng.uniform(-1, 1, x.shape) * scale if x.dtype != np.uint8 else rng.integers(0, 256, x.shape)
-        mask = dead.reshape(dead.shape[0], 1, dead.shape[1], *(1,) * (x.ndim - 3))
-        return jnp.asarray(np.where(mask, g, x).astype(x.dtype))
+        shape = [1] * x.ndim
+        shape[0], shape[axis] = dead.shape
+        return jnp.asarray(np.where(dead.reshape(shape), g, x).astype(x.dtype))
 
     def dead(size):  # [B, size]: slot index >= the row's length
         return np.arange(size)[None] >= lens[:, None]
 
     layers = []
     for layer in cache.layers:
-        S, W = layer.sink_k.shape[2], layer.ring_k.shape[2]
-        upd = dict(sink_k=garbage(layer.sink_k, dead(S), 1e30), sink_v=garbage(layer.sink_v, dead(S), 1e30),
-                   ring_k=garbage(layer.ring_k, dead(W), 1e30), ring_v=garbage(layer.ring_v, dead(W), 1e30))
+        window = np.concatenate([dead(layer.sink), dead(layer.ring)], 1)  # sink slots, then ring slots
+        upd = dict(k=garbage(layer.k, window, 1e30), v=garbage(layer.v, window, 1e30))
         if cache.kv.int2:
-            T = layer.hist_k.codes.shape[2]
             # scale and zero around 1e15 keep the dequantized garbage (c - z) * s finite in f32
-            q = lambda h: kvcache.QRows(garbage(h.codes, dead(T), 0), garbage(h.scale, dead(T), 1e15),
-                                        garbage(h.zero, dead(T), 1e15))
-            upd.update(hist_k=q(layer.hist_k), hist_v=q(layer.hist_v))
+            T = layer.history
+            upd.update(codes=garbage(layer.codes, dead(T), 0, axis=3), qparams=garbage(layer.qparams, dead(T), 1e15, axis=3))
         layers.append(dataclasses.replace(layer, **upd))
     return cache.replace(layers=tuple(layers))
 
@@ -247,21 +245,19 @@ def test_masked_commit(mode):
 
 def _check_commit_layer(l0, l1, kind, x, len0, n_commit, clip, kv):
     """Slots of the committed positions hold the new rows x [B, n, Hkv, D]; all others are unchanged."""
-    get = lambda layer, part: getattr(layer, f"{part}_{kind}")
+    p0, p1 = l0.parts(), l1.parts()
+    S, W = l0.sink, l0.ring
     for b in range(len(len0)):
         pos = len0[b] + np.arange(n_commit[b])
         new = x[b, : n_commit[b]].transpose(1, 0, 2)  # [Hkv, n_commit, D]
-        S = get(l0, "sink").shape[2]
-        _check_slots(get(l0, "sink")[b], get(l1, "sink")[b], pos[pos < S], new[:, pos < S])
-        W = get(l0, "ring").shape[2]
-        if W:  # only the last W committed positions reach the ring: no two writes share a slot
-            last = pos >= pos[-1] + 1 - W if len(pos) else pos
-            _check_slots(get(l0, "ring")[b], get(l1, "ring")[b], pos[last] % W, new[:, last])
+        _check_slots(p0[f"sink_{kind}"][b], p1[f"sink_{kind}"][b], pos[pos < S], new[:, pos < S])
+        if W:  # only the last W committed positions >= S reach the ring: no two writes share a slot
+            last = (pos >= pos[-1] + 1 - W) & (pos >= S) if len(pos) else pos
+            _check_slots(p0[f"ring_{kind}"][b], p1[f"ring_{kind}"][b], pos[last] % W, new[:, last])
         if kv.int2:
             coded = quant.quantize(jnp.asarray(new), kv.group(CFG.head_dim), clip, jnp.dtype(kv.scale_dtype))
-            h0, h1 = get(l0, "hist"), get(l1, "hist")
             for f, want in zip(("codes", "scale", "zero"), coded):
-                _check_slots(getattr(h0, f)[b], getattr(h1, f)[b], pos, np.asarray(want))
+                _check_slots(p0[f"{f}_{kind}"][b], p1[f"{f}_{kind}"][b], pos, np.asarray(want))
 
 
 def _check_slots(before, after, slots, want):
@@ -280,7 +276,7 @@ def test_commit_keeps_only_the_last_ring_slots():
     k, v = _rows(2, 1, W + 2)
     c = _commit(c, k, v, jnp.asarray([W + 2], jnp.int32))
     want = np.asarray(k[0])[0, [W, W + 1, *range(2, W)]].transpose(1, 0, 2)
-    np.testing.assert_array_equal(np.asarray(c.layers[0].ring_k[0]), want)
+    np.testing.assert_array_equal(np.asarray(c.layers[0].parts()["ring_k"][0]), want)
 
 
 def test_capacity_and_config_errors():

@@ -16,23 +16,24 @@ def _rel(a, b):
 
 
 def _kernel_inputs(seed, B, H, M, D, T, scale_dtype, groups=1):
-    """Random codes/scales and per-row ranges; some rows get an empty range."""
+    """Random codes/scales in the cache's layout and per-row ranges; some rows get an empty range."""
     rng = np.random.default_rng(seed)
     q = jnp.asarray(rng.standard_normal((B, H, M, D)), jnp.bfloat16)
-    codes = lambda: jnp.asarray(rng.integers(0, 256, (B, H, T, D // 4)), jnp.uint8)
-    scale = lambda: jnp.asarray(rng.uniform(0.05, 0.5, (B, H, T, groups)), scale_dtype)
-    zero = lambda: jnp.asarray(rng.uniform(0.0, 3.0, (B, H, T, groups)), scale_dtype)
+    codes = jnp.asarray(rng.integers(0, 256, (B, H, 2, T, D // 4)), jnp.uint8)
+    scale = rng.uniform(0.05, 0.5, (B, H, 2, 1, T, groups))
+    zero = rng.uniform(0.0, 3.0, (B, H, 2, 1, T, groups))
+    qparams = jnp.asarray(np.concatenate([scale, zero], 3).reshape(B, H, 4, T, groups), scale_dtype)
     lo = rng.integers(0, max(1, T // 4), (B, M))
     hi = rng.integers(0, T + 1, (B, M))
     hi[0, ::4] = lo[0, ::4]  # empty ranges (batch row 0 only, so that some rows stay live)
-    return q, codes(), scale(), zero(), codes(), scale(), zero(), jnp.asarray(lo, jnp.int32), jnp.asarray(hi, jnp.int32)
+    return q, codes, qparams, jnp.asarray(lo, jnp.int32), jnp.asarray(hi, jnp.int32)
 
 
 def _check_kernel(args, *, words=False, interpret=True, **options):
     ref_out, ref_lse = ia.int2_attention_reference(*args)
     out, lse = ia.int2_attention(*args, words=words, interpret=interpret, **options)
     out, lse, ref_lse = np.asarray(out), np.asarray(lse), np.asarray(ref_lse)
-    empty = np.asarray(args[8] <= args[7])  # [B, M]
+    empty = np.asarray(args[4] <= args[3])  # [B, M]
     assert np.all(np.isfinite(out))
     assert np.all(lse[:, :, :][np.broadcast_to(empty[:, None], lse.shape)] == -np.inf)
     assert np.all(out[np.broadcast_to(empty[:, None], lse.shape)] == 0)
@@ -69,10 +70,10 @@ def test_group_smaller_than_row_falls_back_to_reference():
 
 def test_merge_lse_of_a_split_equals_the_whole():
     args = _kernel_inputs(3, 1, 1, 16, 64, 64, jnp.float32)
-    lo, hi = args[7], args[8]
+    lo, hi = args[3], args[4]
     mid = (lo + hi) // 2
-    first = ia.int2_attention_reference(*args[:7], lo, jnp.maximum(mid, lo))
-    second = ia.int2_attention_reference(*args[:7], jnp.maximum(mid, lo), hi)
+    first = ia.int2_attention_reference(*args[:3], lo, jnp.maximum(mid, lo))
+    second = ia.int2_attention_reference(*args[:3], jnp.maximum(mid, lo), hi)
     whole = ia.int2_attention_reference(*args)
     out, lse = ia.merge_lse(jnp.stack([first[0], second[0]], 2), jnp.stack([first[1], second[1]], 2), axis=2)
     np.testing.assert_allclose(np.asarray(out), np.asarray(whole[0]), rtol=1e-4, atol=1e-5)
@@ -129,3 +130,13 @@ def test_compiled_decode_tiles_match_reference(g, min_rows, num_warps):
     """Decode row tiles smaller than the 16-row mma tile (M = g query heads, one position)."""
     args = _kernel_inputs(2, 2, 8, g, 128, 4099, jnp.bfloat16)
     _check_kernel(args, words=True, interpret=False, min_rows=min_rows, num_warps=num_warps, block_t=64)
+
+
+def test_unmerged_splits_merge_to_the_merged_result():
+    args = _kernel_inputs(5, 2, 2, 20, 64, 200, jnp.float32)
+    out, lse = ia.int2_attention(*args, interpret=True, block_t=32, num_splits=3, block_m=8)
+    parts = ia.int2_attention(*args, interpret=True, block_t=32, num_splits=3, block_m=8, merge=False)
+    assert parts[0].shape == (2, 2, 3, 20, 64) and parts[1].shape == (2, 2, 3, 20)
+    merged, merged_lse = ia.merge_lse(*parts, axis=2)
+    np.testing.assert_allclose(np.asarray(merged), np.asarray(out), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(merged_lse), np.asarray(lse))

@@ -57,7 +57,9 @@ def test_window_forward_is_the_decode_semantics():
 
 def test_kv_bytes_per_token_match_the_layout():
     L, H, D = CFG.num_layers, CFG.num_kv_heads, CFG.head_dim
-    assert kvq.kv_bytes_per_token(CFG, KVConfig("bf16"), 32) == L * H * 2 * D * 2
+    bf16 = L * H * 2 * D * 2
+    assert kvq.kv_bytes_per_token(CFG, KVConfig("bf16"), 2 * kvcache.ALIGN) == bf16
+    assert kvq.kv_bytes_per_token(CFG, KVConfig("bf16"), 32) == bf16 * kvcache.ALIGN / 32  # rounded up
     int2 = L * H * 2 * (D // 4 + 2 * 2)  # codes + bf16 (scale, zero), K and V
     windows = L * H * 2 * (KV.sink + KV.recent) * D * 2  # BF16 sink + ring, K and V
     for T in (32, 1000):  # above max_position too: the figure is layout arithmetic, not an allocation

@@ -156,12 +156,10 @@ def _check_placement(eng, mesh):
 
     def caches(prefix, c, dc):
         layer = c.layers[1]
-        for name in ("sink_k", "ring_v"):
+        for name in ("k", "v", "codes", "qparams"):
             put(f"{prefix}cache.{name}", getattr(layer, name), P("dp", "tp"))
-        for name in ("codes", "scale", "zero"):
-            put(f"{prefix}cache.hist_k.{name}", getattr(layer.hist_k, name), P("dp", "tp"))
         put(f"{prefix}cache.length", c.length, P("dp"))
-        put(f"{prefix}draft_cache.sink_k", dc.layers[0].sink_k, P("dp"))
+        put(f"{prefix}draft_cache.k", dc.layers[0].k, P("dp"))
 
     caches("in.", cache, draft_cache)
     program, _ = eng._program(args)

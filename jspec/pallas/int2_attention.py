@@ -185,35 +185,38 @@ def as_words(codes):
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_t", "block_m", "min_rows", "num_splits", "num_warps", "num_stages",
-                     "target_programs", "min_blocks", "words", "interpret"),
+                     "target_programs", "min_blocks", "words", "merge", "interpret"),
 )
-def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi, *, sm_scale=None,
-                   block_t=None, block_m=BLOCK_M, min_rows=None, num_splits=None, num_warps=None,
-                   num_stages=None, target_programs=None, min_blocks=None, words=True, interpret=False):
+def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, block_m=BLOCK_M, min_rows=None,
+                   num_splits=None, num_warps=None, num_stages=None, target_programs=None, min_blocks=None,
+                   words=True, merge=True, interpret=False):
     """Attention of each query row over its INT2 key range.
 
-    q: [B, Hkv, M, D] rotated queries (cast to bf16); codes: [B, Hkv, T, D/4] uint8 (or [.., D/16]
-    uint32, see as_words); scale, zero: [B, Hkv, T, D/G]; lo, hi: [B, M] int32, row m reads keys
-    lo <= p < hi. Returns out [B, Hkv, M, D] f32 (normalised over the range; 0 where empty) and
-    lse [B, Hkv, M] f32 (-inf where empty). G < D falls back to int2_attention_reference.
-    words: view uint8 codes as uint32 inside the jit (measured free on the H200) and unpack two
-    codes per 32-bit op. Options left None take defaults_for(M) (DECODE or VERIFY).
+    q: [B, Hkv, M, D] rotated queries (cast to bf16); codes: [B, Hkv, 2, T, D/4] uint8, keys then
+    values (or [.., D/16] uint32, see as_words); qparams: [B, Hkv, 4, T, D/G], key scale, key zero,
+    value scale, value zero (the cache's layout: the kernel reads each plane in place); lo, hi: [B, M]
+    int32, row m reads keys lo <= p < hi. Returns out [B, Hkv, M, D] f32 (normalised over the range; 0
+    where empty) and lse [B, Hkv, M] f32 (-inf where empty). G < D falls back to
+    int2_attention_reference. words: view uint8 codes as uint32 inside the jit (measured free on the
+    H200) and unpack two codes per 32-bit op. Options left None take defaults_for(M) (DECODE or VERIFY).
+    merge=False returns the splits' partials unmerged, out [B, Hkv, splits, M, D] and lse [B, Hkv,
+    splits, M], for a caller that merges them with partials of its own (merge_lse) in one pass.
     """
     B, H, M, D = q.shape
-    T = k_codes.shape[2]
+    T = codes.shape[3]
     if D % 64 or D & (D - 1):
         raise ValueError(f"head_dim {D} must be a power of two >= 64 (Triton dots need D/4 >= 16)")
-    packed32 = k_codes.dtype == jnp.uint32
-    if k_codes.shape != (B, H, T, D // (16 if packed32 else 4)) or v_codes.shape != k_codes.shape:
-        raise ValueError(f"codes {k_codes.shape}/{v_codes.shape} do not match q {q.shape}")
+    packed32 = codes.dtype == jnp.uint32
+    if codes.shape != (B, H, 2, T, D // (16 if packed32 else 4)) or qparams.shape[:4] != (B, H, 4, T):
+        raise ValueError(f"codes {codes.shape} / qparams {qparams.shape} do not match q {q.shape}")
     if lo.shape != (B, M) or hi.shape != (B, M):
         raise ValueError(f"lo/hi must be [B, M] = {(B, M)}, got {lo.shape}/{hi.shape}")
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
-    if words and k_codes.dtype == jnp.uint8:
-        k_codes, v_codes = as_words(k_codes), as_words(v_codes)
-    if k_scale.shape[-1] != 1:  # G < D: per-group scales are not folded in the kernel
-        return int2_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi,
-                                        sm_scale=sm_scale)
+    if words and codes.dtype == jnp.uint8:
+        codes = as_words(codes)
+    if qparams.shape[-1] != 1:  # G < D: per-group scales are not folded in the kernel
+        out, lse = int2_attention_reference(q, codes, qparams, lo, hi, sm_scale=sm_scale)
+        return (out, lse) if merge else (out[:, :, None], lse[:, :, None])
 
     cfg = defaults_for(M)
     block_t = cfg["block_t"] if block_t is None else block_t
@@ -233,27 +236,26 @@ def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi
     while bt > 16 and bt > T:
         bt //= 2
     if T < bt:
-        padT = lambda x: jnp.pad(x, ((0, 0), (0, 0), (0, bt - T)) + ((0, 0),) * (x.ndim - 3))
-        k_codes, k_scale, k_zero, v_codes, v_scale, v_zero = map(
-            padT, (k_codes, k_scale, k_zero, v_codes, v_scale, v_zero))
-    Tp = k_codes.shape[2]
-    flat = lambda x: x.reshape(B, H, Tp)  # [.., T, 1] -> [.., T]: one scale per token
+        padT = lambda x: jnp.pad(x, ((0, 0),) * 3 + ((0, bt - T),) + ((0, 0),) * (x.ndim - 4))
+        codes, qparams = padT(codes), padT(qparams)
+    Tp = codes.shape[3]
     ns = num_splits or default_splits(B, H * Mb, Tp, bt, target_programs or cfg["programs"],
                                       min_blocks or cfg["min_blocks"])
 
     kernel = functools.partial(_kernel, block_t=bt, num_splits=ns, sm_scale=float(sm_scale),
                                aligned=Tp % bt == 0)
-    kv_h = lambda b, h, s: (b, lax.div(h, Mb), 0, 0)
-    sv_h = lambda b, h, s: (b, lax.div(h, Mb), 0)
-    row_m = lambda b, h, s: (b, lax.rem(h, Mb), 0)
-    code_spec = pl.BlockSpec((None, None, Tp, k_codes.shape[-1]), kv_h)
-    vec_spec = pl.BlockSpec((None, None, Tp), sv_h)
-    row_spec = pl.BlockSpec((None, None, bm), row_m)
+    # Each plane of the cache's arrays is its own operand: the same buffer is passed once per plane and
+    # the block spec picks the plane, so nothing is sliced or copied outside the kernel.
+    code_spec = lambda plane: pl.BlockSpec((None, None, None, Tp, codes.shape[-1]),
+                                           lambda b, h, s: (b, lax.div(h, Mb), plane, 0, 0))
+    vec_spec = lambda plane: pl.BlockSpec((None, None, None, Tp), lambda b, h, s: (b, lax.div(h, Mb), plane, 0))
+    row_spec = pl.BlockSpec((None, None, bm), lambda b, h, s: (b, lax.rem(h, Mb), 0))
+    qv = qparams.reshape(B, H, 4, Tp)  # [.., T, 1] -> [.., T]: one scale per token
     out, lse = pl.pallas_call(
         kernel,
         grid=(B, H * Mb, ns),
         in_specs=[pl.BlockSpec((None, None, bm, D), lambda b, h, s: (b, h, 0, 0)),
-                  code_spec, vec_spec, vec_spec, code_spec, vec_spec, vec_spec, row_spec, row_spec],
+                  code_spec(0), vec_spec(0), vec_spec(1), code_spec(1), vec_spec(2), vec_spec(3), row_spec, row_spec],
         out_specs=[pl.BlockSpec((None, None, None, bm, D), lambda b, h, s: (b, h, s, 0, 0)),
                    pl.BlockSpec((None, None, None, bm), lambda b, h, s: (b, h, s, 0))],
         out_shape=[jax.ShapeDtypeStruct((B, H * Mb, ns, bm, D), jnp.float32),
@@ -261,7 +263,11 @@ def int2_attention(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi
         compiler_params=None if interpret else _compiler_params(num_warps, num_stages),
         interpret=interpret,
         name="int2_attention",
-    )(qp, k_codes, flat(k_scale), flat(k_zero), v_codes, flat(v_scale), flat(v_zero), lo_p, hi_p)
+    )(qp, codes, qv, qv, codes, qv, qv, lo_p, hi_p)
+    if not merge:  # [B, H*Mb, ns, bm, ..] -> [B, H, ns, M, ..]
+        split_rows = lambda x: jnp.moveaxis(x.reshape(B, H, Mb, ns, bm, *x.shape[4:]), 3, 2).reshape(
+            B, H, ns, Mp, *x.shape[4:])[:, :, :, :M]
+        return split_rows(out), split_rows(lse)
     out, lse = merge_lse(out, lse, axis=2)  # [B, H*Mb, bm, D], [B, H*Mb, bm]
     return out.reshape(B, H, Mp, D)[:, :, :M], lse.reshape(B, H, Mp)[:, :, :M]
 
@@ -296,13 +302,12 @@ def _dequant(codes, scale, zero):
     return x.reshape(c.shape)
 
 
-def int2_attention_reference(q, k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, lo, hi, *,
-                             sm_scale=None):
+def int2_attention_reference(q, codes, qparams, lo, hi, *, sm_scale=None):
     """Pure-jnp int2_attention: dequantise everything, masked softmax over [lo, hi) per row, in f32."""
     D = q.shape[-1]
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
-    k = _dequant(k_codes, k_scale, k_zero)
-    v = _dequant(v_codes, v_scale, v_zero)
+    k = _dequant(codes[:, :, 0], qparams[:, :, 0], qparams[:, :, 1])
+    v = _dequant(codes[:, :, 1], qparams[:, :, 2], qparams[:, :, 3])
     s = jnp.einsum("bhmd,bhtd->bhmt", q.astype(jnp.float32), k, precision=lax.Precision.HIGHEST) * sm_scale
     pos = jnp.arange(k.shape[2])
     valid = (pos >= lo[:, None, :, None]) & (pos < hi[:, None, :, None])  # [B, 1, M, T]
