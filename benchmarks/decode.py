@@ -16,7 +16,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jspec import kvcache, model, rotation
+from jspec import kvcache, model, rotation, sharding
 from jspec.config import KVConfig, ModelConfig
 from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
@@ -72,16 +72,22 @@ def capacity(ctx: int, n: int = 1, steps: int = 1) -> int:
     return ctx + 10 * steps * n + 64
 
 
-def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str, n: int = 1, steps: int = 1) -> float:
-    """Median seconds per step (make_step) at context ctx; the commits advance it by 10 * steps * n."""
+def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str, n: int = 1, steps: int = 1,
+              mesh=None) -> float:
+    """Median seconds per step (make_step) at context ctx; the commits advance it by 10 * steps * n.
+
+    mesh: a jspec.sharding mesh; params (already placed) and the cache are sharded as the engine does."""
     cache = kvcache.init_cache(cfg, kv, B, capacity(ctx, n, steps), jnp.bfloat16)
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
-    step = make_step(cfg, impl, n, steps)
     tok = jnp.zeros((B,), jnp.int32)
+    if mesh is not None:
+        cache, tok = sharding.shard_cache(cache, mesh), sharding.shard_batch(tok, mesh)
+    step = make_step(cfg, impl, n, steps)
     state = {"cache": cache, "tok": tok}
 
     def run():
-        state["tok"], state["cache"] = step(params, state["cache"], state["tok"])
+        with sharding.context(mesh):  # traced under the mesh: the Pallas kernel runs per shard
+            state["tok"], state["cache"] = step(params, state["cache"], state["tok"])
         return state["tok"]
 
     return median_time(run, iters=8) / steps  # 2 warm-up + 8 timed calls; the cache is freed on return

@@ -22,11 +22,13 @@ RESULTS = Path(__file__).parent / "results"
 def tokens_vs_context(decode: dict, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = [r for r in decode["rows"] if "tok_s" in r]  # rows that ran
-    for kv, style in (("bf16", "--"), ("int2", "-")):
-        for B in sorted({r["batch"] for r in rows}):
+    batches = sorted({r["batch"] for r in rows})
+    for kv, style, marker in (("bf16", "--", "s"), ("int2", "-", "o")):
+        for i, B in enumerate(batches):  # one colour per batch, one line style per KV mode
             pts = sorted((r["ctx"], r["tok_s"]) for r in rows if r["kv"] == kv and r["batch"] == B)
             if pts:
-                ax.plot(*zip(*pts), style, marker="o", label=f"{kv} B={B}")
+                ax.plot(*zip(*pts), style, marker=marker, color=plt.cm.viridis(i / max(1, len(batches) - 1)),
+                        label=f"{kv} B={B}")
     ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="decode tokens/s",
            title="Llama-3-8B-shaped target, one H200")
     ax.legend(fontsize=7)
