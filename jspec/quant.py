@@ -63,6 +63,7 @@ def unpack(packed):
 def quantize(x, group: int, clip_ratio=0.0, scale_dtype=jnp.bfloat16):
     """Codes each row of x: [..., D] -> (codes [..., D/4] uint8, scale [..., D/G], zero [..., D/G]).
 
+    clip_ratio: as in clip_rows (a float, or one per plane of axis -2).
     scale = max(mx - mn, 1e-8) / 3 and zero = -mn / scale (a float, not rounded), both stored in
     scale_dtype; codes are computed against the stored values so that dequantize is exact to them.
     """

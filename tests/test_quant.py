@@ -1,5 +1,6 @@
 """The INT2 codec (jspec/quant.py): packing layout, error bounds, clipping, degenerate rows."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -121,3 +122,22 @@ def test_dtype_and_shapes_preserved():
     assert packed.shape == (2, 4, 8, D // 4) and scale.shape == (2, 4, 8, 4)
     y = quant.fake_quantize(x, 32, 0.92)
     assert y.dtype == jnp.bfloat16 and y.shape == x.shape
+
+
+def test_rank_counting_order_statistic_equals_the_sort():
+    # Many ties (integers): the rank path must pick exactly sort(a)[idx], as the sort path does.
+    a = jnp.abs(jnp.round(jax.random.normal(jax.random.key(3), (64, 128)) * 3))
+    idx = np.array([[0], [5], [100], [127]] * 16, np.int32)
+    want = np.take_along_axis(np.sort(np.asarray(a), -1), idx, -1)
+    np.testing.assert_array_equal(np.asarray(quant.order_statistic(a, jnp.asarray(idx))), want)
+    big = jnp.tile(a, (quant.RANK_ROWS // 64 + 1, 1))  # over RANK_ROWS rows: the sort path
+    np.testing.assert_array_equal(np.asarray(quant.order_statistic(big, jnp.asarray(idx[:1])))[:64],
+                                  np.sort(np.asarray(a), -1)[:, :1])
+
+
+def test_per_plane_clip_equals_separate_clips():
+    x = jax.random.normal(jax.random.key(4), (3, 5, 2, 64))
+    both = quant.clip_rows(x, (0.96, 0.9))
+    for plane, ratio in enumerate((0.96, 0.9)):
+        np.testing.assert_array_equal(np.asarray(both[..., plane, :]), np.asarray(quant.clip_rows(x[..., plane, :], ratio)))
+    np.testing.assert_array_equal(np.asarray(quant.clip_rows(x, (0.0, 0.9))[..., 0, :]), np.asarray(x[..., 0, :]))
