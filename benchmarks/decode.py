@@ -139,7 +139,8 @@ def main():
                                  floor_frac=floor / t))
                 print(f"ctx {ctx:>6} B {B:>3} {name}: {t * 1e3:8.2f} ms  {B / t:8.0f} tok/s  "
                       f"floor {floor * 1e3:7.2f} ms ({floor / t:.0%})", flush=True)
-                save(args.out, cfg, modes, bw, wbytes, free, rows, args.steps)  # after every row: a timeout loses nothing
+                # after every row: a timeout loses nothing
+                save(args.out, cfg, modes, bw, wbytes, free, rows, args.steps)
 
 
 def save(path, cfg, modes, bw, wbytes, free, rows, steps):

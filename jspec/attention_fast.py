@@ -34,7 +34,8 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     # One merge of the BF16 partial with the kernel's split partials (a merge of the splits first and
     # then of the two parts would be twice the small kernels). Row m of a KV head is query i = m // g.
     g = Hq // H
-    rows = lambda x: jnp.moveaxis(x, 1, 2).reshape(B, H, 1, n * g, *x.shape[4:])  # [B, n, H, g, ..] -> [B, H, 1, n*g, ..]
+    # [B, n, H, g, ..] -> [B, H, 1, n*g, ..]
+    rows = lambda x: jnp.moveaxis(x, 1, 2).reshape(B, H, 1, n * g, *x.shape[4:])
     out, _ = merge_lse(jnp.concatenate([rows(out_x), out_k], 2), jnp.concatenate([rows(lse_x), lse_k], 2), axis=2)
     return jnp.moveaxis(out.reshape(B, H, n, g, D), 2, 1).reshape(B, n, Hq, D).astype(q.dtype)
 

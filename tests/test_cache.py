@@ -173,7 +173,8 @@ def _poison(cache: kvcache.KVCache, seed=0) -> kvcache.KVCache:
         if cache.kv.int2:
             # scale and zero around 1e15 keep the dequantized garbage (c - z) * s finite in f32
             T = layer.history
-            upd.update(codes=garbage(layer.codes, dead(T), 0, axis=3), qparams=garbage(layer.qparams, dead(T), 1e15, axis=3))
+            upd.update(codes=garbage(layer.codes, dead(T), 0, axis=3),
+                       qparams=garbage(layer.qparams, dead(T), 1e15, axis=3))
         layers.append(dataclasses.replace(layer, **upd))
     return cache.replace(layers=tuple(layers))
 
