@@ -46,6 +46,13 @@ def kv_read_bytes(cfg: ModelConfig, kv: KVConfig, B: int, ctx: int) -> int:
     return 2 * cfg.num_layers * B * cfg.num_kv_heads * per_token  # K and V
 
 
+def kv_modes(params, cfg: ModelConfig) -> dict:
+    """{"bf16": (KVConfig, attention impl, params), "int2": (...)}: the two caches the scripts compare.
+    INT2 runs pay for the real R_K rotation of q and k (R_V is folded into the weights: free)."""
+    rotated = rotation.apply_rotations(params, cfg, *rotation.hadamard_rotations(cfg))
+    return {"bf16": (KVConfig("bf16"), "reference", params), "int2": (KVConfig("int2"), "pallas", rotated)}
+
+
 def weight_bytes(params) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(params))
 
@@ -112,13 +119,11 @@ def main():
     t_start = time.perf_counter()
     cfg = LLAMA3_8B
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
-    # INT2 runs pay for the real R_K rotation of q and k (R_V is folded into the weights: free).
-    rotated = rotation.apply_rotations(params, cfg, *rotation.hadamard_rotations(cfg))
     wbytes = weight_bytes(params)
     bw = copy_bandwidth()
     stats = jax.devices()[0].memory_stats() or {}
     free = stats.get("bytes_limit", 0) - stats.get("bytes_in_use", 0) - 4 * 2**30  # 4 GiB workspace
-    modes = {"bf16": (KVConfig("bf16"), "reference", params), "int2": (KVConfig("int2"), "pallas", rotated)}
+    modes = kv_modes(params, cfg)
     rows = []
     # At 32K also each mode's largest batch: the throughput of a full GPU.
     max_32k = sorted({max_batch(cfg, kv, 32768, free, args.steps) for kv, _, _ in modes.values()})

@@ -16,10 +16,9 @@ import json
 import jax
 import jax.numpy as jnp
 
-from jspec import model, rotation, sharding
-from jspec.config import KVConfig
+from jspec import model, sharding
 
-from decode import LLAMA3_8B, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from decode import LLAMA3_8B, kv_modes, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def main():
@@ -31,8 +30,7 @@ def main():
     args = ap.parse_args()
     cfg, n = LLAMA3_8B, jax.device_count()
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
-    rotated = rotation.apply_rotations(params, cfg, *rotation.hadamard_rotations(cfg))
-    modes = {"int2": (KVConfig("int2"), "pallas", rotated), "bf16": (KVConfig("bf16"), "reference", params)}
+    modes = kv_modes(params, cfg)
     meshes = [(None, 1)] + [(spec, k) for k in (2, 4, 8) if k <= n for spec in (f"tp={k},dp=1", f"tp=1,dp={k}")]
     rows = []
     for name, (kv, impl, p) in modes.items():

@@ -24,10 +24,9 @@ import jax
 import jax.numpy as jnp
 from jax.profiler import ProfileData
 
-from jspec import kvcache, rotation
-from jspec.config import KVConfig
+from jspec import kvcache, model
 
-from decode import LLAMA3_8B, make_step, weight_bytes  # noqa: E402  (benchmarks/ is on sys.path)
+from decode import LLAMA3_8B, kv_modes, make_step, weight_bytes  # noqa: E402  (benchmarks/ is on sys.path)
 from timing import median_time  # noqa: E402
 
 
@@ -50,9 +49,9 @@ def gpu_kernels(trace_dir: str) -> list[tuple[str, float, float, dict]]:
     return events
 
 
-def profile_case(params, rotated, mode: str, B: int, ctx: int, out_dir: str, steps: int = 5) -> dict:
+def profile_case(modes: dict, mode: str, B: int, ctx: int, out_dir: str, steps: int = 5) -> dict:
     cfg = LLAMA3_8B
-    kv, impl, p = (KVConfig("int2"), "pallas", rotated) if mode == "int2" else (KVConfig("bf16"), "reference", params)
+    kv, impl, p = modes[mode]
     cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16)
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
     step = make_step(cfg, impl)
@@ -94,15 +93,12 @@ def main():
     ap.add_argument("--cases", default="bf16:1:8192,int2:1:8192")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    from jspec import model
-
-    cfg = LLAMA3_8B
-    params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
-    rotated = rotation.apply_rotations(params, cfg, *rotation.hadamard_rotations(cfg))
+    params = model.init_params(LLAMA3_8B, jax.random.key(0), dtype=jnp.bfloat16)
+    modes = kv_modes(params, LLAMA3_8B)
     results = dict(xla_flags=os.environ.get("XLA_FLAGS", ""), weight_bytes=weight_bytes(params), cases=[])
     for case in args.cases.split(","):
         mode, B, ctx = case.split(":")
-        r = profile_case(params, rotated, mode, int(B), int(ctx), args.out)
+        r = profile_case(modes, mode, int(B), int(ctx), args.out)
         results["cases"].append(r)
         print(f"{r['case']}: wall {r['wall_ms']:.2f} ms (traced {r['traced_wall_ms']:.2f}), "
               f"{r['kernels_per_step']:.0f} kernels/step, kernel time {r['kernel_ms_per_step']:.2f} ms", flush=True)
