@@ -1,0 +1,195 @@
+"""The Mosaic GPU INT2 kernel: its register maps and algebra on CPU (a numpy model of what each thread
+loads and computes), and the compiled kernel against the reference on a Hopper GPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jspec.pallas import int2_attention as ia
+from jspec.pallas import int2_mosaic as im
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def _inputs(seed, B, H, M, D, T, scale_dtype, empty_rows=True):
+    """Random codes/scales in the cache's layout and per-row ranges; some rows get an empty range."""
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.standard_normal((B, H, M, D)), jnp.bfloat16)
+    codes = jnp.asarray(rng.integers(0, 256, (B, H, 2, T, D // 4)), jnp.uint8)
+    scale = rng.uniform(0.05, 0.5, (B, H, 2, 1, T, 1))
+    zero = rng.uniform(0.0, 3.0, (B, H, 2, 1, T, 1))
+    qparams = jnp.asarray(np.concatenate([scale, zero], 3).reshape(B, H, 4, T, 1), scale_dtype)
+    lo = rng.integers(0, max(1, T // 4), (B, M))
+    hi = rng.integers(0, T + 1, (B, M))
+    if empty_rows:
+        hi[0, ::3] = lo[0, ::3]  # empty ranges (batch row 0 only, so that some rows stay live)
+    return q, codes, qparams, jnp.asarray(lo, jnp.int32), jnp.asarray(hi, jnp.int32)
+
+
+# --- numpy model of the kernel's threads -----------------------------------------------------------
+
+
+def _bf16_lanes(v):
+    """uint32 holding two bf16 -> (low, high) as float."""
+    as_f = lambda h: (np.asarray(h, np.uint32) << 16).view(np.float32)
+    return as_f(v & 0xFFFF), as_f(v >> 16)
+
+
+def _plane(y, i):
+    y = y >> 6 if i == 3 else y
+    return (y & (0x00030003 << (0 if i == 3 else 2 * i))) | 0x43004300
+
+
+def _model_keys(tile, D):
+    """What unpack_keys leaves in C_K [BT, D]: thread column c loads bytes [c D/16, (c+1) D/16) of its rows."""
+    BT = tile.shape[0]
+    out = np.zeros((BT, D), np.float32)
+    for c in range(4):
+        words = np.ascontiguousarray(tile[:, c * (D // 16):(c + 1) * (D // 16)]).view("<u4")  # [BT, D/64]
+        for u in range(D // 64):
+            for q, y in enumerate((words[:, u], words[:, u] >> 8)):
+                for i in range(4):
+                    ct = 8 * u + 2 * i + q
+                    out[:, 8 * ct + 2 * c], out[:, 8 * ct + 2 * c + 1] = _bf16_lanes(_plane(y, i))
+    return out
+
+
+def _model_values(tile, D):
+    """What unpack_values leaves in C_V^T [D, BT], from ldmatrix.trans: thread (g, c) of warp w gets the
+    16-bit column g of half h of tokens t, t + 1 (t = 8 matrix + 2 c) in one register."""
+    BT = tile.shape[0]
+    u16 = np.ascontiguousarray(tile).view("<u2").astype(np.uint32)  # [BT, D/8]
+    out = np.zeros((D, BT), np.float32)
+    for w in range(4):
+        h, parity = (w // 2 if D == 128 else 0), w % 2
+        for g in range(8):
+            for mat in range(BT // 8):
+                t = 8 * mat + 2 * np.arange(4)  # c = 0..3
+                y = (u16[t, 8 * h + g] | (u16[t + 1, 8 * h + g] << 16)) >> (8 * parity)
+                for mt in range(D // 64):
+                    for hr in range(2):
+                        if D == 128:
+                            v = _plane(y, 2 * mt + hr)
+                        else:
+                            v = ((y >> (2 * (2 * (w // 2) + hr))) & 0x00030003) | 0x43004300
+                        r = 64 * mt + 16 * w + 8 * hr + g
+                        out[r, t], out[r, t + 1] = _bf16_lanes(v)
+    return out
+
+
+def _codes(tile, D):
+    """[BT, D/4] uint8 -> [BT, D] codes in head-dimension order (planar packing)."""
+    return np.concatenate([(tile >> (2 * i)) & 3 for i in range(4)], axis=1).astype(np.float32)
+
+
+def _model(q, codes, qparams, lo, hi, splits, BT, sm_scale=None):
+    """The kernel's per-CTA loop in numpy (f32, W rounded to bf16 as in the kernel), then im.finish."""
+    B, H, M, D = q.shape
+    T = codes.shape[3]
+    sm_scale = D**-0.5 if sm_scale is None else sm_scale
+    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT))
+    sched = sched.astype(np.int64)
+    N = qp.shape[2]
+    cod = np.pad(np.asarray(codes), ((0, 0),) * 3 + ((0, BT),) + ((0, 0),))
+    par = np.pad(np.asarray(qparams, np.float32)[..., 0], ((0, 0),) * 3 + ((0, BT),))
+    raw, stats = np.zeros((B, H, splits, D, N), np.float32), np.zeros((B, H, splits, 4, N), np.float32)
+    for b, h, s in np.ndindex(B, H, splits):
+        qoff, qsum, rlo, rhi = colv[b, h]
+        m, acc = np.full(N, -1e30, np.float32), np.zeros((D, N), np.float32)
+        lt = wt = zt = np.zeros((BT, N), np.float32)
+        for j in range(sched[b, s, 1]):
+            t0 = sched[b, s, 0] + j * BT
+            ks, kz, vs, vz = (par[b, h, i, t0:t0 + BT][:, None] for i in range(4))
+            ck, cv = _model_keys(cod[b, h, 0, t0:t0 + BT], D), _model_values(cod[b, h, 1, t0:t0 + BT], D)
+            sc = ks * sm_scale * 1.4426950408889634 * (ck @ qp[b, h].T - qoff - kz * qsum)
+            tok = t0 + np.arange(BT)[:, None]
+            sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
+            m_new = np.maximum(m, sc.max(0))
+            alpha, p = np.exp2(m - m_new), np.exp2(sc - m_new)
+            wv = (p * vs).astype(jnp.bfloat16).astype(np.float32)  # numpy bf16 (ml_dtypes)
+            lt, wt, zt = lt * alpha + p, wt * alpha + wv, zt * alpha + wv * vz
+            acc, m = acc * alpha + cv @ wv, m_new
+        raw[b, h, s] = acc
+        stats[b, h, s] = [m, np.sum(lt, 0), np.sum(wt, 0), np.sum(zt, 0)]
+    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_register_slots_hold_the_advertised_codes(D):
+    """key_slots/value_slots describe what the bit tricks leave in each register slot: 128 + f * code."""
+    tile = np.random.default_rng(D).integers(0, 256, (64, D // 4)).astype(np.uint8)
+    c = _codes(tile, D)
+    kdims, kf = im.key_slots(D)
+    np.testing.assert_array_equal(_model_keys(tile, D), 128 + kf * c[:, kdims])
+    vdims, vf = im.value_slots(D)
+    np.testing.assert_array_equal(_model_values(tile, D), (128 + vf[:, None] * c[:, vdims].T))
+    assert sorted(kdims) == list(range(D)) and sorted(vdims) == list(range(D))
+
+
+# (B, H, M, D, T, scale dtype, splits, tokens per block)
+MODEL_CASES = [(2, 1, 4, 128, 200, jnp.bfloat16, 2, 64), (1, 1, 20, 64, 150, jnp.float32, 3, 128)]
+
+
+@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", MODEL_CASES)
+def test_kernel_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
+    """The kernel's algebra (offset 128, plane factors, folded scale/zero, slot order, split schedule)."""
+    args = _inputs(B + M + D + T, B, H, M, D, T, sdt)
+    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*_model(*args, splits, BT), axis=2)
+    ref_out, ref_lse = jax.jit(ia.int2_attention_reference)(*args)
+    live = np.isfinite(np.asarray(ref_lse))
+    np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), live)
+    assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(np.asarray(lse)[live], np.asarray(ref_lse)[live], atol=2e-2, rtol=1e-3)
+
+
+def test_schedule_covers_the_union_of_ranges_once():
+    lo = jnp.asarray([[5, 100, 7], [0, 0, 0]], jnp.int32)
+    hi = jnp.asarray([[300, 120, 7], [0, 0, 0]], jnp.int32)  # row 1: all empty
+    sched = np.asarray(im.schedule(lo, hi, 400, 3, 64))
+    blocks = [set(range(f, f + 64 * n, 64)) for f, n in sched[0]]
+    assert set().union(*blocks) == set(range(0, 300, 64)) and sum(map(len, blocks)) == 5
+    assert sched[1, :, 1].sum() == 0
+
+
+# --- compiled kernel (Hopper) -----------------------------------------------------------------------
+
+GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, empty ranges, M = 4/8/20,
+    # D = 64/128, both block sizes, exact and approximate exp2
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, {}), (2, 8, 8, 128, 4099, jnp.float32, 4, dict(block_t=128)),
+    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(approx=False)), (3, 2, 4, 64, 777, jnp.float32, 2, {}),
+    (2, 2, 20, 64, 2048, jnp.bfloat16, None, dict(block_t=128)), (1, 8, 8, 64, 100, jnp.bfloat16, 1, {}),
+    (1, 2, 4, 128, 40, jnp.float32, None, dict(block_t=128)), (2, 4, 20, 128, 1500, jnp.bfloat16, 2,
+                                                                  dict(block_t=128, stages=2)),
+    (2, 4, 4, 128, 3001, jnp.bfloat16, 3, dict(block_t=64, approx=False, stages=2)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,options", GPU_CASES)
+def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
+    args = _inputs(B * 7 + M + D + T, B, H, M, D, T, sdt)
+    ref_out, ref_lse = (np.asarray(x) for x in ia.int2_attention_reference(*args))
+    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, num_splits=splits, **options))
+    empty = np.broadcast_to(np.asarray(args[4] <= args[3])[:, None], lse.shape)
+    assert np.all(np.isfinite(out))
+    assert np.all(lse[empty] == -np.inf) and np.all(out[empty] == 0)
+    live = np.isfinite(ref_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), live)
+    assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(lse[live], ref_lse[live], atol=2e-2, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+def test_compiled_unmerged_partials_merge_to_the_merged_result():
+    args = _inputs(5, 2, 2, 20, 128, 2000, jnp.float32)
+    out, lse = im.int2_attention_mosaic(*args, num_splits=3)
+    parts = im.int2_attention_mosaic(*args, num_splits=3, merge=False)
+    assert parts[0].shape == (2, 2, 3, 20, 128) and parts[1].shape == (2, 2, 3, 20)
+    merged, merged_lse = ia.merge_lse(*parts, axis=2)
+    np.testing.assert_allclose(np.asarray(merged), np.asarray(out), rtol=1e-6, atol=1e-6)
