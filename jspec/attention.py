@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jspec.config import KVConfig
 from jspec.kvcache import LayerKV, bf16_keys, fake_quantize_kv, history
 
-IMPLS = ("auto", "reference", "pallas")
+IMPLS = ("auto", "reference", "pallas", "mosaic", "triton")  # pallas: mosaic on Hopper, else triton
 
 
 def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference"):
@@ -23,11 +23,13 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     layer is this layer's cache (None: no cache, plain causal attention over the n rows).
     Returns [B, n, Hq, D].
     """
-    if impl == "pallas" and layer is not None and kv is not None and kv.int2:
+    if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         from jspec.attention_fast import attend_split  # GPU path: Pallas INT2 kernel + XLA BF16 parts
         from jspec.sharding import per_shard  # under a mesh the kernel runs per device (shard_map)
 
-        return per_shard(attend_split)(q, k, v, layer, length, kv)
+        kernel = "auto" if impl == "pallas" else impl
+        split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel)
+        return per_shard(split)(q, k, v, layer, length, kv)
     return attend_reference(q, k, v, layer, length, kv)
 
 

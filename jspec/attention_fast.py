@@ -4,7 +4,8 @@ Same semantics as attention.attend_reference (the rule: a query at t reads key p
 p < S or p > t - R, else the INT2 copy), computed as two softmax partials joined by one LSE merge:
 - XLA, BF16: sink positions p < min(S, length); ring slots holding p in [max(S, t-R+1), length);
   the chunk's own rows (causal), fake-quantised where the rule says INT2 (only in long prefills);
-- Pallas, INT2: committed history [S, min(t-R+1, length)) — each query row has its own end.
+- Pallas, INT2: committed history [S, min(t-R+1, length)) — each query row has its own end. On
+  Hopper (wgmma) the Mosaic GPU kernel (pallas/int2_mosaic.py), elsewhere the Triton one.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ import jax.numpy as jnp
 from jspec.config import KVConfig
 from jspec.attention import dot_scores
 from jspec.kvcache import LayerKV, fake_quantize_kv
+from jspec.pallas import int2_mosaic
 from jspec.pallas.int2_attention import int2_attention, merge_lse
 
 
-def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None, **kernel_options):
+def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
+                 kernel: str = "auto", **kernel_options):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
-    Returns [B, n, Hq, D] in q.dtype. kernel_options go to int2_attention (block sizes, splits).
+    Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
+    has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
@@ -30,7 +34,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     with jax.named_scope("bf16_parts"):
         out_x, lse_x = _bf16_part(qg, k, v, layer, length, t, kv)  # [B, n, H, g, D], [B, n, H, g]
     with jax.named_scope("int2_history"):
-        out_k, lse_k = _int2_part(qg, layer, length, t, kv, interpret, kernel_options)  # [B, H, ns, n*g, ...]
+        out_k, lse_k = _int2_part(qg, layer, length, t, kv, interpret, kernel, kernel_options)  # [B, H, ns, n*g, ...]
     # One merge of the BF16 partial with the kernel's split partials (a merge of the splits first and
     # then of the two parts would be twice the small kernels). Row m of a KV head is query i = m // g.
     g = Hq // H
@@ -40,7 +44,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     return jnp.moveaxis(out.reshape(B, H, n, g, D), 2, 1).reshape(B, n, Hq, D).astype(q.dtype)
 
 
-def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel_options):
+def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, kernel_options):
     """Kernel over the INT2 history; GQA heads x query positions packed into M rows per KV head.
 
     Returns the kernel's unmerged split partials: out [B, H, splits, n*g, D], lse [B, H, splits, n*g]."""
@@ -50,6 +54,10 @@ def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel_op
     lo = jnp.full_like(hi, kv.sink)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
+    if kernel == "mosaic" and not int2_mosaic.available():
+        raise ValueError("the mosaic INT2 kernel needs a GPU with wgmma (compute capability 9.x)")
+    if kernel == "mosaic" or (kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()):
+        return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=False)
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 
 

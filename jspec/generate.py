@@ -46,8 +46,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--draft", default="auto",
                    help="draft directory, 'none' for no speculation, 'auto': the shipped draft with the shipped target")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
-    m.add_argument("--attn", choices=("auto", "reference", "pallas"), default="auto",
-                   help="INT2 attention: Pallas kernel (GPU) or the pure-jnp reference; auto picks by backend")
+    m.add_argument("--attn", choices=("auto", "reference", "pallas", "mosaic", "triton"), default="auto",
+                   help="INT2 attention: Pallas kernel (GPU; pallas: the Mosaic wgmma kernel on Hopper, else Triton) "
+                        "or the pure-jnp reference; auto picks by backend")
     m.add_argument("--mesh", default="auto",
                    help="devices as 'tp=N,dp=M' (tensor-parallel target x data-parallel batch); "
                         "auto: every local device data-parallel; none: one device")

@@ -193,3 +193,47 @@ def test_compiled_unmerged_partials_merge_to_the_merged_result():
     assert parts[0].shape == (2, 2, 3, 20, 128) and parts[1].shape == (2, 2, 3, 20)
     merged, merged_lse = ia.merge_lse(*parts, axis=2)
     np.testing.assert_allclose(np.asarray(merged), np.asarray(out), rtol=1e-6, atol=1e-6)
+
+
+# --- the split attention path's kernel choice --------------------------------------------------------
+
+
+def _split_case():
+    """One layer with a committed INT2 history (sink 4, recent 8, 40 tokens) and a 5-row chunk."""
+    from jspec import kvcache
+    from jspec.config import KVConfig, ModelConfig
+
+    cfg = ModelConfig(model_type="llama", vocab_size=32, hidden_size=256, intermediate_size=64, num_layers=1,
+                      num_heads=8, num_kv_heads=2, head_dim=64, max_position=256)
+    kv = KVConfig(sink=4, recent=8)
+    rng = np.random.default_rng(3)
+    rows = lambda n, H, dt=jnp.float32: jnp.asarray(rng.standard_normal((1, n, H, 64)), dt)
+    k, v = rows(40, 2, jnp.bfloat16), rows(40, 2, jnp.bfloat16)
+
+    @jax.jit  # one compile instead of one per eager op
+    def cache(k, v):
+        c = kvcache.init_cache(cfg, kv, batch=1, capacity=96, lookahead=4)
+        c = kvcache.commit(c, [k], [v], jnp.asarray([40], jnp.int32))
+        return c.layers[0], c.length
+
+    return (rows(5, 8), rows(5, 2), rows(5, 2), *cache(k, v)), kv
+
+
+@pytest.mark.skipif(im.available(), reason="checks the error where the Mosaic kernel cannot run")
+def test_mosaic_kernel_choice_needs_wgmma():
+    from jspec import attention_fast
+
+    args, kv = _split_case()
+    with pytest.raises(ValueError, match="wgmma"):  # raised while tracing: nothing is compiled
+        jax.eval_shape(lambda *a: attention_fast.attend_split(*a, kv=kv, kernel="mosaic"), *args)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+def test_split_path_with_mosaic_kernel_matches_reference():
+    from jspec import attention, attention_fast
+
+    args, kv = _split_case()
+    ref = attention.attend_reference(*args, kv)
+    out = jax.jit(attention_fast.attend_split, static_argnames=("kv", "kernel"))(*args, kv=kv, kernel="mosaic")
+    assert _rel(out, ref) <= 1e-2
