@@ -177,32 +177,30 @@ def best_opts(rows, n):
 def bench(contexts, batches, reps, choice, copy_gbps, deadline, results, dump, impls=("int2", "cudnn", "xla"),
           points=None):
     points = points or [(T, B, n) for T in contexts for B in batches for n in (1, 5)]
-    if True:
-        if True:
-            for T, B, n in points:
-                if time.time() > deadline:
-                    print("deadline reached: skipping the rest", flush=True)
-                    return
-                row = dict(B=B, T=T, n=n)
-                words, opts = choice[n]
-                run = [("int2", lambda: time_int2(B, T, n, reps, words=words, **opts), int2_bytes(B, T, n)),
-                       ("cudnn", lambda: time_bf16(B, T, n, reps, "cudnn"), bf16_bytes(B, T, n)),
-                       ("xla", lambda: time_bf16(B, T, n, reps, "xla"), bf16_bytes(B, T, n))]
-                for name, fn, nbytes in [x for x in run if x[0] in impls]:
-                    try:
-                        t, nb = fn()
-                        gbps = nbytes / t / 1e9
-                        row[name] = dict(ms=t * 1e3, GBps=gbps, frac_copy=gbps / copy_gbps, bytes=nbytes,
-                                         buffers=nb, l2_resident=nb * nbytes < 2 * L2_BYTES)
-                    except Exception as e:
-                        row[name] = dict(error=repr(e)[:300])
-                if "ms" in row["int2"] and "ms" in row.get("cudnn", {}):
-                    row["speedup_vs_cudnn"] = row["cudnn"]["ms"] / row["int2"]["ms"]
-                if "ms" in row["int2"] and "ms" in row.get("xla", {}):
-                    row["speedup_vs_xla"] = row["xla"]["ms"] / row["int2"]["ms"]
-                results.append(row)
-                print("bench", json.dumps(row), flush=True)
-                dump()
+    for T, B, n in points:
+        if time.time() > deadline:
+            print("deadline reached: skipping the rest", flush=True)
+            return
+        row = dict(B=B, T=T, n=n)
+        words, opts = choice[n]
+        run = [("int2", lambda: time_int2(B, T, n, reps, words=words, **opts), int2_bytes(B, T, n)),
+               ("cudnn", lambda: time_bf16(B, T, n, reps, "cudnn"), bf16_bytes(B, T, n)),
+               ("xla", lambda: time_bf16(B, T, n, reps, "xla"), bf16_bytes(B, T, n))]
+        for name, fn, nbytes in [x for x in run if x[0] in impls]:
+            try:
+                t, nb = fn()
+                gbps = nbytes / t / 1e9
+                row[name] = dict(ms=t * 1e3, GBps=gbps, frac_copy=gbps / copy_gbps, bytes=nbytes,
+                                 buffers=nb, l2_resident=nb * nbytes < 2 * L2_BYTES)
+            except Exception as e:
+                row[name] = dict(error=repr(e)[:300])
+        if "ms" in row["int2"] and "ms" in row.get("cudnn", {}):
+            row["speedup_vs_cudnn"] = row["cudnn"]["ms"] / row["int2"]["ms"]
+        if "ms" in row["int2"] and "ms" in row.get("xla", {}):
+            row["speedup_vs_xla"] = row["xla"]["ms"] / row["int2"]["ms"]
+        results.append(row)
+        print("bench", json.dumps(row), flush=True)
+        dump()
 
 
 def table(results) -> str:

@@ -1,9 +1,29 @@
-"""jspec: speculative decoding over an OSCAR 2-bit KV cache, in JAX and Pallas."""
+"""jspec: speculative decoding over an OSCAR 2-bit KV cache, in JAX and Pallas.
 
-from jspec import calibrate  # the module: calibrate.calibrate(params, cfg, batches), and its CLI
-from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig
-from jspec.engine import Engine, Result, load
+The exports are loaded on first use (PEP 562), so that `python -m jspec.generate --help` imports no jax
+and `python -m jspec.calibrate` finds its module not yet imported.
+"""
 
-__all__ = ["ConfigError", "Engine", "GenerateConfig", "KVConfig", "ModelConfig", "Result", "SamplingConfig",
-           "calibrate", "load"]
+import importlib
 
+_EXPORTS = {
+    "ConfigError": "jspec.config", "GenerateConfig": "jspec.config", "KVConfig": "jspec.config",
+    "ModelConfig": "jspec.config", "SamplingConfig": "jspec.config",
+    "Engine": "jspec.engine", "Result": "jspec.engine", "load": "jspec.engine",
+    "calibrate": "jspec.calibrate",  # the module: calibrate.calibrate(params, cfg, batches), and its CLI
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'jspec' has no attribute {name!r}")
+    module = importlib.import_module(_EXPORTS[name])
+    value = module if name == "calibrate" else getattr(module, name)
+    globals()[name] = value  # cached: __getattr__ runs once per name
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

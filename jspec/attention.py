@@ -11,10 +11,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jspec.attention_split import attend_split, per_shard
 from jspec.config import KVConfig
-from jspec.kvcache import LayerKV, bf16_keys, fake_quantize_kv, history
-
-IMPLS = ("auto", "reference", "pallas", "mosaic", "triton")  # pallas: mosaic on Hopper, else triton
+from jspec.kvcache import LayerKV, bf16_keys, dequantize_history, fake_quantize_kv
+from jspec.numerics import dot_scores, einsum_f32
 
 
 def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference"):
@@ -24,10 +24,8 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     Returns [B, n, Hq, D].
     """
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
-        from jspec.attention_fast import attend_split  # GPU path: Pallas INT2 kernel + XLA BF16 parts
-        from jspec.sharding import per_shard  # under a mesh the kernel runs per device (shard_map)
-
-        kernel = "auto" if impl == "pallas" else impl
+        # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
+        kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
         split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel)
         return per_shard(split)(q, k, v, layer, length, kv)
     return attend_reference(q, k, v, layer, length, kv)
@@ -79,23 +77,11 @@ def _chunk_keys(k, v, t, kv):
 def _cache_keys(layer: LayerKV, length, kv, dtype):
     """Committed keys at positions 0..T-1: BF16 copies and, for int2, the dequantized history."""
     B = length.shape[0]
-    T = layer.history if kv.int2 else layer.sink
+    T = layer.history_slots if kv.int2 else layer.pinned_slots  # bf16: every position is pinned
     kb, vb = bf16_keys(layer, T)
-    kq, vq = history(layer, dtype) if kv.int2 else (None, None)
+    kq, vq = dequantize_history(layer, dtype) if kv.int2 else (None, None)
     kpos = jnp.broadcast_to(jnp.arange(T), (B, T))
     return kpos, kpos < length[:, None], kb.astype(dtype), vb.astype(dtype), kq, vq
-
-
-def einsum_f32(spec, a, b):
-    """einsum accumulating in f32. XLA:CPU has no bf16 x bf16 -> f32 dot, so operands go up there."""
-    if jax.default_backend() == "cpu":
-        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
-    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
-
-
-def dot_scores(qg, keys):
-    # qg [B, n, H, G, D], keys [B, H, X, D] -> [B, H, G, n, X] in f32
-    return einsum_f32("bnhgd,bhxd->bhgnx", qg, keys)
 
 
 # Over this many keys the value product runs in chunks of VALUE_CHUNK keys (see _dot_values).

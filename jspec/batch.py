@@ -109,7 +109,7 @@ def _key(x):
     return json.dumps(x, sort_keys=True)
 
 
-def parse_line(line: str, engine, gen: GenerateConfig, base: SamplingConfig, capacity: int):
+def parse_line(line: str, engine, gen: GenerateConfig, base: SamplingConfig):
     """-> (id, Job fields or an error message)."""
     try:
         rec = json.loads(line)
@@ -129,16 +129,12 @@ def parse_line(line: str, engine, gen: GenerateConfig, base: SamplingConfig, cap
             return rid, f"field {name!r} has the wrong type ({type(rec[name]).__name__})"
     sampling = dataclasses.replace(base, **{k: rec[k] for k in ("temperature", "top_p", "top_k", "seed") if k in rec})
     max_new = rec.get("max_new_tokens", gen.max_new_tokens)
+    ids = engine.encode(rec["prompt"])
     try:
         sampling.validate()
-        GenerateConfig(max_new_tokens=max_new).validate()
+        engine.check(dataclasses.replace(gen, max_new_tokens=max_new), [len(ids)])
     except ConfigError as e:
         return rid, str(e)
-    ids = engine.encode(rec["prompt"])
-    if not ids:
-        return rid, "empty prompt"
-    if len(ids) + max_new + engine.lookahead(gen) + 1 > capacity:
-        return rid, f"prompt of {len(ids)} tokens + {max_new} new tokens exceeds the context of {capacity}"
     return rid, dict(ids=ids, max_new=max_new, sampling=sampling)
 
 
@@ -148,7 +144,7 @@ def read_jobs(engine, input_path: Path, done: set[int], gen: GenerateConfig, bas
     for n, line in enumerate(input_path.read_text().splitlines(), 1):
         if not line.strip():
             continue
-        rid, job = parse_line(line, engine, gen, base, engine.cfg.max_position)
+        rid, job = parse_line(line, engine, gen, base)
         if rid is not None and _key(rid) in ids:
             job = f"duplicate id {rid!r}"  # the first line with an id owns it
         elif rid is not None:
@@ -190,12 +186,13 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
     """Runs a JSONL job; returns the end-of-run summary. Interrupted (Ctrl-C, kill), the output holds whole
     records only, and the same command resumes it."""
     t0 = time.perf_counter()
+    base.validate()
+    engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
     jobs, errors, skipped = read_jobs(engine, input_path, done_lines(output_path), gen, base)
     summary = Summary(errors=len(errors), skipped=skipped)
-    room = engine.cfg.max_position - engine.lookahead(gen) - 1
     with output_path.open("a") as out, tqdm(total=len(jobs), unit="row", disable=not progress) as bar:
         _write(out, errors)
-        for chunk in chunks(jobs, batch_size, room):
+        for chunk in chunks(jobs, batch_size, engine.room(gen)):
             results = run_chunk(engine, chunk, gen, batch_size)
             _write(out, [_record(engine, j, t, st) for j, (t, st) in zip(chunk, results)])
             summary.add([st for _, st in results])

@@ -132,7 +132,7 @@ def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True
 
 
 def hf_config(cfg: ModelConfig) -> dict:
-    """The config.json of a jspec ModelConfig (llama or qwen3 architecture)."""
+    """The config.json of a jspec ModelConfig (Llama, Mistral, Qwen2 or Qwen3 architecture)."""
     arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM"}[cfg.model_type]
     eos = list(cfg.eos_token_ids)

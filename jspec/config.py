@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# jspec.attention.attend's paths: the pure-jnp reference, or the split path with the Pallas INT2 kernel
+# ("pallas"); "auto" picks pallas on GPU.
+ATTENTION_IMPLS = ("auto", "reference", "pallas", "mosaic", "triton")  # pallas: mosaic on Hopper, else triton
 
 
 class ConfigError(ValueError):
@@ -149,12 +152,6 @@ class KVConfig:
     def group(self, head_dim: int) -> int:
         return self.group_size or head_dim
 
-    def ring(self) -> int:
-        """Ring slots W = R: a query at t >= length reads from the cache in BF16 only positions in
-        (t - R, length), at most R - 1 of them, whatever the lookahead (its own chunk is attended from
-        the forward's rows)."""
-        return self.recent
-
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -180,7 +177,7 @@ class GenerateConfig:
 
     max_new_tokens: int = 128
     lookahead: int = 4  # K draft tokens per round; ignored without a draft
-    stop_at_eos: bool = True
+    stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:

@@ -9,6 +9,7 @@ the same loop with no draft and K = 0: the verify forward is then an ordinary de
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,11 +45,25 @@ class Models:
     lookahead: int = struct.field(pytree_node=False)  # K; 0 without a draft
     attn_impl: str = struct.field(pytree_node=False, default="reference")
 
-    def target_forward(self, tokens, cache, length=None):
-        return forward(self.target, self.target_cfg, tokens, cache, attn_impl=self.attn_impl, length=length)
+    def target_forward(self, tokens, cache):
+        return forward(self.target, self.target_cfg, tokens, cache, attn_impl=self.attn_impl)
 
     def draft_forward(self, tokens, cache):
         return forward(self.draft, self.draft_cfg, tokens, cache)
+
+
+class ProgramArgs(NamedTuple):
+    """The arguments of generate_program (and start_program), in order."""
+
+    models: Models
+    prompts: jax.Array  # [B, P] int32, right-padded
+    prompt_lens: jax.Array  # [B] int32
+    max_new: jax.Array  # [B] int32
+    sampler: Sampler
+    seeds: jax.Array  # [B] uint32
+    cache: KVCache  # donated
+    draft_cache: KVCache | None  # donated
+    eos_ids: jax.Array  # [E] int32: a row stops at the first of these it emits
 
 
 def draw(keys, logits, sampler: Sampler):

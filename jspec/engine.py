@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jspec import checkpoint, decode, kvcache, rotation, sharding
-from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig
+from jspec.config import ATTENTION_IMPLS, ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig
+from jspec.decode import ProgramArgs
 from jspec.model import Params
 from jspec.sampling import Sampler
 
@@ -26,20 +26,6 @@ CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_TARGET = CHECKPOINTS / "code-target"
 DEFAULT_DRAFT = CHECKPOINTS / "code-draft"
 ROTATION_FILE = "rotations.safetensors"
-
-
-class ProgramArgs(NamedTuple):
-    """The arguments of decode.generate_program, in order."""
-
-    models: decode.Models
-    prompts: jax.Array  # [B, P] int32, right-padded
-    prompt_lens: jax.Array  # [B] int32
-    max_new: jax.Array  # [B] int32
-    sampler: Sampler
-    seeds: jax.Array  # [B] uint32
-    cache: kvcache.KVCache  # donated
-    draft_cache: kvcache.KVCache | None  # donated
-    eos_ids: jax.Array  # [E] int32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +38,10 @@ class Result:
 
 @dataclasses.dataclass
 class Engine:
-    """A loaded target (and optional draft) plus the KV configuration they decode with."""
+    """A loaded target (and optional draft) plus the KV configuration they decode with.
+
+    jspec.load builds one from model directories; tests build one from params by keyword.
+    """
 
     cfg: ModelConfig
     params: Params
@@ -62,7 +51,6 @@ class Engine:
     draft_params: Params | None = None
     dtype: str = "bfloat16"
     attn_impl: str = "reference"
-    rotation: str = "none"
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.sharding
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -76,7 +64,6 @@ class Engine:
 
         sampling may be one config for all rows or one per row; max_new_tokens optionally per row.
         """
-        gen.validate()
         ids = [self.encode(p) if isinstance(p, str) else list(p) for p in prompts]
         rows = sampling if isinstance(sampling, list) else [sampling] * len(ids)
         for s in rows:
@@ -89,22 +76,46 @@ class Engine:
     def lookahead(self, gen: GenerateConfig) -> int:
         return gen.lookahead if self.draft_params is not None else 0
 
+    def room(self, gen: GenerateConfig) -> int:
+        """Prompt + new tokens one row may hold: the context less the lookahead and the bonus token."""
+        return self.cfg.max_position - self.lookahead(gen) - 1
+
+    def check(self, gen: GenerateConfig, lengths: list[int] = (), max_new: list[int] | None = None) -> None:
+        """Raises ConfigError when a request does not fit, saying why: gen itself, the KV windows with
+        its lookahead, and the prompts of `lengths` tokens with their max_new (default gen's) new tokens
+        as one batch in the model's context. The CLI, batch jobs and generate all ask here."""
+        gen.validate()
+        K, context = self.lookahead(gen), self.cfg.max_position
+        self.kv.validate(self.cfg.head_dim, K)
+        if self.kv.int2 and self.kv.sink + self.kv.recent > context:
+            raise ConfigError(f"sink {self.kv.sink} + recent {self.kv.recent} exceed the model's context of "
+                              f"{context} tokens")
+        if any(n == 0 for n in lengths):
+            raise ConfigError("empty prompt: give at least one token")
+        if lengths:
+            longest, top = max(lengths), max(max_new or [gen.max_new_tokens])
+            if longest + top > self.room(gen):
+                raise ConfigError(f"prompt of {longest} tokens + {top} new tokens + lookahead {K} + 1 exceeds the "
+                                  f"model's context of {context} tokens")
+
     def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
                      gen: GenerateConfig):
         """Token-level generate: returns [(token_ids, stats)] per row."""
-        args, K = self._prepare(ids, rows, max_new, gen)
+        args = self.prepare(ids, rows, max_new, gen)
         kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
-        program, compile_s = self._program(args)
+        program, compile_s = self.compile(args)
         t0 = time.perf_counter()
         state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
         decode_s = time.perf_counter() - t0
+        K = args.models.lookahead
         return self._results(state, K, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
 
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
         """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
         round; generate() keeps the whole loop on device)."""
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        args, _ = self._prepare([ids], [sampling], [gen.max_new_tokens], gen)
+        sampling.validate()
+        args = self.prepare([ids], [sampling], [gen.max_new_tokens], gen)
         with sharding.context(self.mesh):  # traced under the mesh, like generate's program
             s = decode.start_program(*args)
         shown, text = 0, ""
@@ -119,52 +130,46 @@ class Engine:
             with sharding.context(self.mesh):
                 s = decode.round_program(args.models, args.sampler, args.max_new, args.eos_ids, s)
 
-    def _prepare(self, ids, rows, max_new, gen):
-        """Pads the prompts to a bucket and builds the program's arguments (caches included)."""
-        gen.validate()
+    def prepare(self, ids, rows, max_new, gen) -> ProgramArgs:
+        """The program's arguments for a batch (caches included), checked, padded to a bucket and to
+        the mesh's dp, and placed on the mesh."""
+        self.check(gen, [len(x) for x in ids], max_new)
         dp = sharding.dp_size(self.mesh)
         ids, rows, max_new = pad_rows(ids, rows, max_new, -(-len(ids) // dp) * dp)
         K = self.lookahead(gen)
         B, top = len(ids), max(max_new)
-        if any(len(x) == 0 for x in ids):
-            raise ConfigError("empty prompt: give at least one token")
-        capacity_left = self.cfg.max_position - top - K - 1
-        longest = max(len(x) for x in ids)
-        if longest > capacity_left:
-            raise ConfigError(
-                f"prompt of {longest} tokens + {top} new tokens + lookahead {K} + 1 exceeds the model's "
-                f"context of {self.cfg.max_position} tokens"
-            )
-        P = min(bucket(longest), capacity_left)
+        P = min(bucket(max(len(x) for x in ids)), self.room(gen) - top)
         prompts = np.zeros((B, P), np.int32)
         for b, x in enumerate(ids):
             prompts[b, : len(x)] = x
         sampler = Sampler.make(B, [s.temperature for s in rows], [s.top_k for s in rows],
                                [s.top_p for s in rows])
-        return self._program_args(prompts, ids, rows, max_new, P + top + K + 1, K, sampler), K
+        return self._program_args(prompts, ids, rows, max_new, P + top + K + 1, K, sampler, gen)
 
     def _models(self, K: int) -> decode.Models:
         draft = self.draft_params if K else None
         return decode.Models(self.params, draft, self.cfg, self.draft_cfg if K else None, K, self.attn_impl)
 
-    def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler):
+    def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
         B = len(ids)
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K)
         draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt) if K else None
-        eos = jnp.asarray(self.cfg.eos_token_ids or (-1,), jnp.int32)
+        # No id is -1: a row that must not stop at EOS gets that as its only stop token.
+        eos = jnp.asarray((gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,), jnp.int32)
         args = ProgramArgs(self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
                            jnp.asarray(max_new, jnp.int32), sampler, jnp.asarray([s.seed for s in rows], jnp.uint32),
                            cache, draft_cache, eos)
-        return args if self.mesh is None else ProgramArgs(*sharding.shard_program_args(self.mesh, *args))
+        return args if self.mesh is None else sharding.shard_program_args(self.mesh, args)
 
-    def _program(self, args):
-        """The compiled program for these shapes, compiling (and timing it) on first use."""
+    def compile(self, args: ProgramArgs):
+        """(decode.generate_program compiled for these arguments' shapes, compile seconds): compiled on
+        first use, then reused (0.0 seconds)."""
         key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
         if key in self._compiled:
             return self._compiled[key], 0.0
         t0 = time.perf_counter()
-        with sharding.context(self.mesh):  # traced under the mesh: sharding.per_shard sees it
+        with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
             compiled = decode.generate_program.lower(*args).compile()
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
@@ -210,13 +215,13 @@ def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> Non
 
 
 def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mode: str,
-            rotations: str | Path | None) -> tuple[Params, str]:
+            rotations: str | Path | None) -> Params:
     """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache."""
     path = Path(rotations) if rotations else model_dir / ROTATION_FILE
     if mode == "auto":
         mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
     if mode == "none":
-        return params, mode
+        return params
     rotation.check_head_dim(cfg.head_dim)
     if mode == "hadamard":
         rot_k, rot_v = rotation.hadamard_rotations(cfg)
@@ -224,7 +229,7 @@ def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mod
         rot_k, rot_v, _ = rotation.load_rotations(path, cfg)
     else:
         raise ConfigError(f"unknown rotation {mode!r}; use none, hadamard or oscar")
-    return rotation.apply_rotations(params, cfg, rot_k, rot_v), mode
+    return rotation.apply_rotations(params, cfg, rot_k, rot_v)
 
 
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
@@ -244,15 +249,18 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         has_rotations = (Path(rotations) if rotations else model_dir / ROTATION_FILE).is_file()
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
-    params, used_rotation = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
+    params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
     if draft == "auto":
         draft = DEFAULT_DRAFT if model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir() else None
     draft_cfg = draft_params = None
     if draft not in (None, "none"):
         draft_cfg, draft_params, dtok = checkpoint.load_model(draft, jnp.dtype(dtype))
         _check_same_tokenizer(tok, dtok, cfg, draft_cfg)
+    if attn_impl not in ATTENTION_IMPLS:
+        raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
     impl = _default_impl() if attn_impl == "auto" else attn_impl
     mesh = sharding.resolve_mesh(mesh, cfg)
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
-    return Engine(cfg, params, tok, kv, draft_cfg, draft_params, dtype, impl, used_rotation, mesh)
+    return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, draft_cfg=draft_cfg, draft_params=draft_params,
+                  dtype=dtype, attn_impl=impl, mesh=mesh)

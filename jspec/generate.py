@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig
+from jspec.config import ATTENTION_IMPLS, GenerateConfig, KVConfig, SamplingConfig
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
 CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--draft", default="auto",
                    help="draft directory, 'none' for no speculation, 'auto': the shipped draft with the shipped target")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
-    m.add_argument("--attn", choices=("auto", "reference", "pallas", "mosaic", "triton"), default="auto",
+    m.add_argument("--attn", choices=ATTENTION_IMPLS, default="auto",
                    help="INT2 attention: Pallas kernel (GPU; pallas: the Mosaic wgmma kernel on Hopper, else Triton) "
                         "or the pure-jnp reference; auto picks by backend")
     m.add_argument("--mesh", default="auto",
@@ -145,10 +145,7 @@ def _run(a, prompts) -> int:
     if a.kv == "auto" and not eng.kv.int2:
         print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
     gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
-    sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
-    gen.validate()
-    sampling.validate()
-    _check_windows(eng, gen)
+    sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)  # checked by the engine and run_job
     if a.input is not None:
         summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size)
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
@@ -174,14 +171,6 @@ def _run(a, prompts) -> int:
         summary.wall_s = time.perf_counter() - t0
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
     return 0
-
-
-def _check_windows(eng, gen: GenerateConfig) -> None:
-    """The INT2 cache's BF16 windows must exceed the lookahead and fit in the model's context."""
-    kv, context = eng.kv, eng.cfg.max_position
-    kv.validate(eng.cfg.head_dim, eng.lookahead(gen))
-    if kv.int2 and kv.sink + kv.recent > context:
-        raise ConfigError(f"--sink {kv.sink} + --recent {kv.recent} exceed the model's context of {context} tokens")
 
 
 if __name__ == "__main__":

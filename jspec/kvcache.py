@@ -1,11 +1,20 @@
 """The KV cache pytree: BF16 sink + BF16 recent ring + INT2 history, and the masked commit.
 
-Everything is stored in the rotated basis (keys after RoPE and R_K, values after R_V). Per layer the
-BF16 rows live in one window buffer for keys and one for values (the S sink slots, then the W ring
-slots), and the INT2 history in two buffers shared by keys and values (codes and quantisation
-parameters, keys and values as planes). So a commit is four scatters per layer, and attention reads the
-BF16 window as it lies. In "bf16" mode the sink simply spans the whole capacity, the ring and history
-are empty, and the attention rule reads every key in BF16: one structure, one code path.
+Everything is stored in the rotated basis (keys after RoPE and R_K, values after R_V). This module owns
+the layout; both attention paths and the kernel wrapper ask it rather than repeat it. Per layer:
+- the BF16 window, one buffer for keys and one for values, [B, H, S + W, D]: first the S *pinned*
+  slots (slot p holds position p for good), then the W *ring* slots (position p >= S in slot
+  S + p mod W, so the ring holds the latest W positions; ring_positions says which). In "int2" mode the
+  pinned slots are the attention sink (S = kv.sink) and W = kv.recent. In "bf16" mode every position
+  is pinned (S = the capacity, rounded up to ALIGN) and there is no ring and no history: one
+  structure, one code path, and the attention rule reads every key in BF16.
+- the INT2 history, T slots (position p in slot p; T = capacity in "int2" mode, 0 in "bf16"), two
+  buffers shared by keys and values: codes [B, H, 2, T, D/4] with planes CODE_PLANES, and the
+  quantisation parameters [B, H, 4, T, D/G] with planes QPARAM_PLANES.
+So a commit is four scatters per layer, and attention reads the BF16 window as it lies.
+
+Names: LayerKV.pinned_slots, ring_slots and history_slots are the counts S, W and T;
+dequantize_history(layer) returns the history's arrays; layer.parts() gives named views of all of it.
 """
 
 from __future__ import annotations
@@ -24,30 +33,57 @@ from jspec.config import ConfigError, KVConfig, ModelConfig
 ALIGN = 256
 
 
+# The planes of the INT2 history, in storage order: codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, D/G].
+CODE_PLANES = ("k", "v")
+QPARAM_PLANES = ("scale_k", "zero_k", "scale_v", "zero_v")
+
+
+def code_plane(kind: str) -> int:
+    """The codes plane of "k" or "v"."""
+    return CODE_PLANES.index(kind)
+
+
+def qparam_plane(name: str) -> int:
+    """The qparams plane of "scale_k", "zero_k", "scale_v" or "zero_v"."""
+    return QPARAM_PLANES.index(name)
+
+
 @struct.dataclass
 class LayerKV:
-    k: jax.Array  # [B, Hkv, S + W, D] BF16 keys: slot p < S holds position p, slot S + p mod W position p >= S
+    k: jax.Array  # [B, Hkv, S + W, D] BF16 keys: S pinned slots (slot p: position p), then W ring slots
     v: jax.Array  # [B, Hkv, S + W, D] BF16 values, same slots
-    codes: jax.Array  # [B, Hkv, 2, T, D/4] uint8 INT2 keys (plane 0) and values (plane 1), planar packing
-    qparams: jax.Array  # [B, Hkv, 4, T, D/G]: key scale, key zero, value scale, value zero
-    sink: int = struct.field(pytree_node=False)  # S (the capacity, rounded up, in bf16 mode)
+    codes: jax.Array  # [B, Hkv, 2, T, D/4] uint8 INT2 keys and values (CODE_PLANES), planar packing
+    qparams: jax.Array  # [B, Hkv, 4, T, D/G] scales and zero points (QPARAM_PLANES)
+    pinned_slots: int = struct.field(pytree_node=False)  # S: kv.sink in int2 mode, the capacity in bf16
 
     @property
-    def ring(self) -> int:
-        return self.k.shape[2] - self.sink
+    def ring_slots(self) -> int:
+        return self.k.shape[2] - self.pinned_slots  # W
 
     @property
-    def history(self) -> int:
-        return self.codes.shape[3]
+    def history_slots(self) -> int:
+        return self.codes.shape[3]  # T
+
+    def slot(self, pos):
+        """The window slot of position pos (any shape): p itself if pinned, else S + p mod W."""
+        S, W = self.pinned_slots, self.ring_slots
+        return pos if W == 0 else jnp.where(pos < S, pos, S + pos % W)
+
+    def ring_positions(self, length):
+        """[B, W]: the position held by ring slot S + j once length[b] tokens are committed: the latest
+        p < length with p = j mod W (it may be < S or negative: then the slot holds no ring position)."""
+        W = self.ring_slots
+        last = length[:, None] - 1
+        return last - jnp.mod(last - jnp.arange(W), W)
 
     def parts(self) -> dict:
-        """Named views for inspection: sink_k/v [B, H, S, D], ring_k/v [B, H, W, D] (position p >= S in
-        slot p mod W) and codes_k/v, scale_k/v, zero_k/v [B, H, T, ...] of the INT2 history."""
-        S = self.sink
-        views = dict(sink_k=self.k[:, :, :S], sink_v=self.v[:, :, :S], ring_k=self.k[:, :, S:], ring_v=self.v[:, :, S:])
-        for i, kind in enumerate("kv"):
-            views.update({f"codes_{kind}": self.codes[:, :, i], f"scale_{kind}": self.qparams[:, :, 2 * i],
-                          f"zero_{kind}": self.qparams[:, :, 2 * i + 1]})
+        """Named views for inspection: pinned_k/v [B, H, S, D], ring_k/v [B, H, W, D] (position p >= S
+        in slot p mod W) and codes_k/v, scale_k/v, zero_k/v [B, H, T, ...] of the INT2 history."""
+        S = self.pinned_slots
+        views = dict(pinned_k=self.k[:, :, :S], pinned_v=self.v[:, :, :S], ring_k=self.k[:, :, S:],
+                     ring_v=self.v[:, :, S:])
+        views.update({f"codes_{kind}": self.codes[:, :, code_plane(kind)] for kind in CODE_PLANES})
+        views.update({name: self.qparams[:, :, qparam_plane(name)] for name in QPARAM_PLANES})
         return views
 
 
@@ -57,10 +93,6 @@ class KVCache:
     length: jax.Array  # [B] int32, committed tokens per row; slots past it are dead
     kv: KVConfig = struct.field(pytree_node=False)
     capacity: int = struct.field(pytree_node=False)
-
-    @property
-    def ring_size(self) -> int:
-        return self.layers[0].ring
 
     def nbytes(self) -> int:
         return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(self.layers))
@@ -82,7 +114,10 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
         )
     B, H, D = batch, cfg.num_kv_heads, cfg.head_dim
     if kv.int2:
-        S, W, T = min(kv.sink, capacity), kv.ring(), capacity
+        # W = R ring slots: a query at t >= length reads from the cache in BF16 only positions in
+        # (t - R, length), at most R - 1 of them, whatever the lookahead (its own chunk is attended
+        # from the forward's rows).
+        S, W, T = min(kv.sink, capacity), kv.recent, capacity
     else:
         S, W, T = -(-capacity // ALIGN) * ALIGN, 0, 0
     G = kv.group(D)
@@ -115,15 +150,13 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     scatter index points out of bounds and mode="drop" discards them.
     """
     kv, first = cache.kv, cache.layers[0]
-    S, W, T = first.sink, first.ring, first.history
+    S, W, T = first.pinned_slots, first.ring_slots, first.history_slots
     n = new_k[0].shape[1]
     pos = cache.length[:, None] + jnp.arange(n)  # [B, n]
     end = cache.length + n_commit
     valid = pos < end[:, None]
-    if W:  # only the last W committed positions go to the ring: no two writes share a slot
-        slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), jnp.where(pos < S, pos, S + pos % W), S + W)
-    else:
-        slot = jnp.where(valid & (pos < S), pos, S)
+    # Only the last W committed positions go to the ring: no two writes share a slot.
+    slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
     layers = []
     for layer, k, v in zip(cache.layers, new_k, new_v):
@@ -136,18 +169,22 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
 
 
 def quantize_kv(k, v, kv: KVConfig, scale_dtype):
-    """Keys and values [.., H, D] coded together: codes [.., H, 2, D/4] and qparams [.., H, 4, D/G]."""
-    x = jnp.stack([k, v], axis=-2)  # [.., H, 2, D]
-    codes, scale, zero = quant.quantize(x, kv.group(x.shape[-1]), (kv.clip_k, kv.clip_v), scale_dtype)
-    qparams = jnp.stack([scale, zero], axis=-2)  # [.., H, 2, 2, D/G]: (k scale, k zero), (v scale, v zero)
-    return codes, qparams.reshape(*qparams.shape[:-3], 4, qparams.shape[-1])
+    """Keys and values [.., H, D] coded together: codes [.., H, 2, D/4] and qparams [.., H, 4, D/G], their
+    planes in the order of CODE_PLANES and QPARAM_PLANES."""
+    rows, clips = dict(k=k, v=v), dict(k=kv.clip_k, v=kv.clip_v)
+    x = jnp.stack([rows[kind] for kind in CODE_PLANES], axis=-2)  # [.., H, 2, D]
+    codes, scale, zero = quant.quantize(x, kv.group(x.shape[-1]), tuple(clips[kind] for kind in CODE_PLANES),
+                                        scale_dtype)
+    named = {f"{what}_{kind}": y[..., code_plane(kind), :]
+             for what, y in (("scale", scale), ("zero", zero)) for kind in CODE_PLANES}
+    return codes, jnp.stack([named[name] for name in QPARAM_PLANES], axis=-2)
 
 
 def _dequantize_kv(codes, qparams, dtype, plane_axis: int):
     """(keys, values) from codes [.., 2, .., D/4] and qparams [.., 4, .., D/G] planes along plane_axis."""
     plane = lambda x, i: jnp.take(x, i, axis=plane_axis)
-    return tuple(quant.dequantize(plane(codes, i), plane(qparams, 2 * i), plane(qparams, 2 * i + 1), dtype)
-                 for i in (0, 1))
+    return tuple(quant.dequantize(plane(codes, code_plane(kind)), plane(qparams, qparam_plane(f"scale_{kind}")),
+                                  plane(qparams, qparam_plane(f"zero_{kind}")), dtype) for kind in ("k", "v"))
 
 
 def fake_quantize_kv(k, v, kv: KVConfig):
@@ -156,20 +193,18 @@ def fake_quantize_kv(k, v, kv: KVConfig):
     return _dequantize_kv(*quantize_kv(k, v, kv, jnp.dtype(kv.scale_dtype)), k.dtype, plane_axis=-2)
 
 
-def history(layer: LayerKV, dtype):
-    """The dequantised INT2 history: keys and values [B, H, T, D] each."""
+def dequantize_history(layer: LayerKV, dtype):
+    """The INT2 history's keys and values, dequantised: [B, H, T, D] each."""
     return _dequantize_kv(layer.codes, layer.qparams, dtype, plane_axis=2)
 
 
 def bf16_keys(layer: LayerKV, T: int):
     """The BF16 copy of keys/values at positions 0..T-1 where one exists ([B, H, T, D] each).
 
-    Position p < S comes from the sink, otherwise from ring slot S + p mod W; whether that slot still
-    holds p is the caller's business (the attention rule only asks for p < S or p > t - R, both covered).
+    Position p comes from its window slot (layer.slot); whether a ring slot still holds p is the
+    caller's business (the attention rule only asks for p < S or p > t - R, both covered).
     """
-    S, W = layer.sink, layer.ring
-    if W == 0:
+    if layer.ring_slots == 0:
         return layer.k[:, :, :T], layer.v[:, :, :T]
-    p = jnp.arange(T)
-    slot = jnp.where(p < S, p, S + p % W)
+    slot = layer.slot(jnp.arange(T))
     return layer.k[:, :, slot], layer.v[:, :, slot]

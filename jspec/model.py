@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jspec.attention import attend, einsum_f32
+from jspec.attention import attend
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
+from jspec.numerics import einsum_f32
 
 
 @struct.dataclass
@@ -98,15 +99,14 @@ def mlp(lp: Layer, x):
 
 
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
-            attn_impl: str = "reference", length=None):
+            attn_impl: str = "reference"):
     """tokens [B, n] at positions cache.length + 0..n-1 (0..n-1 without a cache).
 
     Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
     [B, n, Hkv, D] in the cache's rotated basis, for kvcache.commit.
     """
     B, n = tokens.shape
-    if length is None:
-        length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
+    length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
     pos = length[:, None] + jnp.arange(n)  # [B, n]
     kv = cache.kv if cache is not None else None
     x = params.embed[tokens]

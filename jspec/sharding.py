@@ -11,11 +11,9 @@ NamedShardings and GSPMD propagates them through the loop.
   "tp" for the target; the draft cache over "dp" only. Lengths and every other [B, ...] input over "dp".
 The batch must divide by dp: the engine pads it with dummy rows (engine.pad_rows).
 
-The Pallas INT2 kernel is a custom call that GSPMD cannot split: per_shard wraps the attention around
-it in shard_map so that each device runs it on its own (dp, tp) block of rows and KV heads; the Engine
-lowers its program under the mesh (context) so that per_shard finds it. attention.attend's Pallas
-branch has to call it; where it does not, GSPMD gathers the kernel's operands onto every device
-(correct results, no speed-up for that part).
+The Pallas INT2 kernel is a custom call that GSPMD cannot split: attention_split.per_shard wraps the
+split attention in shard_map so that each device runs it on its own (dp, tp) block of rows and KV
+heads; the Engine lowers its program under the mesh (context) so that per_shard finds it.
 """
 
 from __future__ import annotations
@@ -26,11 +24,11 @@ import dataclasses
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from jspec.attention_split import DP, TP
 from jspec.config import ConfigError, ModelConfig
+from jspec.decode import ProgramArgs
 from jspec.kvcache import KVCache
 from jspec.model import Layer, Params
-
-DP, TP = "dp", "tp"
 
 # Layer fields split over tp (the rest are replicated): the projections into heads by KV head and
 # into the MLP by unit, the projections out of them by row. wqkv's KV-head axis carries each head's
@@ -122,12 +120,15 @@ def shard_batch(tree, mesh: Mesh):
     return jax.tree.map(lambda x: _put(x, mesh, P(DP)), tree)
 
 
-def shard_program_args(mesh: Mesh, m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos):
-    """decode.generate_program's arguments placed on the mesh (m: decode.Models)."""
+def shard_program_args(mesh: Mesh, args: ProgramArgs) -> ProgramArgs:
+    """decode.generate_program's arguments placed on the mesh."""
+    m = args.models
     m = m.replace(target=shard_params(m.target, m.target_cfg, mesh), draft=replicate(m.draft, mesh))
-    batch = shard_batch((prompts, prompt_lens, max_new, sampler, seeds), mesh)
-    draft_cache = None if draft_cache is None else shard_cache(draft_cache, mesh, heads=False)
-    return (m, *batch, shard_cache(cache, mesh), draft_cache, replicate(eos, mesh))
+    prompts, prompt_lens, max_new, sampler, seeds = shard_batch(
+        (args.prompts, args.prompt_lens, args.max_new, args.sampler, args.seeds), mesh)
+    draft_cache = None if args.draft_cache is None else shard_cache(args.draft_cache, mesh, heads=False)
+    return ProgramArgs(m, prompts, prompt_lens, max_new, sampler, seeds, shard_cache(args.cache, mesh),
+                       draft_cache, replicate(args.eos_ids, mesh))
 
 
 def dp_size(mesh: Mesh | None) -> int:
@@ -138,23 +139,6 @@ def dp_size(mesh: Mesh | None) -> int:
 def context(mesh: Mesh | None):
     """The mesh as the tracing context (jax.set_mesh) while a program is lowered; nothing without one."""
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
-
-
-def per_shard(fn, mesh: Mesh | None = None):
-    """fn(q, k, v, layer, length, kv) -> [B, n, Hq, D] (attention_fast.attend_split) run per device on its
-    rows and KV heads under shard_map; fn itself when there is no mesh (argument or jax.set_mesh)."""
-    mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
-    if mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}:
-        return fn
-    heads = P(DP, None, TP, None)  # [B, n, H, D]
-
-    def run(q, k, v, layer, length, kv):
-        body = lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv)
-        # check_vma off: a pallas_call carries no varying-axes annotations for shard_map to check
-        return jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, P(DP, TP), P(DP)),
-                             out_specs=heads, check_vma=False)(q, k, v, layer, length)
-
-    return run
 
 
 def resolve_mesh(mesh: str | Mesh | None, cfg: ModelConfig) -> Mesh | None:

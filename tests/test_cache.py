@@ -100,6 +100,9 @@ def test_cached_decode_equals_full_forward(mode):
     np.testing.assert_array_equal(np.asarray(cache.length), [N, N - 5])
     np.testing.assert_allclose(steps[0], full[0, 8:], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(steps[1], full[1, 3 : N - 5], rtol=1e-5, atol=1e-5)
+    if not kv.int2:  # with a BF16 cache, no cache at all is the same model
+        plain, _ = model.forward(_params(), CFG, _tokens())
+        np.testing.assert_allclose(np.asarray(plain), full, rtol=1e-5, atol=1e-5)
 
 
 def test_int2_is_really_read():
@@ -116,10 +119,10 @@ def _assert_caches_close(a: kvcache.KVCache, b: kvcache.KVCache, lens):
     np.testing.assert_array_equal(np.asarray(a.length), np.asarray(b.length))
     for la, lb in zip(a.layers, b.layers):
         pa, pb = la.parts(), lb.parts()
-        for name in ("sink_k", "sink_v", "ring_k", "ring_v"):
+        for name in ("pinned_k", "pinned_v", "ring_k", "ring_v"):
             x, y = np.asarray(pa[name]), np.asarray(pb[name])
             for r, n in enumerate(lens):
-                live = _live_slots(name, x.shape[2], n, la.sink)
+                live = _live_slots(name, x.shape[2], n, la.pinned_slots)
                 np.testing.assert_allclose(x[r, :, live], y[r, :, live], rtol=1e-5, atol=1e-5, err_msg=name)
         if a.kv.int2:
             for kind in "kv":
@@ -133,7 +136,7 @@ def _assert_caches_close(a: kvcache.KVCache, b: kvcache.KVCache, lens):
 
 
 def _live_slots(name, size, n, S):
-    if name.startswith("sink"):
+    if name.startswith("pinned"):
         return np.arange(min(size, n))
     return np.unique(np.arange(max(n - size, S), n) % size)  # ring: the last W positions >= S
 
@@ -168,11 +171,11 @@ def _poison(cache: kvcache.KVCache, seed=0) -> kvcache.KVCache:
 
     layers = []
     for layer in cache.layers:
-        window = np.concatenate([dead(layer.sink), dead(layer.ring)], 1)  # sink slots, then ring slots
+        window = np.concatenate([dead(layer.pinned_slots), dead(layer.ring_slots)], 1)  # pinned, then ring slots
         upd = dict(k=garbage(layer.k, window, 1e30), v=garbage(layer.v, window, 1e30))
         if cache.kv.int2:
             # scale and zero around 1e15 keep the dequantized garbage (c - z) * s finite in f32
-            T = layer.history
+            T = layer.history_slots
             upd.update(codes=garbage(layer.codes, dead(T), 0, axis=3),
                        qparams=garbage(layer.qparams, dead(T), 1e15, axis=3))
         layers.append(dataclasses.replace(layer, **upd))
@@ -247,11 +250,11 @@ def test_masked_commit(mode):
 def _check_commit_layer(l0, l1, kind, x, len0, n_commit, clip, kv):
     """Slots of the committed positions hold the new rows x [B, n, Hkv, D]; all others are unchanged."""
     p0, p1 = l0.parts(), l1.parts()
-    S, W = l0.sink, l0.ring
+    S, W = l0.pinned_slots, l0.ring_slots
     for b in range(len(len0)):
         pos = len0[b] + np.arange(n_commit[b])
         new = x[b, : n_commit[b]].transpose(1, 0, 2)  # [Hkv, n_commit, D]
-        _check_slots(p0[f"sink_{kind}"][b], p1[f"sink_{kind}"][b], pos[pos < S], new[:, pos < S])
+        _check_slots(p0[f"pinned_{kind}"][b], p1[f"pinned_{kind}"][b], pos[pos < S], new[:, pos < S])
         if W:  # only the last W committed positions >= S reach the ring: no two writes share a slot
             last = (pos >= pos[-1] + 1 - W) & (pos >= S) if len(pos) else pos
             _check_slots(p0[f"ring_{kind}"][b], p1[f"ring_{kind}"][b], pos[last] % W, new[:, last])
@@ -272,7 +275,7 @@ def _check_slots(before, after, slots, want):
 def test_commit_keeps_only_the_last_ring_slots():
     # W + 2 positions into W ring slots in one commit: slots 0, 1 hold positions W, W + 1.
     c = kvcache.init_cache(CFG, INT2, 1, CAP, jnp.float32)
-    W = c.ring_size
+    W = c.layers[0].ring_slots
     assert INT2.recent <= W < CAP - 2
     k, v = _rows(2, 1, W + 2)
     c = _commit(c, k, v, jnp.asarray([W + 2], jnp.int32))

@@ -165,7 +165,7 @@ def test_job_with_malformed_lines(cli, reference, tmp_path):
     errors = {n: r["error"] for n, r in recs.items() if "error" in r}
     assert errors[2].startswith("invalid JSON") and errors[3] == "missing prompt"
     assert "prompt must be a string" in errors[4] and "'max_new_tokens' has the wrong type" in errors[5]
-    assert "exceeds the context" in errors[6] and errors[8] == "duplicate id 'a'" and errors[10] == "missing id"
+    assert "exceeds the model's context" in errors[6] and errors[8] == "duplicate id 'a'" and errors[10] == "missing id"
     assert [recs[n]["id"] for n in (1, 9)] == ["a", 7] and set(errors) == {2, 3, 4, 5, 6, 8, 10}
     for n in (1, 9):
         assert recs[n]["text"] == reference["text"] and recs[n]["token_ids"] == reference["token_ids"]
@@ -267,6 +267,27 @@ def test_help_lists_every_flag(cli):
     assert set(design.split()) <= set(flags)
 
 
+def _imported(*argv) -> tuple[set[str], str]:
+    """(top-level packages imported, stderr) of `python -X importtime -m ...argv` in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", *argv], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    names = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in p.stderr.splitlines()
+             if line.startswith("import time:")}
+    return names, "\n".join(x for x in p.stderr.splitlines() if not x.startswith("import time:"))
+
+
+def test_help_imports_neither_jax_nor_torch():
+    names, _ = _imported("jspec.generate", "--help")
+    assert "jspec" in names and not names & {"jax", "torch", "transformers"}
+
+
+def test_calibrate_runs_without_a_runpy_warning():
+    _, err = _imported("jspec.calibrate", "--help")
+    assert "RuntimeWarning" not in err, err
+
+
 @pytest.fixture(scope="module")
 def foreign_draft(tmp_path_factory):
     """The shipped draft with another (tiny) tokenizer."""
@@ -291,7 +312,7 @@ BAD = {
     "unknown flag": (["--speed", "9"], "unrecognized arguments: --speed 9"),
     "recent within lookahead": (["--kv", "int2", "--recent", "2"], "recent window 2 must exceed the lookahead 2"),
     "windows beyond the context": (["--kv", "int2", "--sink", "4000", "--recent", "512"],
-                                   "--sink 4000 + --recent 512 exceed the model's context of 4096"),
+                                   "sink 4000 + recent 512 exceed the model's context of 4096"),
     "group size": (["--kv", "int2", "--group-size", "48"], "group size 48 must divide head_dim 128"),
     "too many new tokens": (["--max-new-tokens", "5000"], "exceeds the model's context of 4096"),
     "bad top-p": (["--top-p", "0"], "top_p must be in (0, 1]"),

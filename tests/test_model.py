@@ -1,4 +1,4 @@
-"""The model against Hugging Face transformers: logits, greedy generation, checkpoints, the decode program.
+"""The model against Hugging Face transformers: logits, greedy generation, checkpoints.
 
 Every family is a tiny random transformers model saved to disk (conftest.hf_model_dir) and loaded
 back through jspec.checkpoint, so loading, the config mapping and the forward are tested together.
@@ -80,9 +80,9 @@ def _jspec_greedy(cfg, params, prompts, max_new):
         padded[b, : len(p)] = p
     m = decode.Models(params, None, cfg, None, 0)
     cache = kvcache.init_cache(cfg, KVConfig("bf16"), B, P + max_new + 1, jnp.float32)
-    s = decode.generate_program(m, jnp.asarray(padded), jnp.array([len(p) for p in prompts]),
-                                jnp.full((B,), max_new), Sampler.make(B), jnp.arange(B), cache, None,
-                                jnp.asarray(cfg.eos_token_ids))
+    s = decode.generate_program(*decode.ProgramArgs(
+        m, jnp.asarray(padded), jnp.array([len(p) for p in prompts]), jnp.full((B,), max_new), Sampler.make(B),
+        jnp.arange(B), cache, None, jnp.asarray(cfg.eos_token_ids)))
     tokens, count = np.asarray(s.tokens), np.asarray(s.count)
     return [tokens[b, : count[b]].tolist() for b in range(B)]
 
@@ -125,84 +125,6 @@ def test_bf16_compute_close_to_f32(family, hf_model_dir, hf_torch_model, jspec_m
     assert got.dtype == np.float32
     assert np.abs(got - ref).max() <= 0.05 * np.abs(ref).max()
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
-
-
-def _incremental(params, cfg, kv, ids, prefix):
-    """Prefills row b with ids[b, :prefix[b]] (right-padded batch), then decodes one token at a time.
-
-    Returns logits [B, T, V] where row b, position t comes from the call that fed token t.
-    """
-    B, T = ids.shape
-
-    @jax.jit
-    def step(cache, tokens, n_commit):  # prefill and decode alike: forward, then commit n_commit rows
-        logits, (k, v) = model.forward(params, cfg, tokens, cache)
-        return logits, kvcache.commit(cache, k, v, n_commit)
-
-    cache = kvcache.init_cache(cfg, kv, B, T + 1, jnp.float32)
-    logits, cache = step(cache, jnp.asarray(ids[:, : prefix.max()]), jnp.asarray(prefix))
-    out = np.zeros((B, T, cfg.vocab_size), np.float32)
-    for b in range(B):
-        out[b, : prefix[b]] = logits[b, : prefix[b]]
-    for i in range(T - int(prefix.min())):
-        pos = np.minimum(prefix + i, T - 1)  # finished rows re-feed their last token, committing nothing
-        live = prefix + i < T
-        tokens = jnp.asarray(ids[np.arange(B), pos][:, None])
-        logits, cache = step(cache, tokens, jnp.asarray(live, jnp.int32))
-        out[live, pos[live]] = np.asarray(logits)[live, 0]
-    return out
-
-
-@pytest.mark.parametrize("family,kv", [
-    ("llama", KVConfig("bf16")),
-    ("qwen3", KVConfig("bf16")),
-    ("qwen2", KVConfig("int2", sink=2, recent=4)),  # the OSCAR rule holds alike for cached and full
-])
-def test_cached_decode_equals_full_forward(family, kv, jspec_model):
-    cfg, params, _ = jspec_model(family)
-    ids = _random_ids(3, 20, seed=2)
-    prefix = np.array([7, 12, 3])
-    got = _incremental(params, cfg, kv, ids, prefix)
-    # the full forward: one call over all the tokens, through an empty cache of the same layout
-    empty = kvcache.init_cache(cfg, kv, 3, 21, jnp.float32)
-    full, _ = model.forward(params, cfg, jnp.asarray(ids), empty)
-    np.testing.assert_allclose(got, np.asarray(full), atol=1e-4, rtol=0)
-    if not kv.int2:  # with a BF16 cache, no cache at all is the same model
-        plain, _ = model.forward(params, cfg, jnp.asarray(ids))
-        np.testing.assert_allclose(got, np.asarray(plain), atol=1e-4, rtol=0)
-
-
-def _walk(jaxpr):
-    """Every equation of a jaxpr and of the jaxprs nested in its equations' params."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, (tuple, list)) else [p]:
-                sub = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
-                if hasattr(sub, "eqns"):
-                    yield from _walk(sub)
-
-
-@pytest.mark.parametrize("draft,temperature", [(False, 0.0), (False, 1.0), (True, 0.0), (True, 1.0)])
-def test_generate_is_one_loop_without_callbacks(draft, temperature):
-    cfg = ModelConfig("llama", 64, 32, 64, 2, 4, 2, 8, eos_token_ids=(1, 2))
-    dcfg = ModelConfig("llama", 64, 16, 32, 1, 2, 1, 8)
-    K, B, P, new = (3 if draft else 0), 2, 6, 10
-    m = decode.Models(model.init_params(cfg, jax.random.key(0)),
-                      model.init_params(dcfg, jax.random.key(1)) if draft else None,
-                      cfg, dcfg if draft else None, K)
-    cache = kvcache.init_cache(cfg, KVConfig("int2", sink=2, recent=8), B, P + new + K + 1, lookahead=K)
-    dcache = kvcache.init_cache(dcfg, KVConfig("bf16"), B, P + new + K + 1) if draft else None
-    sampler = Sampler.make(B, temperature=temperature, top_k=5, top_p=0.9)
-    args = (m, jnp.ones((B, P), jnp.int32), jnp.array([6, 3]), jnp.full((B,), new), sampler,
-            jnp.arange(B), cache, dcache, jnp.array([1, 2]))
-    eqns = list(_walk(jax.make_jaxpr(decode._generate)(*args).jaxpr))
-    names = [e.primitive.name for e in eqns]
-    assert names.count("while") == 1
-    assert not [n for n in names if "callback" in n]
-    # the tokens are produced inside that loop: its body runs the model (the verify/decode forward)
-    loop = next(e for e in eqns if e.primitive.name == "while")
-    assert "dot_general" in {e.primitive.name for e in _walk(loop.params["body_jaxpr"].jaxpr)}
 
 
 # ----------------------------------------------------------------------------------------- save_hf

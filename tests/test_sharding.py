@@ -55,6 +55,7 @@ def test_bad_meshes_raise_config_error(report):
 
 
 def test_per_shard_attention(report):
+    assert set(report["per_shard"]) == {"reference", "pallas"}
     for name, (err, placed) in report["per_shard"].items():
         assert err < 1e-5 and placed == "ok", (name, err, placed)
 
@@ -107,8 +108,8 @@ def _engine(kv_mode, with_draft, mesh):
     cfg, params, rotated, draft_cfg, draft = _models()
     kv = KVConfig(kv_mode, sink=4, recent=8)  # small windows: most of each row is read as INT2
     tgt = rotated if kv.int2 else params
-    return Engine(cfg, tgt, None, kv, draft_cfg if with_draft else None, draft if with_draft else None,
-                  "float32", "reference", "hadamard" if kv.int2 else "none", mesh)
+    return Engine(cfg=cfg, params=tgt, tokenizer=None, kv=kv, draft_cfg=draft_cfg if with_draft else None,
+                  draft_params=draft if with_draft else None, dtype="float32", attn_impl="reference", mesh=mesh)
 
 
 def _batch():
@@ -140,8 +141,8 @@ def _check_placement(eng, mesh):
     import jax
 
     ids, rows, max_new, gen = _batch()
-    args, _ = eng._prepare(ids, rows, max_new, gen)
-    m, prompts, cache, draft_cache = args[0], args[1], args[6], args[7]
+    args = eng.prepare(ids, rows, max_new, gen)
+    m, prompts, cache, draft_cache = args.models, args.prompts, args.cache, args.draft_cache
     placement = {}
     put = lambda name, x, spec: placement.__setitem__(name, _placed(x, mesh, spec))
     lp = m.target.layers[0]
@@ -162,7 +163,7 @@ def _check_placement(eng, mesh):
         put(f"{prefix}draft_cache.k", dc.layers[0].k, P("dp"))
 
     caches("in.", cache, draft_cache)
-    program, _ = eng._program(args)
+    program, _ = eng.compile(args)
     state = jax.block_until_ready(program(*args))
     caches("out.", state.cache, state.draft_cache)
     return placement
@@ -218,20 +219,16 @@ def _cli(tmp):
 
 
 def _per_shard():
-    """sharding.per_shard (shard_map per (dp, tp) block) around attention == the unsharded call."""
+    """attention_split.per_shard (shard_map per (dp, tp) block) around attention == the unsharded call,
+    for the reference path and the split path (the Pallas kernel in interpret mode on CPU)."""
     import jax
     import jax.numpy as jnp
 
     from jspec import attention, kvcache, sharding
+    from jspec.attention_split import attend_split, per_shard
     from jspec.config import KVConfig, ModelConfig
 
-    fns = {"reference": attention.attend_reference}
-    try:  # the Pallas INT2 path (interpret mode on CPU), where present
-        from jspec.attention_fast import attend_split
-
-        fns["pallas"] = attend_split
-    except ImportError:
-        pass
+    fns = {"reference": attention.attend_reference, "pallas": attend_split}
     cfg = ModelConfig("llama", 96, 128, 128, 1, num_heads=4, num_kv_heads=2, head_dim=64)  # kernel: D >= 64
     kv = KVConfig("int2", sink=4, recent=8)
     B, n = 4, 4
@@ -248,7 +245,7 @@ def _per_shard():
         want = jax.jit(lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv))(q, k, v, cache.layers[0],
                                                                                      cache.length)
         with sharding.context(mesh):
-            run = jax.jit(lambda q, k, v, layer, length: sharding.per_shard(fn)(q, k, v, layer, length, kv))
+            run = jax.jit(lambda q, k, v, layer, length: per_shard(fn)(q, k, v, layer, length, kv))
             got = run(heads(q), heads(k), heads(v), placed.layers[0], placed.length)
         errors[name] = [float(jnp.abs(got - want).max()), _placed(got, mesh, jax.P("dp", None, "tp", None))]
     return errors

@@ -1,5 +1,9 @@
 """Training resumes from its orbax checkpoint; the shipped pair and its tokenizer load (jspec and HF)."""
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -49,7 +53,13 @@ def test_corpus_split_is_stable_and_excludes_tests():
     assert files and not any(set(f.split("/")[:-1]) & {"test", "tests", "idle_test"} for f in files)
     val = [f for f in files if data.is_validation(f)]
     assert len(val) >= 0.02 * len(files)
-    assert data.is_validation(val[0]) and data.is_validation(val[0])  # a pure function of the path
+    # A pure function of the path: another process (another str hash salt) splits the same way.
+    code = ("import json, sys; from jspec import data; "
+            "print(json.dumps([data.is_validation(f) for f in json.load(sys.stdin)]))")
+    env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(files), env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert json.loads(out) == [f in set(val) for f in files]
 
 
 def _shipped(name):

@@ -26,6 +26,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jspec.kvcache import code_plane, qparam_plane
+
 try:  # the Triton backend module; absent or renamed in some jax builds
     from jax.experimental.pallas import triton as pltriton
 except ImportError:  # pragma: no cover
@@ -155,7 +157,7 @@ def _kernel(q_ref, kc_ref, ks_ref, kz_ref, vc_ref, vs_ref, vz_ref, lo_ref, hi_re
 # loop steps per split.
 DECODE = dict(block_t=64, rows=4, warps=1, stages=3, programs=1056, min_blocks=4)
 VERIFY = dict(block_t=64, rows=16, warps=2, stages=3, programs=1056, min_blocks=4)
-BLOCK_T, BLOCK_M, NUM_STAGES = DECODE["block_t"], 64, DECODE["stages"]
+BLOCK_M = 64  # rows per program at most
 
 
 def defaults_for(M: int) -> dict:
@@ -192,9 +194,9 @@ def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, bl
                    words=True, merge=True, interpret=False):
     """Attention of each query row over its INT2 key range.
 
-    q: [B, Hkv, M, D] rotated queries (cast to bf16); codes: [B, Hkv, 2, T, D/4] uint8, keys then
-    values (or [.., D/16] uint32, see as_words); qparams: [B, Hkv, 4, T, D/G], key scale, key zero,
-    value scale, value zero (the cache's layout: the kernel reads each plane in place); lo, hi: [B, M]
+    q: [B, Hkv, M, D] rotated queries (cast to bf16); codes: [B, Hkv, 2, T, D/4] uint8 (or [.., D/16]
+    uint32, see as_words) and qparams: [B, Hkv, 4, T, D/G], planes as the cache lays them out
+    (kvcache.CODE_PLANES, QPARAM_PLANES: the kernel reads each plane in place); lo, hi: [B, M]
     int32, row m reads keys lo <= p < hi. Returns out [B, Hkv, M, D] f32 (normalised over the range; 0
     where empty) and lse [B, Hkv, M] f32 (-inf where empty). G < D falls back to
     int2_attention_reference. words: view uint8 codes as uint32 inside the jit (measured free on the
@@ -251,11 +253,13 @@ def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, bl
     vec_spec = lambda plane: pl.BlockSpec((None, None, None, Tp), lambda b, h, s: (b, lax.div(h, Mb), plane, 0))
     row_spec = pl.BlockSpec((None, None, bm), lambda b, h, s: (b, lax.rem(h, Mb), 0))
     qv = qparams.reshape(B, H, 4, Tp)  # [.., T, 1] -> [.., T]: one scale per token
+    # The kernel's operands kc, ks, kz, vc, vs, vz: planes of the cache's arrays, in kvcache's plane order.
+    planes = [spec for kind in "kv" for spec in (code_spec(code_plane(kind)), vec_spec(qparam_plane(f"scale_{kind}")),
+                                                   vec_spec(qparam_plane(f"zero_{kind}")))]
     out, lse = pl.pallas_call(
         kernel,
         grid=(B, H * Mb, ns),
-        in_specs=[pl.BlockSpec((None, None, bm, D), lambda b, h, s: (b, h, 0, 0)),
-                  code_spec(0), vec_spec(0), vec_spec(1), code_spec(1), vec_spec(2), vec_spec(3), row_spec, row_spec],
+        in_specs=[pl.BlockSpec((None, None, bm, D), lambda b, h, s: (b, h, 0, 0)), *planes, row_spec, row_spec],
         out_specs=[pl.BlockSpec((None, None, None, bm, D), lambda b, h, s: (b, h, s, 0, 0)),
                    pl.BlockSpec((None, None, None, bm), lambda b, h, s: (b, h, s, 0))],
         out_shape=[jax.ShapeDtypeStruct((B, H * Mb, ns, bm, D), jnp.float32),
@@ -306,8 +310,8 @@ def int2_attention_reference(q, codes, qparams, lo, hi, *, sm_scale=None):
     """Pure-jnp int2_attention: dequantise everything, masked softmax over [lo, hi) per row, in f32."""
     D = q.shape[-1]
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
-    k = _dequant(codes[:, :, 0], qparams[:, :, 0], qparams[:, :, 1])
-    v = _dequant(codes[:, :, 1], qparams[:, :, 2], qparams[:, :, 3])
+    k, v = (_dequant(codes[:, :, code_plane(kind)], qparams[:, :, qparam_plane(f"scale_{kind}")],
+                     qparams[:, :, qparam_plane(f"zero_{kind}")]) for kind in "kv")
     s = jnp.einsum("bhmd,bhtd->bhmt", q.astype(jnp.float32), k, precision=lax.Precision.HIGHEST) * sm_scale
     pos = jnp.arange(k.shape[2])
     valid = (pos >= lo[:, None, :, None]) & (pos < hi[:, None, :, None])  # [B, 1, M, T]

@@ -1,4 +1,4 @@
-"""Mixed-cache attention split by storage: BF16 parts in XLA, the INT2 history in the Pallas kernel.
+"""The split path of mixed-cache attention: BF16 parts in XLA, the INT2 history in the Pallas kernel.
 
 Same semantics as attention.attend_reference (the rule: a query at t reads key p <= t in BF16 iff
 p < S or p > t - R, else the INT2 copy), computed as two softmax partials joined by one LSE merge:
@@ -6,18 +6,28 @@ p < S or p > t - R, else the INT2 copy), computed as two softmax partials joined
   the chunk's own rows (causal), fake-quantised where the rule says INT2 (only in long prefills);
 - Pallas, INT2: committed history [S, min(t-R+1, length)) — each query row has its own end. On
   Hopper (wgmma) the Mosaic GPU kernel (pallas/int2_mosaic.py), elsewhere the Triton one.
+
+The kernel is a custom call that GSPMD cannot split: per_shard runs the split path under shard_map so
+that each device runs it on its own (dp, tp) block of rows and KV heads (jspec.sharding places the
+arrays; the Engine lowers its program under the mesh so that per_shard finds it). Where it is not
+wrapped, GSPMD gathers the kernel's operands onto every device (correct results, no speed-up).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from jspec.config import KVConfig
-from jspec.attention import dot_scores
 from jspec.kvcache import LayerKV, fake_quantize_kv
+from jspec.numerics import dot_scores
 from jspec.pallas import int2_mosaic
 from jspec.pallas.int2_attention import int2_attention, merge_lse
+
+# The mesh axes of jspec.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
+# model in the imports, so that the model's import chain stops short of sharding.
+DP, TP = "dp", "tp"
 
 
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
@@ -61,20 +71,13 @@ def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, k
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 
 
-def _ring_positions(length, W: int):
-    """[B, W]: the position held by ring slot S + j (the latest p < length with p = j mod W; it may
-    be < S, which the caller excludes)."""
-    last = length[:, None] - 1
-    return last - jnp.mod(last - jnp.arange(W), W)
-
-
 def _bf16_part(qg, k, v, layer: LayerKV, length, t, kv: KVConfig):
     """Softmax partial over sink + ring + chunk rows: (out [B, n, H, g, D] f32, lse [B, n, H, g])."""
     B, n, H, g, D = qg.shape
-    S, W, R = layer.sink, layer.ring, kv.recent
+    S, W, R = layer.pinned_slots, layer.ring_slots, kv.recent
     dt = k.dtype
     # Key positions and validity per query row: the window's sink and ring slots, then the chunk.
-    p_ring = _ring_positions(length, W)  # [B, W]
+    p_ring = layer.ring_positions(length)  # [B, W]; < S where the slot holds no ring position
     lo_ring = jnp.maximum(kv.sink, t - R + 1)  # [B, n]
     ok_sink = jnp.broadcast_to((jnp.arange(S) < length[:, None])[:, None, :], (B, n, S))
     ok_ring = (p_ring[:, None, :] >= lo_ring[:, :, None]) & (p_ring[:, None, :] >= 0)
@@ -112,3 +115,20 @@ def _values(p, vals):
     # p [B, H, g, n, X] f32, vals [B, H, X, D] -> [B, n, H, g, D] f32. In f32: XLA:CPU has no
     # bf16 x bf16 -> f32 dot for this layout, and these BF16 parts are small (S + W + n keys).
     return jnp.einsum("bhgnx,bhxd->bnhgd", p, vals.astype(jnp.float32), preferred_element_type=jnp.float32)
+
+
+def per_shard(fn, mesh=None):
+    """fn(q, k, v, layer, length, kv) -> [B, n, Hq, D] (attend_split) run per device on its rows and KV
+    heads under shard_map; fn itself when there is no ("dp", "tp") mesh (argument or jax.set_mesh)."""
+    mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}:
+        return fn
+    heads = P(DP, None, TP, None)  # [B, n, H, D]
+
+    def run(q, k, v, layer, length, kv):
+        body = lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv)
+        # check_vma off: a pallas_call carries no varying-axes annotations for shard_map to check
+        return jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, P(DP, TP), P(DP)),
+                             out_specs=heads, check_vma=False)(q, k, v, layer, length)
+
+    return run
