@@ -221,19 +221,19 @@ def _split_case():
 
 @pytest.mark.skipif(im.available(), reason="checks the error where the Mosaic kernel cannot run")
 def test_mosaic_kernel_choice_needs_wgmma():
-    from jspec import attention_fast
+    from jspec import attention_split
 
     args, kv = _split_case()
     with pytest.raises(ValueError, match="wgmma"):  # raised while tracing: nothing is compiled
-        jax.eval_shape(lambda *a: attention_fast.attend_split(*a, kv=kv, kernel="mosaic"), *args)
+        jax.eval_shape(lambda *a: attention_split.attend_split(*a, kv=kv, kernel="mosaic"), *args)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 def test_split_path_with_mosaic_kernel_matches_reference():
-    from jspec import attention, attention_fast
+    from jspec import attention, attention_split
 
     args, kv = _split_case()
     ref = attention.attend_reference(*args, kv)
-    out = jax.jit(attention_fast.attend_split, static_argnames=("kv", "kernel"))(*args, kv=kv, kernel="mosaic")
+    out = jax.jit(attention_split.attend_split, static_argnames=("kv", "kernel"))(*args, kv=kv, kernel="mosaic")
     assert _rel(out, ref) <= 1e-2
