@@ -10,6 +10,7 @@ floor (weight bytes + KV bytes read) / copy bandwidth, the copy bandwidth measur
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -115,20 +116,30 @@ def main():
     ap.add_argument("--time-budget", type=float, default=300, help="skip the remaining sizes after this")
     ap.add_argument("--steps", type=int, default=8, help="decode steps per jitted call (a fori_loop, as in "
                     "the engine); 1 times one dispatched call per step")
+    ap.add_argument("--triton", action="store_true", help="also time INT2 with the Triton kernel (int2_triton); "
+                    "int2 runs the kernel --attn pallas picks (Mosaic GPU on Hopper)")
     args = ap.parse_args()
     t_start = time.perf_counter()
-    cfg = LLAMA3_8B
+    contexts = [int(c) for c in args.contexts.split(",")]
+    # Contexts past Llama-3-8B's own are timing points only (1M: the INT2 history a 1M-token context
+    # would hold, zeros written straight into the cache; a 1M-token prefill is not the point).
+    cfg = dataclasses.replace(LLAMA3_8B, max_position=max(LLAMA3_8B.max_position, max(contexts) + 1024))
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     wbytes = weight_bytes(params)
     bw = copy_bandwidth()
     stats = jax.devices()[0].memory_stats() or {}
     free = stats.get("bytes_limit", 0) - stats.get("bytes_in_use", 0) - 4 * 2**30  # 4 GiB workspace
     modes = kv_modes(params, cfg)
+    if args.triton:
+        modes["int2_triton"] = (modes["int2"][0], "triton", modes["int2"][2])
     rows = []
     # At 32K also each mode's largest batch: the throughput of a full GPU.
     max_32k = sorted({max_batch(cfg, kv, 32768, free, args.steps) for kv, _, _ in modes.values()})
-    for ctx in map(int, args.contexts.split(",")):
-        batches = sorted({int(b) for b in args.batches.split(",")} | (set(max_32k) if ctx == 32768 else set()))
+    for ctx in contexts:
+        batches = {int(b) for b in args.batches.split(",")} | (set(max_32k) if ctx == 32768 else set())
+        if ctx > LLAMA3_8B.max_position:  # past the model's context: also the largest INT2 batch that fits
+            batches.add(max_batch(cfg, modes["int2"][0], ctx, free, args.steps))
+        batches = sorted(batches)
         for B in batches:
             for name, (kv, impl, p) in modes.items():
                 if max_batch(cfg, kv, ctx, free, args.steps) < B or time.perf_counter() - t_start > args.time_budget:
