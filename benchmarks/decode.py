@@ -138,7 +138,7 @@ def main():
     for ctx in contexts:
         batches = {int(b) for b in args.batches.split(",")} | (set(max_32k) if ctx == 32768 else set())
         if ctx > LLAMA3_8B.max_position:  # past the model's context: also the largest INT2 batch that fits
-            batches.add(max_batch(cfg, modes["int2"][0], ctx, free, args.steps))
+            batches.add(max(1, max_batch(cfg, modes["int2"][0], ctx, free, args.steps)))
         batches = sorted(batches)
         for B in batches:
             for name, (kv, impl, p) in modes.items():
