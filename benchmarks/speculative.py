@@ -50,7 +50,7 @@ def time_jspec(eng, prompts, gen) -> dict:
     return dict(tok_s=new / wall, new_tokens=new, wall_s=wall,
                 accept_length=float(np.mean([r.stats["accept_length"] for r in res])),
                 accept_rate=float(np.mean([r.stats["accept_rate"] for r in res])),
-                kv_bytes=res[0].stats["kv_bytes"])
+                kv_bytes=res[0].stats["batch_kv_bytes"])
 
 
 def time_hf(target_dir, draft_dir, prompts, max_new: int, assisted: bool) -> dict:

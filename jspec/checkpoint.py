@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import jax.numpy as jnp
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from jspec.config import ModelConfig, load_model_config
 from jspec.model import Layer, Params, fuse_qkv, unfuse_qkv
@@ -59,18 +59,35 @@ def _unfuse(field: str, x, cfg: ModelConfig):
     return (x[..., 0, :], x[..., 1, :]) if field == "w_gu" else (x,)
 
 
+def _safe_open(path: Path):
+    """safe_open, with a CheckpointError naming the file when it is missing, truncated or not safetensors."""
+    try:
+        return safe_open(path, "flax")  # jax arrays: bf16 included, no torch needed
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    try:
+        weight_map = json.loads(index.read_bytes()).get("weight_map")
+    except (ValueError, AttributeError):  # not JSON (JSONDecodeError, UnicodeDecodeError), not an object
+        weight_map = None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index}: not a safetensors index (no 'weight_map' of tensor names to files)")
+    return weight_map
+
+
 def _open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
     """Maps every tensor name to its shard, from the index when there is one."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {name: (model_dir / shard, name) for name, shard in weight_map.items()}
+        return {name: (model_dir / shard, name) for name, shard in _weight_map(index).items()}
     shards = sorted(model_dir.glob("*.safetensors"))
     if not shards:
         raise FileNotFoundError(f"no *.safetensors weights in {str(model_dir)!r}")
     names = {}
     for shard in shards:
-        with safe_open(shard, "flax") as f:
+        with _safe_open(shard) as f:
             names.update({name: (shard, name) for name in f.keys()})
     return names
 
@@ -83,8 +100,11 @@ def _reader(tensors: dict):
             raise CheckpointError(f"missing tensor {name!r} in checkpoint")
         shard, key = tensors[name]
         if shard not in handles:
-            handles[shard] = safe_open(shard, "flax")  # jax arrays: bf16 included, no torch needed
-        x = handles[shard].get_tensor(key)
+            handles[shard] = _safe_open(shard)
+        try:
+            x = handles[shard].get_tensor(key)
+        except SafetensorError as e:
+            raise CheckpointError(f"{shard}: cannot read tensor {name!r} ({e})") from None
         x = x.T if transpose else x
         if x.shape != shape:
             raise CheckpointError(f"tensor {name!r} has shape {x.shape[::-1] if transpose else x.shape}, "
@@ -112,13 +132,19 @@ def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
     return Params(embed, tuple(layers), read("model.norm.weight", (E,), False, dtype), lm_head)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
 def load_tokenizer(model_dir: str | Path):
     from transformers import AutoTokenizer
 
+    if not any((Path(model_dir) / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {str(model_dir)!r}")
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except (OSError, ValueError) as e:
-        raise FileNotFoundError(f"no usable tokenizer in {str(model_dir)!r}: {e}") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FileNotFoundError(f"no usable tokenizer in {str(model_dir)!r}: {first}") from None
 
 
 def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 from pathlib import Path
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # jspec.attention.attend's paths: the pure-jnp reference, or the split path with the Pallas INT2 kernel
 # ("pallas"); "auto" picks pallas on GPU.
 ATTENTION_IMPLS = ("auto", "reference", "pallas", "mosaic", "triton")  # pallas: mosaic on Hopper, else triton
+INT32_MAX = 2**31 - 1  # lengths, top_k and token ids travel to the device as int32
+UINT32_MAX = 2**32 - 1  # seeds travel as uint32
+FLOAT32_MAX = 3.4028234663852886e38  # temperatures and top_p travel as float32
+# K draft tokens are unrolled into the program: compile time and memory grow with K, and on any draft
+# worth running the chance that all K are accepted falls geometrically, so rounds beyond 16 never pay.
+MAX_LOOKAHEAD = 16
+# Below this a temperature is greedy in effect, and logits / temperature could overflow float32.
+MIN_TEMPERATURE = 1e-4
 
 
 class ConfigError(ValueError):
@@ -44,61 +54,105 @@ class ModelConfig:
     def q_per_kv(self) -> int:
         return self.num_heads // self.num_kv_heads
 
+    @property
+    def context(self) -> int:
+        """The most tokens one row may hold: jspec has no sliding-window attention, so a Mistral-style
+        model is exact only while a row fits in its window."""
+        return min(self.max_position, self.sliding_window or self.max_position)
+
 
 def model_config_from_hf(hf: dict) -> ModelConfig:
-    """Builds a ModelConfig from the dict of a Hugging Face config.json."""
+    """Builds a ModelConfig from the dict of a Hugging Face config.json (ConfigError names a bad field)."""
+    if not isinstance(hf, dict):
+        raise ConfigError(f"must be a JSON object, got {type(hf).__name__}")
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ConfigError(
             f"unsupported model_type {model_type!r}; jspec supports {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    heads = hf["num_attention_heads"]
-    head_dim = hf.get("head_dim") or hf["hidden_size"] // heads
-    eos = hf.get("eos_token_id")
-    eos = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+    hidden, heads = _positive(hf, "hidden_size"), _positive(hf, "num_attention_heads")
+    kv_heads = _positive(hf, "num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise ConfigError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    head_dim = _positive(hf, "head_dim", None) or hidden // heads
+    if head_dim < 1:
+        raise ConfigError(f"hidden_size {hidden} is smaller than num_attention_heads {heads}")
     return ModelConfig(
         model_type=model_type,
-        vocab_size=hf["vocab_size"],
-        hidden_size=hf["hidden_size"],
-        intermediate_size=hf["intermediate_size"],
-        num_layers=hf["num_hidden_layers"],
+        vocab_size=_positive(hf, "vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=_positive(hf, "intermediate_size"),
+        num_layers=_positive(hf, "num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=hf.get("num_key_value_heads") or heads,
+        num_kv_heads=kv_heads,
         head_dim=head_dim,
-        rms_eps=hf.get("rms_norm_eps", 1e-6),
+        rms_eps=_positive(hf, "rms_norm_eps", 1e-6, integer=False),
         rope_theta=_rope_theta(hf),
         rope_llama3=_rope_llama3(hf),
-        max_position=hf.get("max_position_embeddings", 2048),
+        max_position=_positive(hf, "max_position_embeddings", 2048),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
         qk_norm=model_type == "qwen3",
-        bos_token_id=hf.get("bos_token_id"),
-        eos_token_ids=eos,
-        sliding_window=hf.get("sliding_window") if hf.get("use_sliding_window", True) else None,
+        bos_token_id=_token_ids(hf, "bos_token_id")[0] if hf.get("bos_token_id") is not None else None,
+        eos_token_ids=_token_ids(hf, "eos_token_id"),
+        sliding_window=_positive(hf, "sliding_window", None) if hf.get("use_sliding_window", True) else None,
     )
 
 
-def _rope_params(hf: dict) -> dict:
+_REQUIRED = object()
+
+
+def _positive(d: dict, name: str, default=_REQUIRED, where: str = "", integer: bool = True):
+    """d[name] as an integer (or a finite number) > 0: `default` when absent or null, required when
+    there is none; a ConfigError names the field."""
+    x = d.get(name)
+    if x is None:
+        if default is _REQUIRED:
+            raise ConfigError(f"missing field '{where}{name}'")
+        return default
+    if isinstance(x, bool) or not isinstance(x, int if integer else (int, float)) or not 0 < x < math.inf:
+        raise ConfigError(f"field '{where}{name}' must be a positive {'integer' if integer else 'number'}, got {x!r}")
+    return x if integer else float(x)
+
+
+def _token_ids(hf: dict, name: str) -> tuple[int, ...]:
+    """A token id or a list of them (HF allows both for eos_token_id) as a tuple; () when absent."""
+    x = hf.get(name)
+    ids = () if x is None else tuple(x) if isinstance(x, list) else (x,)
+    if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+        raise ConfigError(f"field {name!r} must be a token id or a list of them, got {x!r}")
+    return ids
+
+
+def _rope_params(hf: dict) -> tuple[str, dict]:
     # transformers 5 moved rope settings into `rope_parameters`; 4.x used rope_theta/rope_scaling.
-    return hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    key = "rope_parameters" if hf.get("rope_parameters") else "rope_scaling"
+    rp = hf.get(key) or {}
+    if not isinstance(rp, dict):
+        raise ConfigError(f"field {key!r} must be an object, got {rp!r}")
+    return key, rp
 
 
 def _rope_theta(hf: dict) -> float:
-    return float(_rope_params(hf).get("rope_theta", hf.get("rope_theta", 10000.0)))
+    key, rp = _rope_params(hf)
+    if "rope_theta" in rp:
+        return _positive(rp, "rope_theta", where=f"{key}.", integer=False)
+    return _positive(hf, "rope_theta", 10000.0, integer=False)
 
 
 def _rope_llama3(hf: dict):
-    rp = _rope_params(hf)
+    key, rp = _rope_params(hf)
     kind = rp.get("rope_type", rp.get("type", "default"))
     if kind in (None, "default"):
         return None
     if kind != "llama3":
         raise ConfigError(f"unsupported rope scaling type {kind!r} (jspec supports default and llama3)")
+    where = f"{key}."
     return (
-        float(rp["factor"]),
-        float(rp["low_freq_factor"]),
-        float(rp["high_freq_factor"]),
-        int(rp["original_max_position_embeddings"]),
+        _positive(rp, "factor", where=where, integer=False),
+        _positive(rp, "low_freq_factor", where=where, integer=False),
+        _positive(rp, "high_freq_factor", where=where, integer=False),
+        _positive(rp, "original_max_position_embeddings", where=where),
     )
 
 
@@ -106,7 +160,12 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"no config.json in model directory {str(model_dir)!r}")
-    return model_config_from_hf(json.loads(path.read_text()))
+    try:
+        return model_config_from_hf(json.loads(path.read_bytes()))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,9 +188,17 @@ class KVConfig:
     def int2(self) -> bool:
         return self.mode == "int2"
 
+    def check_values(self) -> None:
+        """The checks that need no model ("auto" is still a mode here)."""
+        if self.mode not in ("auto", "bf16", "int2"):
+            raise ConfigError(f"unknown kv mode {self.mode!r}; use bf16 or int2")
+        for name in ("clip_k", "clip_v"):  # a quantile: 1 (the row's maximum) or <= 0 disables
+            check_number(name, getattr(self, name), -FLOAT32_MAX, 1.0)
+
     def validate(self, head_dim: int, lookahead: int = 0) -> None:
         if self.mode not in ("bf16", "int2"):
             raise ConfigError(f"unknown kv mode {self.mode!r}; use bf16 or int2")
+        self.check_values()
         if not self.int2:
             return
         if self.sink < 0 or self.recent < 1:
@@ -163,12 +230,12 @@ class SamplingConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        check_number("temperature", self.temperature, 0.0, FLOAT32_MAX)
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ConfigError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE}, got {self.temperature}")
+        check_int("top_k", self.top_k, 0, INT32_MAX)  # above the vocabulary size it keeps every token
+        check_number("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        check_int("seed", self.seed, 0, UINT32_MAX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +247,26 @@ class GenerateConfig:
     stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
 
     def validate(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.lookahead < 0:
-            raise ConfigError(f"lookahead must be >= 0, got {self.lookahead}")
+        check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)
+        check_int("lookahead", self.lookahead, 0, INT32_MAX)
+        if self.lookahead > MAX_LOOKAHEAD:
+            raise ConfigError(f"lookahead must be <= {MAX_LOOKAHEAD}, got {self.lookahead}: the K draft steps are "
+                              "unrolled into the program (compile time grows with K) and longer rounds never pay")
+
+
+def check_int(name: str, x, low: int, high: int) -> None:
+    """ConfigError unless x is an integer (not a bool) in [low, high]."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise ConfigError(f"{name} must be an integer, got {x!r}")
+    if not low <= x <= high:
+        raise ConfigError(f"{name} must be in [{low}, {high}], got {x}")
+
+
+def check_number(name: str, x, low: float, high: float, low_open: bool = False) -> None:
+    """ConfigError unless x is a finite real number in [low, high] ((low, high] when low_open)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise ConfigError(f"{name} must be a number, got {x!r}")
+    if not math.isfinite(x):
+        raise ConfigError(f"{name} must be finite, got {x}")
+    if not (low < x if low_open else low <= x) or x > high:
+        raise ConfigError(f"{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {x}")

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 from pathlib import Path
 
@@ -57,6 +58,28 @@ class Engine:
     def encode(self, prompt: str) -> list[int]:
         return list(self.tokenizer(prompt)["input_ids"])
 
+    def prompt_ids(self, prompt) -> list[int]:
+        """The token ids of one prompt (a string or a sequence of ids); ConfigError for anything else, an
+        empty prompt (in the CLI, jobs and library alike) or an id outside the vocabulary."""
+        if isinstance(prompt, str):
+            ids = self.encode(prompt) if prompt else []
+        elif isinstance(prompt, (bytes, bytearray)):
+            raise ConfigError("a prompt must be a str or a list of token ids, not bytes: decode it first")
+        else:
+            try:
+                ids = list(prompt)
+            except TypeError:
+                raise ConfigError(f"a prompt must be a str or a list of token ids, not {type(prompt).__name__}") \
+                    from None
+            bad = [x for x in ids if isinstance(x, bool) or not isinstance(x, numbers.Integral)
+                   or not 0 <= x < self.cfg.vocab_size]
+            if bad:
+                raise ConfigError(f"token ids must be integers in [0, {self.cfg.vocab_size}), got {bad[0]!r}")
+            ids = [int(x) for x in ids]
+        if not ids:
+            raise ConfigError("empty prompt: give at least one token")
+        return ids
+
     def generate(self, prompts, gen: GenerateConfig = GenerateConfig(),
                  sampling: SamplingConfig | list[SamplingConfig] = SamplingConfig(),
                  max_new_tokens: list[int] | None = None) -> list[Result]:
@@ -64,11 +87,22 @@ class Engine:
 
         sampling may be one config for all rows or one per row; max_new_tokens optionally per row.
         """
-        ids = [self.encode(p) if isinstance(p, str) else list(p) for p in prompts]
-        rows = sampling if isinstance(sampling, list) else [sampling] * len(ids)
-        for s in rows:
+        if isinstance(prompts, (str, bytes)):
+            raise ConfigError("prompts must be a list of prompts: for one prompt, pass [prompt]")
+        prompts = list(prompts)
+        gen.validate()
+        ids = [self.prompt_ids(p) for p in prompts]
+        rows = _per_row("sampling", sampling, len(ids))
+        max_new = _per_row("max_new_tokens", gen.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                           len(ids))
+        for s, m in zip(rows, max_new):
+            if not isinstance(s, SamplingConfig):
+                raise ConfigError(f"sampling must be a SamplingConfig or a list of them, got {type(s).__name__}")
             s.validate()
-        max_new = max_new_tokens or [gen.max_new_tokens] * len(ids)
+            dataclasses.replace(gen, max_new_tokens=m).validate()
+        max_new = [int(m) for m in max_new]
+        if not ids:
+            return []
         out = self.generate_ids(ids, rows, max_new, gen)
         return [Result(p, self.tokenizer.decode(t, skip_special_tokens=True), t, st)
                 for p, (t, st) in zip(prompts, out)]
@@ -77,15 +111,16 @@ class Engine:
         return gen.lookahead if self.draft_params is not None else 0
 
     def room(self, gen: GenerateConfig) -> int:
-        """Prompt + new tokens one row may hold: the context less the lookahead and the bonus token."""
-        return self.cfg.max_position - self.lookahead(gen) - 1
+        """Prompt + new tokens one row may hold: the context (a sliding window's included) less the
+        lookahead and the bonus token. Bucket padding is not counted: prepare caps it to this room."""
+        return self.cfg.context - self.lookahead(gen) - 1
 
     def check(self, gen: GenerateConfig, lengths: list[int] = (), max_new: list[int] | None = None) -> None:
         """Raises ConfigError when a request does not fit, saying why: gen itself, the KV windows with
         its lookahead, and the prompts of `lengths` tokens with their max_new (default gen's) new tokens
         as one batch in the model's context. The CLI, batch jobs and generate all ask here."""
         gen.validate()
-        K, context = self.lookahead(gen), self.cfg.max_position
+        K, context = self.lookahead(gen), self.cfg.context
         self.kv.validate(self.cfg.head_dim, K)
         if self.kv.int2 and self.kv.sink + self.kv.recent > context:
             raise ConfigError(f"sink {self.kv.sink} + recent {self.kv.recent} exceed the model's context of "
@@ -112,20 +147,20 @@ class Engine:
 
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
         """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
-        round; generate() keeps the whole loop on device)."""
-        ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        round; generate() keeps the whole loop on device). A character whose bytes are split between
+        rounds is held back until it is complete."""
         sampling.validate()
-        args = self.prepare([ids], [sampling], [gen.max_new_tokens], gen)
+        args = self.prepare([self.prompt_ids(prompt)], [sampling], [gen.max_new_tokens], gen)
+        yield from text_pieces(self.tokenizer, self._rounds(args))
+
+    def _rounds(self, args):
+        """Yields (tokens so far, done) after the prefill and after each round of one row."""
         with sharding.context(self.mesh):  # traced under the mesh, like generate's program
             s = decode.start_program(*args)
-        shown, text = 0, ""
         while True:
-            count = int(s.count[0])
-            full = self.tokenizer.decode(np.asarray(s.tokens[0, :count]).tolist(), skip_special_tokens=True)
-            if count > shown:
-                yield full[len(text):]
-                shown, text = count, full
-            if bool(s.done[0]):
+            done = bool(s.done[0])
+            yield np.asarray(s.tokens[0, : int(s.count[0])]).tolist(), done
+            if done:
                 return
             with sharding.context(self.mesh):
                 s = decode.round_program(args.models, args.sampler, args.max_new, args.eos_ids, s)
@@ -185,12 +220,35 @@ class Engine:
                 new_tokens=int(count[b]), rounds=r, accepted=int(accepted[b]),
                 accept_length=(int(count[b]) - 1) / r if r else 0.0,
                 accept_rate=int(accepted[b]) / (K * r) if K and r else 0.0,
-                lookahead=K, kv_mode=self.kv.mode, kv_bytes=int(kv_bytes),
+                lookahead=K, kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes),
                 compile_s=round(compile_s, 3), decode_s=round(decode_s, 4),
                 batch_tokens_per_s=round(total / decode_s, 1) if decode_s > 0 else 0.0,
             )
             out.append((tokens[b, : count[b]].tolist(), stats))
         return out
+
+
+def text_pieces(tokenizer, rounds):
+    """The new text of each round, from (all tokens so far, done) per round. Text ending in U+FFFD (an
+    incomplete UTF-8 character at the end of the tokens) is held back until a later round completes it;
+    the last round flushes whatever is left."""
+    shown = ""
+    for tokens, done in rounds:
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        if not done:
+            text = text.rstrip("\ufffd")
+        if len(text) > len(shown):
+            yield text[len(shown):]
+            shown = text
+
+
+def _per_row(name: str, value, n: int) -> list:
+    """One value for all n rows, or a list of exactly n (ConfigError otherwise)."""
+    if not isinstance(value, (list, tuple)):
+        return [value] * n
+    if len(value) != n:
+        raise ConfigError(f"{name} has {len(value)} entries for {n} prompts")
+    return list(value)
 
 
 def bucket(n: int) -> int:
@@ -244,6 +302,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
         raise ConfigError(f"dtype must be bfloat16 or float32, got {dtype!r}")
+    if rotations and not Path(rotations).is_file():  # whatever the kv mode: a named file must exist
+        raise FileNotFoundError(f"rotation file {str(rotations)!r} does not exist")
     cfg, params, tok = checkpoint.load_model(model_dir, jnp.dtype(dtype))
     if kv.mode == "auto":
         has_rotations = (Path(rotations) if rotations else model_dir / ROTATION_FILE).is_file()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -77,10 +79,15 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--stream", action="store_true",
                    help="print each speculative round's tokens as they come (one host sync per round)")
     o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line")
-    o.add_argument("--output", type=Path, help="JSONL results (appended; finished ids are skipped on re-run)")
+    o.add_argument("--output", type=Path,
+                   help="JSONL results (appended; a re-run skips the lines answered, if the input has not changed)")
+    o.add_argument("--restart", action="store_true",
+                   help="discard the results already in --output (a jspec results file) and start the job over")
     o.add_argument("--batch-size", type=int, default=8, help="prompts (job rows) per compiled batch")
     o.add_argument("--compile-cache", default=str(CACHE_HOME / "jspec" / "xla"),
                    help="JAX persistent compilation cache directory ('' disables)")
+    o.add_argument("--compile-cache-gib", type=float, default=4.0,
+                   help="size bound of the compilation cache: the least recently used programs are evicted")
     return p
 
 
@@ -88,6 +95,8 @@ def _check(a) -> None:
     bad = [(a.max_new_tokens < 1, "--max-new-tokens must be >= 1"), (a.lookahead < 0, "--lookahead must be >= 0"),
            (a.batch_size < 1, "--batch-size must be >= 1"), (a.sink < 0, "--sink must be >= 0"),
            (a.recent < 1, "--recent must be >= 1"),
+           (not 0 < a.compile_cache_gib < 2**20, "--compile-cache-gib must be a positive size"),
+           (a.restart and a.input is None, "--restart goes with --input and --output"),
            (a.group_size is not None and a.group_size < 1, "--group-size must be >= 1"),
            ((a.input is None) != (a.output is None), "--input and --output go together"),
            (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
@@ -98,10 +107,24 @@ def _check(a) -> None:
             raise ValueError(msg)
 
 
+def _configs(a) -> tuple[KVConfig, GenerateConfig, SamplingConfig]:
+    """The run's configs, every value checked (before the slow model load)."""
+    kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
+                  clip_v=a.clip_v, scale_dtype=a.scale_dtype)
+    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
+    sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
+    kv.check_values()
+    gen.validate()
+    sampling.validate()
+    return kv, gen, sampling
+
+
 def _prompts(a) -> list[str]:
     prompts = [sys.stdin.read().removesuffix("\n") if p == "-" else p for p in a.prompts] + a.prompt
     if not prompts and a.input is None:
         raise ValueError("give a prompt (positional, --prompt, or '-' for stdin) or --input")
+    if "" in prompts:  # the library's rule, checked before the model load
+        raise ValueError("empty prompt: give at least one token")
     return prompts
 
 
@@ -109,45 +132,53 @@ def _summary(r) -> str:
     s = r.stats
     spec = f", accept_length {s['accept_length']:.2f}, accept_rate {s['accept_rate']:.2f}" if s["lookahead"] else ""
     return (f"[{s['new_tokens']} tokens, {s['rounds']} rounds{spec}, kv {s['kv_mode']} "
-            f"{s['kv_bytes'] / 2**20:.1f} MiB, compile {s['compile_s']:.1f}s, decode {s['decode_s']:.2f}s, "
-            f"{s['batch_tokens_per_s']:.0f} tok/s]")
+            f"{s['batch_kv_bytes'] / 2**20:.1f} MiB per batch, compile {s['compile_s']:.1f}s, "
+            f"decode {s['decode_s']:.2f}s, {s['batch_tokens_per_s']:.0f} tok/s]")
 
 
-def main(argv=None) -> int:
+def main(argv=None, interrupts: Interrupts | None = None) -> int:
+    """The CLI; returns the exit status. interrupts: set by cli(), which ends the process on Ctrl-C even
+    while XLA compiles or runs."""
     try:
         a = parser().parse_args(argv)
     except SystemExit as e:  # --help (0), or a usage error already printed on one line (2)
         return e.code if isinstance(e.code, int) else 0
+    message = "interrupted" + ("; the output holds every finished record: run the same command to resume"
+                               if a.input else "")
+    if interrupts is not None:
+        interrupts.message = message
     try:
         _check(a)
-        prompts = _prompts(a)
-        return _run(a, prompts)
+        configs = _configs(a)
+        return _run(a, _prompts(a), *configs)
     except KeyboardInterrupt:
-        resume = "; the output holds every finished record: run the same command to resume" if a.input else ""
-        print(f"interrupted{resume}", file=sys.stderr)
+        if interrupts is not None:
+            interrupts.wait()
+        print(message, file=sys.stderr)  # main called in-process, without cli()'s watcher
         return 130
+    except BrokenPipeError:  # not an OSError to report: cli() ends quietly
+        raise
     except (ValueError, FileNotFoundError, OSError) as e:  # ConfigError and CheckpointError are ValueErrors
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
-def _run(a, prompts) -> int:
+def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> int:
     import jax
 
     from jspec import batch, engine
 
     if a.compile_cache:
         jax.config.update("jax_compilation_cache_dir", a.compile_cache)
-    kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
-                  clip_v=a.clip_v, scale_dtype=a.scale_dtype)
+        jax.config.update("jax_compilation_cache_max_size", int(a.compile_cache_gib * 2**30))
+    if a.input is not None:
+        batch.preflight(a.input, a.output, a.restart)
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
                       attn_impl=a.attn, mesh=a.mesh)
     if a.kv == "auto" and not eng.kv.int2:
         print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
-    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
-    sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)  # checked by the engine and run_job
     if a.input is not None:
-        summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size)
+        summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size, restart=a.restart)
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
         return 0
     if a.stream:
@@ -173,5 +204,40 @@ def _run(a, prompts) -> int:
     return 0
 
 
+class Interrupts:
+    """Ctrl-C ends the process at any stage, with status 130. Python raises KeyboardInterrupt only between
+    bytecodes: while XLA compiles or runs a program (minutes for a large one) it would wait, and the GIL can
+    stay taken until the compile ends. So a watcher thread reads the byte that the C-level signal handler
+    writes to a wakeup pipe, prints the message and ends the process at once, needing nothing from the main
+    thread. A job's output keeps whole records: one write per batch, and a torn record is cut on resume."""
+
+    def __init__(self):
+        self.message = "interrupted"
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)
+        threading.Thread(target=self._watch, args=(r,), daemon=True).start()
+
+    def _watch(self, r: int) -> None:
+        while os.read(r, 1) != bytes([signal.SIGINT]):
+            pass
+        os.write(2, (self.message + "\n").encode())  # os.write: no lock that the main thread may hold
+        os._exit(130)
+
+    @staticmethod
+    def wait() -> None:
+        """For a main thread that got the KeyboardInterrupt too: the watcher is ending the process."""
+        time.sleep(10)
+
+
+def cli() -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # what was printed is out, even if Ctrl-C ends the process
+    try:
+        return main(interrupts=Interrupts())
+    except BrokenPipeError:  # `| head`: the reader has gone, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, as a tool killed by the signal would
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

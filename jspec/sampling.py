@@ -50,8 +50,11 @@ def warp(logits, s: Sampler):
     sorted_p = jax.nn.softmax(desc, axis=-1)
     before = jnp.cumsum(sorted_p, axis=-1) - sorted_p  # mass strictly above each sorted entry
     top_p = _rows(s.top_p, logits)
-    keep = (before < top_p) | (top_p >= 1)  # top_p = 1 is off, whatever the rounding of cumsum
-    cut = jnp.min(jnp.where(keep, desc, jnp.inf), axis=-1, keepdims=True)  # keep[0] is always True
+    # top_p = 1 is off, whatever the rounding of cumsum; the top token is always kept, even for a top_p
+    # that float32 flushes to 0 (else nothing would be kept and every logit would be cut)
+    first = jnp.arange(desc.shape[-1]) == 0
+    keep = (before < top_p) | (top_p >= 1) | first
+    cut = jnp.min(jnp.where(keep, desc, jnp.inf), axis=-1, keepdims=True)
     probs = jax.nn.softmax(jnp.where(x < cut, -jnp.inf, x), axis=-1)
     return jnp.where(t > 0, probs, greedy)
 

@@ -8,6 +8,7 @@ file that asks for the same model reuses one save.
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import pytest
@@ -85,6 +86,14 @@ def build_hf_model(family: str, seed: int = 0):
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     _randomize(model, seed)
     return model
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    """One persistent compilation cache for the session, shared by xdist workers and subprocesses."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    return root / "jspec-xla"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,235 @@
+"""Batch jobs that cannot lose work (issue 15): every fault below costs at most its own line, and after each
+one the output holds exactly the expected (id, line) records, once each.
+
+The shipped pair runs with the shapes of test_cli.py (one row, a prompt in the 16-token bucket, MAX_NEW new
+tokens, lookahead 2), so that the session's compiled program is reused; the sliding-window job uses a tiny
+Mistral.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import jax
+import pytest
+from filelock import FileLock
+
+from jspec import batch, engine, generate
+from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig
+
+MAX_NEW = 12
+GEN = GenerateConfig(max_new_tokens=MAX_NEW, lookahead=2)
+SAMPLING = SamplingConfig()
+
+
+@pytest.fixture(scope="module")
+def shipped(cache_dir):
+    """The shipped pair, its batch-1 program compiled once (the lock lets one xdist worker compile while the
+    other waits for the persistent cache)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir))
+    eng = engine.load()
+    with FileLock(str(cache_dir) + ".lock"):
+        eng.generate(["def f(x):"], GEN)
+    return eng
+
+
+def _run(eng, src, dst, **kw):
+    return batch.run_job(eng, src, dst, GEN, SAMPLING, batch_size=1, progress=False, **kw)
+
+
+def _write(path, lines: list[bytes], end: bytes = b"\n") -> None:
+    path.write_bytes(b"".join(line + end for line in lines))
+
+
+def _line(**rec) -> bytes:
+    return json.dumps(rec, ensure_ascii=False).encode()
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
+
+
+def _pairs(path) -> dict:
+    """{(id, line): "text" or the error message}; fails if a line holds two records."""
+    recs = _records(path)
+    pairs = {(r["id"], r["line"]): r.get("error", "text") for r in recs}
+    assert len(pairs) == len(recs), "a line was answered twice"
+    return pairs
+
+
+def test_bad_field_values_are_error_records_for_their_line(shipped, tmp_path, cli_run):
+    """Class 1: a value outside what its device dtype holds is that line's error record (and a CLI error),
+    never the end of the job; and a row the engine refuses unforeseen costs only that row."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="a", prompt="def f1(x):"), _line(id="b", prompt="x", seed=-1),
+                 _line(id="c", prompt="x", seed=2**40), _line(id="d", prompt="x", top_k=2**40),
+                 _line(id="e", prompt="x", max_new_tokens=2**40), b'{"id": "f", "prompt": "x", "temperature": NaN}',
+                 b'{"id": "g", "prompt": "x", "top_p": Infinity}', _line(id="h", prompt="x", temperature=1e-30),
+                 _line(id="i", prompt="def f2(x):", seed=2**32 - 1, top_k=2**31 - 1)])  # the limits
+    _run(shipped, src, dst)
+    pairs = _pairs(dst)
+    assert set(pairs) == {(i, n) for n, i in enumerate("abcdefghi", 1)}
+    assert [k for k, v in pairs.items() if v == "text"] == [("a", 1), ("i", 9)]
+    assert "seed must be in [0, 4294967295], got -1" in pairs["b", 2] and "seed" in pairs["c", 3]
+    assert "top_k must be in" in pairs["d", 4] and "max_new_tokens must be in" in pairs["e", 5]
+    assert "temperature must be finite" in pairs["f", 6] and "top_p must be finite" in pairs["g", 7]
+    assert "temperature must be 0 (greedy) or >=" in pairs["h", 8]
+
+    for flags, message in [(["--seed", "-1"], "seed must be in"), (["--seed", str(2**32)], "seed must be in"),
+                           (["--top-k", str(2**40)], "top_k must be in"),
+                           (["--max-new-tokens", str(2**40)], "max_new_tokens must be in")]:
+        rc, _, err = cli_run("x", *flags)
+        assert rc == 2 and err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
+
+    class Refusing:  # an engine that refuses any batch holding the prompt [666]: the job goes on without it
+        def generate_ids(self, ids, rows, max_new, gen):
+            if [666] in ids:
+                raise ConfigError("refused")
+            return [(x, {}) for x in ids]
+
+        tokenizer = type("Tok", (), {"decode": staticmethod(lambda t, **kw: "t")})
+
+    jobs = [batch.Job(i, i + 1, "h", ids, 4, SAMPLING) for i, ids in enumerate([[5], [666], [7]])]
+    recs = batch.answer(Refusing(), jobs, GEN, 4)
+    assert [(r["line"], r.get("error", "text")) for r in recs] == [(1, "text"), (2, "refused"), (3, "text")]
+
+
+def test_lines_split_on_newlines_only(shipped, tmp_path):
+    """Class 2: JSON strings may hold U+2028, U+2029, U+0085 unescaped; only \\n (or \\r\\n) ends a line."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [_line(id="a", prompt="s = '\u2028'"), _line(id="b", prompt="t = '\u2029\u0085'"),
+             b'{"id": "c", "prompt": "\x1c\x1d\x1e\x0b\x0c"}',  # raw control characters: invalid JSON, one line
+             _line(id="d", prompt="def g(x):")]
+    _write(src, lines, end=b"\r\n")
+    _run(shipped, src, dst)
+    pairs = _pairs(dst)
+    assert set(pairs) == {("a", 1), ("b", 2), (None, 3), ("d", 4)}
+    assert pairs[None, 3].startswith("invalid JSON") and [pairs[k] for k in (("a", 1), ("b", 2), ("d", 4))] == [
+        "text"] * 3
+
+
+def test_undecodable_line_is_its_own_error_record(shipped, tmp_path):
+    """Class 3: bytes that are not UTF-8 cost their line only (the id is kept where it can be read)."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="a", prompt="def f(x):"), b'{"id": "b", "prompt": "caf\xe9"}', b"\xff\xfe\x00",
+                 b'{"id": "d", "prompt": "\xc0\xaf"}', _line(id="e", prompt="def h(y):")])
+    summary = _run(shipped, src, dst)
+    pairs = _pairs(dst)
+    assert set(pairs) == {("a", 1), ("b", 2), (None, 3), ("d", 4), ("e", 5)}
+    assert pairs["b", 2] == "line is not valid UTF-8 (byte 0xe9 at byte 27)"
+    assert all("not valid UTF-8" in pairs[k] for k in ((None, 3), ("d", 4)))
+    assert pairs["a", 1] == pairs["e", 5] == "text" and (summary.prompts, summary.errors) == (2, 3)
+
+
+def test_output_that_is_not_ours_is_never_written(tmp_path):
+    """Class 4: --output naming the input (also through a symlink or a hard link), or an existing file that a
+    job did not write, is refused before anything is written; the files keep every byte."""
+    src = tmp_path / "in.jsonl"
+    _write(src, [_line(id="a", prompt="x"), b'{"id": "b", "prompt": "unterminated'], end=b"")
+    (tmp_path / "link.jsonl").symlink_to(src)
+    os.link(src, tmp_path / "hard.jsonl")
+    (tmp_path / "sub").mkdir()
+    before = src.read_bytes()
+    for out in (src, tmp_path / "link.jsonl", tmp_path / "hard.jsonl", tmp_path / "sub" / ".." / "in.jsonl"):
+        with pytest.raises(batch.JobError, match="is the --input file"):
+            _run(None, src, out)
+    assert src.read_bytes() == before
+
+    foreign = {"notes.txt": b"some notes\nthe last line, unterminated",
+               "other.jsonl": b'{"name": "x", "line": 1}\n{"name": "y"',
+               "mixed.jsonl": _line(id="a", line=1, line_hash="0", text="t") + b"\nnot a record\n",
+               "empty-first.jsonl": b"\n" + _line(id="a", line=1, line_hash="0", text="t") + b"\n"}
+    for name, data in foreign.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(batch.JobError, match="is not a jspec results file"):
+            _run(None, src, path, restart=True)
+        assert path.read_bytes() == data, name
+
+
+def test_resume_refuses_a_changed_input_and_a_second_writer(shipped, tmp_path):
+    """Class 5: results are keyed by line number and fingerprint: a changed input is refused (--restart
+    starts over), and a second job on a locked output is refused, never interleaved."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="a", prompt="def f(x):"), _line(id="b", prompt="x", seed=-1)])
+    _run(shipped, src, dst)
+    assert _pairs(dst) == {("a", 1): "text", ("b", 2): "seed must be in [0, 4294967295], got -1"}
+    done = dst.read_bytes()
+
+    _write(src, [_line(id="new", prompt="class A:"), _line(id="a", prompt="def f(x):"),
+                 _line(id="b", prompt="x", seed=-1)])  # a line inserted at the top
+    for check in (lambda: batch.preflight(src, dst), lambda: _run(shipped, src, dst)):
+        with pytest.raises(batch.JobError, match="the input has changed .*line 1 differs.*--restart"):
+            check()
+    assert dst.read_bytes() == done
+
+    with batch.open_output(dst):  # another job holds the output
+        for check in (lambda: batch.preflight(src, dst, restart=True), lambda: _run(shipped, src, dst, restart=True)):
+            with pytest.raises(batch.JobError, match="another job is writing"):
+                check()
+    assert dst.read_bytes() == done
+
+    _run(shipped, src, dst, restart=True)
+    pairs = _pairs(dst)
+    assert set(pairs) == {("new", 1), ("a", 2), ("b", 3)} and pairs["new", 1] == pairs["a", 2] == "text"
+    summary = _run(shipped, src, dst)  # unchanged input: a plain resume with nothing left to do
+    assert summary.skipped == 3 and set(_pairs(dst)) == set(pairs)
+
+
+def test_rows_past_a_sliding_window_are_error_records(hf_model_dir, tmp_path):
+    """Class 6: a row that does not fit a sliding window is its own error record, and the bucket padding of
+    a prompt is not counted as context (a 17-token prompt pads to 32, which would not fit)."""
+    model = tmp_path / "mistral"
+    shutil.copytree(hf_model_dir("mistral"), model)
+    cfg = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(cfg | {"sliding_window": 48}))
+    eng = engine.load(model, draft=None, kv=KVConfig("bf16"), mesh=None)
+    assert eng.cfg.context == 48
+    words = lambda n: " ".join(["x"] * n)  # n words of the tiny byte-level tokenizer: 2n - 1 tokens
+    assert [len(eng.encode(words(n))) for n in (9, 13, 16)] == [17, 25, 31]
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="fits", prompt=words(9)), _line(id="long", prompt=words(16)),
+                 _line(id="fits-too", prompt=words(13))])
+    gen = GenerateConfig(max_new_tokens=20, lookahead=0)
+    batch.run_job(eng, src, dst, gen, SAMPLING, batch_size=1, progress=False)
+    pairs = _pairs(dst)
+    assert set(pairs) == {("fits", 1), ("long", 2), ("fits-too", 3)}
+    assert pairs["fits", 1] == pairs["fits-too", 3] == "text"
+    assert pairs["long", 2] == ("prompt of 31 tokens + 20 new tokens + lookahead 0 + 1 exceeds the model's "
+                                "context of 48 tokens")
+    assert all(r["stats"]["new_tokens"] >= 1 for r in _records(dst) if "stats" in r)
+
+
+def test_bom_unknown_fields_and_no_progress_bar_off_a_terminal(cli_run, tmp_path):
+    """Class 12 (jobs): a UTF-8 BOM on the first line is no error; an unknown field (a typo such as
+    max_new_token) is an error record, never a silent default; no progress bar when stderr is not a
+    terminal; per-row stats name the KV bytes as the batch's."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(b"\xef\xbb\xbf" + _line(id="a", prompt="def f(x):") + b"\r\n"
+                    + _line(id="b", prompt="x", max_new_token=3) + b"\n")
+    rc, out, err = cli_run("--input", src, "--output", dst)
+    assert rc == 0 and out == ""
+    pairs = _pairs(dst)
+    assert set(pairs) == {("a", 1), ("b", 2)} and pairs["a", 1] == "text"
+    assert pairs["b", 2].startswith("unknown field 'max_new_token' (known fields: id, prompt, max_new_tokens")
+    assert err.splitlines()[-1].startswith("[summary: 1 prompts, 1 errors") and "row/s" not in err and "%|" not in err
+    stats = _records(dst)[-1]["stats"]
+    assert stats["batch_kv_bytes"] > 0 and "kv_bytes" not in stats
+
+
+@pytest.fixture
+def cli_run(capsys, cache_dir):
+    """cli_run(*args) -> (exit status, stdout, stderr) of jspec.generate.main with the shapes of GEN."""
+
+    def run(*args):
+        capsys.readouterr()
+        common = ["--max-new-tokens", str(MAX_NEW), "--lookahead", "2", "--batch-size", "1",
+                  "--compile-cache", str(cache_dir)]
+        rc = generate.main(common + [str(x) for x in args])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run
