@@ -200,7 +200,7 @@ def test_library_inputs(tiny, cli_error):
     assert tiny.prompt_ids(np.array([5, 6])) == [5, 6]
 
     assert cli_error("") == "error: empty prompt: give at least one token"
-    _, message = batch.parse_line(b'{"id": 1, "prompt": ""}', tiny, GenerateConfig(), SamplingConfig(), 256)
+    _, message = batch.parse_line(b'{"id": 1, "prompt": ""}', tiny, GenerateConfig(), SamplingConfig())
     assert message == "empty prompt: give at least one token"
 
 
