@@ -171,16 +171,22 @@ class SamplingConfig:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
+MAX_LOOKAHEAD = 16  # K per round, at most
+
+
 @dataclasses.dataclass(frozen=True)
 class GenerateConfig:
     """One generate call: lengths, speculation and stopping."""
 
     max_new_tokens: int = 128
-    lookahead: int = 4  # K draft tokens per round; ignored without a draft
+    # K draft tokens per round (0..MAX_LOOKAHEAD; ignored without a draft), or "auto": K (0 included) chosen
+    # per call from costs measured on the device and the acceptance expected (jspec.lookahead)
+    lookahead: int | str = "auto"
     stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.lookahead < 0:
-            raise ConfigError(f"lookahead must be >= 0, got {self.lookahead}")
+        if self.lookahead != "auto" and (not isinstance(self.lookahead, int) or isinstance(self.lookahead, bool)
+                                         or not 0 <= self.lookahead <= MAX_LOOKAHEAD):
+            raise ConfigError(f"lookahead must be 'auto' or an integer in 0..{MAX_LOOKAHEAD}, got {self.lookahead!r}")
