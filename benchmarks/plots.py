@@ -73,6 +73,31 @@ def speedup_vs_k(spec: dict, out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
+def speculative_modes_vs_k(spec: dict, out: Path, batch: int = 1) -> None:
+    """Speed-up over plain decoding against K, one line per draft mode (K = 0 is plain decoding), one panel
+    per workload and KV mode; a star marks what --lookahead auto chose and measured."""
+    rows = [r for r in spec["grid"] if r["batch"] == batch]
+    workloads = sorted({r["workload"] for r in rows})
+    kvs = sorted({r["kv"] for r in rows})
+    fig, axes = plt.subplots(len(workloads), len(kvs), figsize=(5 * len(kvs), 3.6 * len(workloads)), squeeze=False)
+    for (i, w), (j, kv) in ((x, y) for x in enumerate(workloads) for y in enumerate(kvs)):
+        ax = axes[i][j]
+        sel = [r for r in rows if r["workload"] == w and r["kv"] == kv]
+        for c, mode in enumerate(("model", "ngram", "ngram+model")):
+            pts = sorted([(0, 1.0)] + [(r["K"], r["speedup"]) for r in sel if r["mode"] == mode
+                                       and r["lookahead"] != "auto"])
+            color = plt.cm.tab10(c)
+            ax.plot(*zip(*pts), marker="o", color=color, label=mode)
+            for r in (r for r in sel if r["mode"] == mode and r["lookahead"] == "auto"):
+                ax.plot(r["K"], r["speedup"], marker="*", ms=14, color=color, ls="none")
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set(xlabel="lookahead K (star: auto)", ylabel="speed-up vs plain", title=f"{w}, {kv} KV, batch {batch}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def main():
     decode = RESULTS / "decode.json"
     if decode.is_file():
@@ -80,7 +105,11 @@ def main():
     memory_vs_context(RESULTS / "kv_memory_vs_context.png")
     spec = RESULTS / "speculative.json"
     if spec.is_file():
-        speedup_vs_k(json.loads(spec.read_text()), RESULTS / "speculative_speedup_vs_k.png")
+        spec = json.loads(spec.read_text())
+        if "grid" in spec:  # the draft-mode grid (benchmarks/speculative.py since issue 17)
+            speculative_modes_vs_k(spec, RESULTS / "speculative_modes_vs_k.png")
+        else:
+            speedup_vs_k(spec, RESULTS / "speculative_speedup_vs_k.png")
 
 
 if __name__ == "__main__":

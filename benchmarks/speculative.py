@@ -1,19 +1,39 @@
-"""End-to-end generation: jspec {no draft, draft} x {bf16, int2} vs HF transformers, on one GPU.
+"""Draft modes x KV x batch x lookahead on the shipped pair: tokens/s and speed-up over plain decoding.
 
-    XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 PYTHONPATH=. python benchmarks/speculative.py --out $OUT/spec.json
+    PYTHONPATH=. python benchmarks/speculative.py --out $OUT/speculative.json          # one GPU, ~5 min
+    JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/speculative.py --small --out /tmp/spec.json  # CPU check
 
-Part A, the shipped pair (real acceptance), held-out prompts from the validation split: tokens/s of
-jspec variants and of HF `generate` / assisted generation on the same checkpoints, batch 1 and 8, and
-jspec's speed-up against K. Part B, an 8B-shaped target with a Qwen3-0.6B-shaped draft (random
-weights): measured draft-step and verify-step times, and the speed-up they imply at the acceptance
-measured in part A (derived, and labelled so).
+Workloads, both held out from training (validation-split stdlib files):
+- held_out: ~600-character pieces cut at line ends (the first piece of each file first: the prompts
+  measured before), continued freely;
+- edit: a function from such a file, a comment asking for it again with one name changed, and the first
+  two lines of that rewrite: the continuation repeats or modifies code in the prompt (what prompt lookup
+  serves; the shipped target is a small model and does not always copy).
+Modes (jspec.load's draft): none (plain decoding), model (the shipped draft), ngram (prompt lookup),
+ngram+model (both). Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
+each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others).
+
+tokens/s = new tokens / decode_s (the compiled program's time, without compilation), median of --reps
+calls after a warm-up; speed-up = over plain decoding of the same workload, KV and batch in this run;
+tau = tokens emitted per round per row (bonus included). "auto" starts from the prior (the engine's
+acceptance estimate is reset per workload), reports its first choice, then calls until the chosen K
+repeats (the online estimate settles) before timing. Every program is compiled once: the modes of a KV
+share one engine's program cache, and both workloads fall in the same prompt bucket (256 tokens).
+A time budget (--budget-s) skips what is left, in priority order, and records what it skipped.
+--hf adds HF transformers generate/assisted generation; --llama8b the 8B-shaped step costs (part B).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import json
+import re
+import statistics
+import textwrap
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -26,31 +46,161 @@ from jspec.config import KVConfig, ModelConfig
 from decode import LLAMA3_8B, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_norm=True, max_position=140000)
+MODES = ("model", "ngram", "ngram+model")  # the draft modes; "none" is the plain baseline
+SWEEP = {"model": (1, 2, 4, 8), "ngram": (1, 2, 4, 8, 16), "ngram+model": (1, 2, 4, 8)}  # K at batch 1
+FULL = dict(kvs=("bf16", "int2"), batches=(1, 8, 32), sweep=SWEEP, fixed=4, max_new=128, reps=3)
+SMALL = dict(kvs=("bf16",), batches=(1,), sweep={m: (2,) for m in MODES}, fixed=None, max_new=24, reps=1)
+PROMPT_TOKENS = (130, 250)  # both workloads in the 256-token bucket: one program serves both
+
+
+# ------------------------------------------------------------------------------------------ workloads
+
+
+def _pieces(doc: str, chars: int) -> list[str]:
+    """Consecutive pieces of about `chars` characters, each cut at a line end."""
+    out = []
+    while len(doc) > chars:
+        cut = doc[:chars].rsplit("\n", 1)[0] + "\n"
+        out.append(cut)
+        doc = doc[len(cut):]
+    return out
 
 
 def held_out_prompts(tok, n: int, chars: int = 600) -> list[str]:
-    """The first `chars` characters (cut at a line end) of n validation-split stdlib files."""
-    docs = data.split_documents(data.stdlib_root())["val"]
+    """n pieces of validation-split files with >= 32 tokens: the first piece of every file, then the
+    second, and so on (the first pieces are the prompts measured before)."""
+    pieces = [_pieces(doc, chars) for doc in data.split_documents(data.stdlib_root())["val"]]
     prompts = []
-    for doc in docs:
-        cut = doc[:chars].rsplit("\n", 1)[0] + "\n"
-        if len(tok(cut)["input_ids"]) >= 32:
-            prompts.append(cut)
-        if len(prompts) == n:
+    for r in range(max(map(len, pieces))):
+        prompts += [p[r] for p in pieces if r < len(p) and len(tok(p[r])["input_ids"]) >= 32]
+    return prompts[:n]
+
+
+def _renamed(func: ast.FunctionDef) -> tuple[str, str]:
+    """(old, new): the first argument other than self/cls, else the function's name, and its new name."""
+    args = [a.arg for a in func.args.args if a.arg not in ("self", "cls")]
+    old = args[0] if args else func.name
+    return old, f"new_{old}"
+
+
+def _edit_prompt(doc: str, func: ast.FunctionDef) -> str | None:
+    """The function; a comment asking for it again with a name changed; the rewrite begun (its def line and
+    first body line, renamed, without the line end: the model writes the next line's indentation itself).
+    None when the def line does not stand alone or the body is one line."""
+    lines = textwrap.dedent("\n".join(doc.splitlines()[func.lineno - 1 : func.end_lineno])).split("\n")
+    if not lines[0].rstrip().endswith(":") or len(lines) < 3:
+        return None
+    old, new = _renamed(func)
+    begun = re.sub(rf"\b{re.escape(old)}\b", new, "\n".join(lines[:2]))
+    return "\n".join(lines) + f"\n\n\n# {func.name} again, with `{old}` renamed to `{new}`:\n{begun}"
+
+
+def edit_prompts(tok, n: int) -> list[str]:
+    """n edit-style prompts from validation-split functions (one per file in turn, in file order)."""
+    per_doc = []
+    for doc in data.split_documents(data.stdlib_root())["val"]:
+        funcs = [f for f in ast.walk(ast.parse(doc)) if isinstance(f, ast.FunctionDef)]
+        prompts = [p for p in (_edit_prompt(doc, f) for f in sorted(funcs, key=lambda f: f.lineno)) if p]
+        per_doc.append([p for p in prompts if PROMPT_TOKENS[0] <= len(tok(p)["input_ids"]) <= PROMPT_TOKENS[1]])
+    out = []
+    for r in range(max(map(len, per_doc))):
+        out += [p[r] for p in per_doc if r < len(p)]
+    return out[:n]
+
+
+# ------------------------------------------------------------------------------------------ timing
+
+
+def _summary(results) -> dict:
+    """tokens/s (of the program, compile excluded), tau and accept rate of one generate call."""
+    st = [r.stats for r in results]
+    new, rounds = sum(s["new_tokens"] for s in st), sum(s["rounds"] for s in st)
+    K = st[0]["lookahead"]
+    out = dict(K=K, tok_s=new / st[0]["decode_s"], new_tokens=new, compile_s=st[0]["compile_s"],
+               tau=(new - len(st)) / rounds if rounds else 1.0,
+               accept_rate=sum(s["accepted"] for s in st) / (K * rounds) if K and rounds else 0.0)
+    if "lookahead_auto" in st[0]:
+        out["auto"] = st[0]["lookahead_auto"]
+    return out
+
+
+def measure(eng, prompts, gen, reps: int) -> dict:
+    """The median call of `reps` after a warm-up (which compiles when needed); for auto, after the
+    chosen K settles. Auto rows also keep their first call's choice."""
+    first = _summary(eng.generate(prompts, gen))
+    calls = [first]
+    while gen.lookahead == "auto" and len(calls) < 4:  # until the online estimate repeats its choice
+        calls.append(_summary(eng.generate(prompts, gen)))
+        if calls[-1]["K"] == calls[-2]["K"]:
             break
-    return prompts
+    timed = [_summary(eng.generate(prompts, gen)) for _ in range(reps)]
+    row = dict(sorted(timed, key=lambda r: r["tok_s"])[len(timed) // 2])
+    row["compile_s"] = sum(c["compile_s"] for c in calls + timed)
+    if gen.lookahead == "auto":
+        row["K_first"], row["auto_first"] = first["K"], first.get("auto")
+    return row
 
 
-def time_jspec(eng, prompts, gen) -> dict:
-    eng.generate(prompts, gen)  # compile
-    t0 = time.perf_counter()
-    res = eng.generate(prompts, gen)
-    wall = time.perf_counter() - t0
-    new = sum(r.stats["new_tokens"] for r in res)
-    return dict(tok_s=new / wall, new_tokens=new, wall_s=wall,
-                accept_length=float(np.mean([r.stats["accept_length"] for r in res])),
-                accept_rate=float(np.mean([r.stats["accept_rate"] for r in res])),
-                kv_bytes=res[0].stats["batch_kv_bytes"])
+def engines(kv: str) -> dict:
+    """{mode: Engine} for one KV mode. They are copies of one engine (dataclasses.replace keeps its
+    program and cost caches), so the K = 0 program that several modes run is compiled once."""
+    base = jspec.load(draft="auto", kv=KVConfig(kv))
+    no_model = dict(draft_cfg=None, draft_params=None)
+    return {"none": dataclasses.replace(base, **no_model), "model": base,
+            "ngram": dataclasses.replace(base, ngram=True, **no_model), "ngram+model": dataclasses.replace(base, ngram=True)}
+
+
+def jobs(cfg: dict) -> list[tuple]:
+    """(kv, batch, mode, lookahead) in priority order: auto and plain at every batch, then the fixed K."""
+    first = [(kv, B, mode, "auto" if mode != "none" else 0) for B in cfg["batches"] for kv in cfg["kvs"]
+             for mode in ("none",) + MODES]
+    sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in MODES for K in cfg["sweep"][mode]]
+    fixed = [(kv, B, mode, cfg["fixed"]) for B in cfg["batches"] if B > 1 and cfg["fixed"]
+             for kv in cfg["kvs"] for mode in MODES]
+    return first + sweep + fixed
+
+
+def grid(cfg: dict, workloads: dict, budget_s: float) -> tuple[list, list]:
+    """Runs every job on every workload; returns (rows, skipped jobs)."""
+    t0, rows, skipped, engs, plain = time.perf_counter(), [], [], {}, {}
+    for kv, B, mode, K in jobs(cfg):
+        if time.perf_counter() - t0 > budget_s:
+            skipped.append(dict(kv=kv, batch=B, mode=mode, lookahead=K))
+            continue
+        eng = (engs.get(kv) or engs.setdefault(kv, engines(kv)))[mode]
+        gen = jspec.GenerateConfig(max_new_tokens=cfg["max_new"], lookahead=K)
+        for name, prompts in workloads.items():
+            eng._seen.clear()  # auto starts from the prior on each workload (a fresh engine's state)
+            r = dict(workload=name, kv=kv, batch=B, mode=mode, lookahead=K,
+                     **measure(eng, prompts[:B], gen, cfg["reps"]))
+            if mode == "none":
+                plain[name, kv, B] = r["tok_s"]
+            r["speedup"] = r["tok_s"] / plain[name, kv, B]
+            rows.append(r)
+            print(json.dumps({k: v for k, v in r.items() if not k.startswith("auto")}), flush=True)
+    return rows, skipped
+
+
+def table(rows: list) -> str:
+    """One line per (workload, KV, batch): plain tokens/s, then per mode the speed-up at lookahead auto and
+    at the best fixed K (with the K each ran)."""
+    head = f"{'workload':9}{'kv':5}{'B':>3}{'plain tok/s':>12}" + "".join(f"{m + ': auto | best K':>28}" for m in MODES)
+    lines = [head]
+    for w, kv, B in sorted({(r["workload"], r["kv"], r["batch"]) for r in rows}):
+        sel = [r for r in rows if (r["workload"], r["kv"], r["batch"]) == (w, kv, B)]
+        plain = next((r["tok_s"] for r in sel if r["mode"] == "none"), float("nan"))
+        cells = ""
+        for m in MODES:
+            auto = next((r for r in sel if r["mode"] == m and r["lookahead"] == "auto"), None)
+            best = max((r for r in sel if r["mode"] == m and r["lookahead"] != "auto"), key=lambda r: r["speedup"],
+                       default=None)
+            cell = lambda r: f"{r['speedup']:.2f}x K{r['K']:<2}" if r else "-"
+            cells += f"{cell(auto) + ' | ' + cell(best):>28}"
+        lines.append(f"{w:9}{kv:5}{B:>3}{plain:>12.0f}" + cells)
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- HF and the 8B shapes (optional)
 
 
 def time_hf(target_dir, draft_dir, prompts, max_new: int, assisted: bool) -> dict:
@@ -78,31 +228,12 @@ def time_hf(target_dir, draft_dir, prompts, max_new: int, assisted: bool) -> dic
     return dict(tok_s=new / wall, new_tokens=new, wall_s=wall)
 
 
-def part_a(max_new: int) -> dict:
-    rows = []
-    engines = {
-        (kv, draft): jspec.load(draft=None if draft == "none" else "auto", kv=KVConfig(kv))
-        for kv in ("bf16", "int2") for draft in ("none", "draft")
-    }
-    prompts = held_out_prompts(engines["bf16", "none"].tokenizer, 8)
-    gen = jspec.GenerateConfig(max_new_tokens=max_new, lookahead=4)
-    for B in (1, 8):
-        for (kv, draft), eng in engines.items():
-            r = time_jspec(eng, prompts[:B], gen)
-            rows.append(dict(system="jspec", kv=kv, draft=draft, batch=B, **r))
-            print(rows[-1], flush=True)
-        for assisted in (False, True):
-            if assisted and B > 1:
-                continue  # HF assisted generation supports batch 1 only
-            r = time_hf(engine.DEFAULT_TARGET, engine.DEFAULT_DRAFT, prompts[:B], max_new, assisted)
-            rows.append(dict(system="hf", kv="bf16", draft="draft" if assisted else "none", batch=B, **r))
-            print(rows[-1], flush=True)
-    by_k = []
-    for K in (1, 2, 3, 4, 6, 8):
-        r = time_jspec(engines["int2", "draft"], prompts[:1], jspec.GenerateConfig(max_new_tokens=max_new, lookahead=K))
-        by_k.append(dict(K=K, **r))
-        print(by_k[-1], flush=True)
-    return dict(prompts=len(prompts), max_new=max_new, rows=rows, by_k=by_k)
+def hf_rows(prompts, max_new: int) -> list:
+    rows = [dict(system="hf", draft="none", batch=B, **time_hf(engine.DEFAULT_TARGET, None, prompts[:B], max_new,
+                                                               False)) for B in (1, 8)]
+    rows.append(dict(system="hf", draft="model", batch=1, **time_hf(engine.DEFAULT_TARGET, engine.DEFAULT_DRAFT,
+                                                                    prompts[:1], max_new, True)))
+    return rows
 
 
 def part_b(tau: float, K: int = 4, ctx: int = 8192) -> dict:
@@ -121,18 +252,48 @@ def part_b(tau: float, K: int = 4, ctx: int = 8192) -> dict:
                 tau_from_shipped_pair=tau, derived_speedup=derived)
 
 
+# ------------------------------------------------------------------------------------------- main
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="benchmarks/results/speculative.json")
-    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--small", action="store_true", help="a CPU-sized run: bf16, batch 1, K 2 and auto, 24 tokens")
+    ap.add_argument("--budget-s", type=float, default=270.0, help="skip the jobs left after this many seconds")
+    ap.add_argument("--hf", action="store_true", help="also time HF transformers (needs torch with CUDA)")
+    ap.add_argument("--llama8b", action="store_true", help="also time the 8B-shaped steps (part B)")
     args = ap.parse_args()
-    result = dict(device=str(jax.devices()[0]), jax=jax.__version__)
-    result["shipped_pair"] = a = part_a(args.max_new)
+    cfg = SMALL if args.small else FULL
+    tok = jspec.load(draft=None, kv=KVConfig("bf16")).tokenizer
+    n = max(cfg["batches"])
+    workloads = {"held_out": held_out_prompts(tok, n), "edit": edit_prompts(tok, n)}
+    result = dict(device=str(jax.devices()[0]), device_kind=jax.devices()[0].device_kind, jax=jax.__version__,
+                  config={k: v for k, v in cfg.items()}, prompts={k: len(v) for k, v in workloads.items()})
+    t0 = time.perf_counter()
+    result["grid"], result["skipped"] = grid(cfg, workloads, args.budget_s)
+    result["grid_s"] = time.perf_counter() - t0
     save(args.out, result)
-    tau = next(r["accept_length"] for r in a["rows"] if r["kv"] == "int2" and r["draft"] == "draft" and r["batch"] == 1)
-    result["llama8b_qwen06b"] = part_b(tau)
-    print(json.dumps(result["llama8b_qwen06b"]))
-    save(args.out, result)
+    if args.hf:
+        result["hf"] = hf_rows(workloads["held_out"], cfg["max_new"])
+        save(args.out, result)
+    tau = next((r["tau"] for r in result["grid"] if (r["workload"], r["kv"], r["mode"], r["batch"], r["lookahead"])
+                == ("held_out", "int2", "model", 1, 4)), None)
+    if args.llama8b and tau is not None:  # the shipped draft's tau at K = 4, as measured before
+        result["llama8b_qwen06b"] = part_b(tau)
+        save(args.out, result)
+    plot(result, Path(args.out).with_name("speculative_modes_vs_k.png"))
+    print(f"grid {result['grid_s']:.0f}s, skipped {len(result['skipped'])} jobs (budget {args.budget_s:.0f}s)")
+    print(table(result["grid"]))
+
+
+def plot(result: dict, out: Path) -> None:
+    try:
+        from plots import speculative_modes_vs_k
+    except ImportError as e:  # matplotlib is in the bench extra only
+        print(f"no plot ({e})")
+        return
+    speculative_modes_vs_k(result, out)
+    print(f"plot: {out}")
 
 
 def save(path, result):

@@ -15,8 +15,8 @@ ATTENTION_IMPLS = ("auto", "reference", "pallas", "mosaic", "triton")  # pallas:
 INT32_MAX = 2**31 - 1  # lengths, top_k and token ids travel to the device as int32
 UINT32_MAX = 2**32 - 1  # seeds travel as uint32
 FLOAT32_MAX = 3.4028234663852886e38  # temperatures and top_p travel as float32
-# K draft tokens are unrolled into the program: compile time and memory grow with K, and on any draft
-# worth running the chance that all K are accepted falls geometrically, so rounds beyond 16 never pay.
+# K draft tokens per round: the verify forward widens with K, and on any draft worth running the chance
+# that all K are accepted falls geometrically, so rounds beyond 16 never pay.
 MAX_LOOKAHEAD = 16
 # Below this a temperature is greedy in effect, and logits / temperature could overflow float32.
 MIN_TEMPERATURE = 1e-4
@@ -243,15 +243,18 @@ class GenerateConfig:
     """One generate call: lengths, speculation and stopping."""
 
     max_new_tokens: int = 128
-    lookahead: int = 4  # K draft tokens per round; ignored without a draft
+    # K draft tokens per round (0..MAX_LOOKAHEAD; ignored without a draft), or "auto": K (0 included) chosen
+    # per call from costs measured on the device and the acceptance expected (jspec.lookahead)
+    lookahead: int | str = "auto"
     stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
 
     def validate(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)
-        check_int("lookahead", self.lookahead, 0, INT32_MAX)
-        if self.lookahead > MAX_LOOKAHEAD:
-            raise ConfigError(f"lookahead must be <= {MAX_LOOKAHEAD}, got {self.lookahead}: the K draft steps are "
-                              "unrolled into the program (compile time grows with K) and longer rounds never pay")
+        if self.lookahead != "auto":
+            check_int("lookahead", self.lookahead, 0, INT32_MAX)
+            if self.lookahead > MAX_LOOKAHEAD:
+                raise ConfigError(f"lookahead must be 'auto' or <= {MAX_LOOKAHEAD}, got {self.lookahead}: compile "
+                                  "time grows with K and longer rounds never pay")
 
 
 def check_int(name: str, x, low: int, high: int) -> None:

@@ -1,9 +1,16 @@
 """The generate program: prefill, then speculative rounds in one lax.while_loop, jitted once.
 
-A round: the draft proposes K tokens, the target verifies [next, d_1..d_K] in one forward, the
+A round: the drafter proposes K tokens, the target verifies [next, d_1..d_K] in one forward, the
 acceptance rule picks a accepted drafts and a next token, the a+1 accepted rows are committed to the
 target cache (rejected rows never touch it), and the accepted tokens are emitted. Plain decoding is
 the same loop with no draft and K = 0: the verify forward is then an ordinary decode step.
+
+Draft modes (Models.draft_mode, static: one drafter function is traced into the program):
+- "model": a small draft model, K single-token steps over its own BF16 cache;
+- "ngram": prompt lookup (jspec.ngram) over the prompt and the tokens emitted so far: no model;
+- "ngram+model": the n-gram copy where the row has a match, the draft model's tokens otherwise.
+Every drafter has the signature (m, s, sampler, keys) -> (drafts [B, K], q [B, K, V] or None when
+greedy, draft cache); a copied draft's q is a point mass, so sampling stays lossless.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jspec import kvcache, sampling, speculative
+from jspec import kvcache, ngram, sampling, speculative
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 from jspec.model import Params, forward
@@ -34,6 +41,9 @@ class DecodeState:
     accepted: jax.Array  # [B] int32 accepted draft tokens
     cache: KVCache
     draft_cache: KVCache | None
+    # [B, T] the token at each position, prompt then emitted (T = cache capacity); valid at positions
+    # <= cache.length, where `next` sits. Kept by the n-gram draft modes only.
+    history: jax.Array | None = None
 
 
 @struct.dataclass
@@ -44,6 +54,12 @@ class Models:
     draft_cfg: ModelConfig | None = struct.field(pytree_node=False)
     lookahead: int = struct.field(pytree_node=False)  # K; 0 without a draft
     attn_impl: str = struct.field(pytree_node=False, default="reference")
+    draft_mode: str = struct.field(pytree_node=False, default="model")  # a key of DRAFTERS
+
+    @property
+    def ngram(self) -> bool:
+        """Whether the drafter copies from the history (and the state keeps one)."""
+        return self.lookahead > 0 and self.draft_mode in ("ngram", "ngram+model")
 
     def target_forward(self, tokens, cache):
         return forward(self.target, self.target_cfg, tokens, cache, attn_impl=self.attn_impl)
@@ -97,26 +113,78 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
     return cache, draft_cache, first, last, keys
 
 
-def draft_rollout(m: Models, s: DecodeState, sampler: Sampler, keys):
-    """K draft tokens [B, K] and their distributions q [B, K, V] (None when greedy).
+def _resync(m: Models, dc: KVCache, tokens, at):
+    """Feeds tokens [B, W] to the draft model at positions dc.length.., commits the first at + 1 of them
+    and returns (cache, logits [B, V] at index at [B]): the position of `next`, where drafting starts.
 
-    The draft cache is resynced first: rows past the target's length - 1 may hold rejected tokens,
-    so [last, next] are fed at positions length-1, length (idempotent when they were already there).
+    Positions fed again hold the same tokens as before (idempotent), and rows past `at` are never
+    committed: they may be rejected candidates or not yet known.
     """
+    logits, (k, v) = m.draft_forward(tokens, dc)
+    return kvcache.commit(dc, k, v, at + 1), _pick(logits, at)
+
+
+def _rollout(m: Models, dc: KVCache, logits, sampler: Sampler, keys):
+    """K draft-model tokens [B, K] and q [B, K, V] (None when greedy) from the logits [B, V] at `next`:
+    the first draw, then K - 1 single-token steps in a fori_loop (one traced step, whatever K)."""
     K = m.lookahead
-    dc = s.draft_cache.replace(length=s.cache.length - 1)
-    logits, (k, v) = m.draft_forward(jnp.stack([s.last, s.next], 1), dc)
-    dc = kvcache.commit(dc, k, v, jnp.full_like(s.next, 2))
-    drafts, qs = [], []
-    for i in range(K):  # K is small and static: unrolled, so no nested loop in the program
+    d, q = draw(keys[0], logits, sampler)
+    drafts = jnp.zeros((d.shape[0], K), jnp.int32).at[:, 0].set(d)
+    qs = None if q is None else jnp.zeros((*drafts.shape, q.shape[-1]), q.dtype).at[:, 0].set(q)
+
+    def step(i, carry):  # feeds d_i (at index i - 1), draws d_{i+1} (at index i)
+        dc, d, drafts, qs = carry
+        logits, (k, v) = m.draft_forward(d[:, None], dc)
+        dc = kvcache.commit(dc, k, v, jnp.ones_like(d))
         d, q = draw(keys[i], logits[:, -1], sampler)
-        drafts.append(d)
-        qs.append(q)
-        if i + 1 < K:
-            logits, (k, v) = m.draft_forward(d[:, None], dc)
-            dc = kvcache.commit(dc, k, v, jnp.ones_like(d))
-    q = None if sampler.greedy else jnp.stack(qs, 1)
-    return jnp.stack(drafts, 1), q, dc
+        return dc, d, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
+
+    dc, _, drafts, qs = jax.lax.fori_loop(1, K, step, (dc, d, drafts, qs))
+    return drafts, qs, dc
+
+
+def point_mass(drafts, vocab: int, sampler: Sampler):
+    """q [B, K, V] of a copied (not sampled) draft: all mass on it. None when greedy (not needed)."""
+    return None if sampler.greedy else jax.nn.one_hot(drafts, vocab, dtype=jnp.float32)
+
+
+def draft_model(m: Models, s: DecodeState, sampler: Sampler, keys):
+    """The draft model's K tokens. Its cache is resynced first: positions past the target's length - 1
+    may hold rejected tokens, so [last, next] are fed again at positions length - 1 and length."""
+    dc = s.draft_cache.replace(length=s.cache.length - 1)
+    dc, logits = _resync(m, dc, jnp.stack([s.last, s.next], 1), jnp.ones_like(s.next))
+    return _rollout(m, dc, logits, sampler, keys)
+
+
+def draft_ngram(m: Models, s: DecodeState, sampler: Sampler, keys):
+    """Prompt lookup over the history, any n-gram from 1 token up: a wrong copy costs only its slot
+    in the verify forward."""
+    drafts, _ = ngram.propose(s.history, s.cache.length + 1, m.lookahead, min_n=1)
+    return drafts, point_mass(drafts, m.target_cfg.vocab_size, sampler), s.draft_cache
+
+
+def draft_combined(m: Models, s: DecodeState, sampler: Sampler, keys):
+    """The n-gram copy where a row has a match of 2 tokens or more, the draft model's tokens elsewhere.
+
+    The draft model may have skipped earlier rounds, so its cache is resynced from the history: the
+    K + 2 positions up to `next` (everything since the last resync). Its K - 1 steps are skipped when
+    every row still running has a match.
+    """
+    K, length = m.lookahead, s.cache.length
+    copied, found = ngram.propose(s.history, length + 1, K, min_n=2)
+    start = jnp.maximum(length - K - 1, 0)
+    window = jnp.take_along_axis(s.history, start[:, None] + jnp.arange(K + 2), axis=1, mode="clip")
+    dc, logits = _resync(m, s.draft_cache.replace(length=start), window, length - start)
+    V = m.target_cfg.vocab_size
+    skip = lambda: (copied, None if sampler.greedy else jnp.zeros((*copied.shape, V), jnp.float32), dc)
+    drafted, q, dc = jax.lax.cond((found | s.done).all(), skip, lambda: _rollout(m, dc, logits, sampler, keys))
+    drafts = jnp.where(found[:, None], copied, drafted)
+    if q is not None:
+        q = jnp.where(found[:, None, None], point_mass(copied, V, sampler), q)
+    return drafts, q, dc
+
+
+DRAFTERS = {"model": draft_model, "ngram": draft_ngram, "ngram+model": draft_combined}
 
 
 def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
@@ -145,6 +213,13 @@ def accept(sampler: Sampler, logits, drafts, q, keys):
     return speculative.accept_sampled(p, q, drafts, keys)
 
 
+def write_tokens(buf, start, seq, n):
+    """buf [B, T] with seq[:, :n] (seq [B, m], n [B]) written at positions start [B]..; the rest dropped."""
+    j = jnp.arange(seq.shape[1])
+    idx = jnp.where(j < n[:, None], start[:, None] + j, buf.shape[1])
+    return buf.at[jnp.arange(buf.shape[0])[:, None], idx].set(seq, mode="drop")
+
+
 def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
     """One speculative round (one decode step when K = 0)."""
     K = m.lookahead
@@ -153,7 +228,7 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     draft_cache = s.draft_cache
     with jax.named_scope("draft"):
         if K:
-            drafts, q, draft_cache = draft_rollout(m, s, sampler, draft_keys)
+            drafts, q, draft_cache = DRAFTERS[m.draft_mode](m, s, sampler, draft_keys)
         else:
             drafts, q = jnp.zeros((s.next.shape[0], 0), jnp.int32), None
     fed = jnp.concatenate([s.next[:, None], drafts], 1)  # [B, K+1] at positions length + 0..K
@@ -161,16 +236,19 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
         logits, (k, v) = m.target_forward(fed, s.cache)
     with jax.named_scope("accept"):
         a, nxt = accept(sampler, logits, drafts, q, accept_keys)
+    n_commit = jnp.where(s.done, 0, a + 1)
     with jax.named_scope("commit"):  # next, d_1..d_a: rejected rows never reach the cache
-        cache = kvcache.commit(s.cache, k, v, jnp.where(s.done, 0, a + 1))
+        cache = kvcache.commit(s.cache, k, v, n_commit)
     # emitted: d_1..d_a, then the target's token in slot a
     seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], jnp.concatenate([drafts, fed[:, :1]], 1))
     tokens, count, done = emit(s, seq, a + 1, max_new, eos_ids)
+    # the history gains what the cache gained, shifted by one: d_1..d_a and the new next
+    history = None if s.history is None else write_tokens(s.history, s.cache.length + 1, seq, n_commit)
     active = ~s.done
     return s.replace(
         tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
         done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
-        cache=cache, draft_cache=draft_cache,
+        cache=cache, draft_cache=draft_cache, history=history,
     )
 
 
@@ -182,10 +260,14 @@ def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, ca
     cache, draft_cache, first, last, keys = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
                                                     keys)
     zeros = jnp.zeros((B,), jnp.int32)
+    history = None
+    if m.ngram:  # the prompt, then `next` at position prompt_len (padding past it is never read)
+        history = jnp.zeros((B, cache.capacity), jnp.int32).at[:, : prompts.shape[1]].set(prompts)
+        history = write_tokens(history, prompt_lens, first[:, None], jnp.ones_like(zeros))
     s = DecodeState(
         tokens=jnp.zeros((B, N), jnp.int32), count=zeros, next=first, last=last,
         done=jnp.zeros((B,), bool), keys=keys, rounds=zeros, accepted=zeros,
-        cache=cache, draft_cache=draft_cache,
+        cache=cache, draft_cache=draft_cache, history=history,
     )
     tokens, count, done = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
     return s.replace(tokens=tokens, count=count, done=done)

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import checkpoint, decode, kvcache, rotation, sharding
-from jspec.config import ATTENTION_IMPLS, ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig
+from jspec import checkpoint, decode, kvcache, lookahead, rotation, sharding
+from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig, ModelConfig,
+                          SamplingConfig)
 from jspec.decode import ProgramArgs
 from jspec.model import Params
 from jspec.sampling import Sampler
@@ -39,7 +40,8 @@ class Result:
 
 @dataclasses.dataclass
 class Engine:
-    """A loaded target (and optional draft) plus the KV configuration they decode with.
+    """A loaded target (and optional draft model and/or n-gram drafter) plus the KV configuration they
+    decode with.
 
     jspec.load builds one from model directories; tests build one from params by keyword.
     """
@@ -53,7 +55,16 @@ class Engine:
     dtype: str = "bfloat16"
     attn_impl: str = "reference"
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.sharding
+    ngram: bool = False  # draft by prompt lookup (with the draft model, if any, where it finds no match)
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
+    _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
+    _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # draft mode -> measured acceptance
+
+    @property
+    def draft_mode(self) -> str:
+        """"model", "ngram", "ngram+model" (decode.DRAFTERS) or "none"."""
+        model = self.draft_params is not None
+        return ("ngram+model" if model else "ngram") if self.ngram else ("model" if model else "none")
 
     def encode(self, prompt: str) -> list[int]:
         return list(self.tokenizer(prompt)["input_ids"])
@@ -108,7 +119,9 @@ class Engine:
                 for p, (t, st) in zip(prompts, out)]
 
     def lookahead(self, gen: GenerateConfig) -> int:
-        return gen.lookahead if self.draft_params is not None else 0
+        """The lookahead a request must leave room for in the context: gen's K when there is a drafter;
+        0 without one, and for "auto", which fits K into the room the request leaves."""
+        return gen.lookahead if self.draft_mode != "none" and gen.lookahead != "auto" else 0
 
     def room(self, gen: GenerateConfig) -> int:
         """Prompt + new tokens one row may hold: the context (a sliding window's included) less the
@@ -136,6 +149,7 @@ class Engine:
     def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
                      gen: GenerateConfig):
         """Token-level generate: returns [(token_ids, stats)] per row."""
+        gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
         args = self.prepare(ids, rows, max_new, gen)
         kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
         program, compile_s = self.compile(args)
@@ -143,7 +157,9 @@ class Engine:
         state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
         decode_s = time.perf_counter() - t0
         K = args.models.lookahead
-        return self._results(state, K, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
+        rounds, accepted = int(np.asarray(state.rounds).sum()), int(np.asarray(state.accepted).sum())
+        self._seen[self.draft_mode] = lookahead.observe(self._seen.get(self.draft_mode, (0, 0)), K, rounds, accepted)
+        return self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
 
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
         """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
@@ -165,9 +181,31 @@ class Engine:
             with sharding.context(self.mesh):
                 s = decode.round_program(args.models, args.sampler, args.max_new, args.eos_ids, s)
 
+    def plan(self, gen: GenerateConfig, lengths: list[int], max_new: list[int]):
+        """(gen with its lookahead fixed, lookahead.Choice or None): "auto" resolved for a batch of prompts of
+        `lengths` tokens, from the costs at its shapes (measured on first use) and the acceptance expected
+        in this draft mode; K stays within the room the request leaves and the BF16 window."""
+        if gen.lookahead != "auto":
+            return gen, None
+        self.check(gen, lengths, max_new)
+        mode, dp = self.draft_mode, sharding.dp_size(self.mesh)
+        longest, top = max(lengths), max(max_new)
+        window = self.kv.recent - 1 if self.kv.int2 else MAX_LOOKAHEAD  # candidates are attended in BF16
+        k_max = min(MAX_LOOKAHEAD, window, self.room(gen) - longest - top)
+        if mode == "none" or k_max < 1:
+            return dataclasses.replace(gen, lookahead=0), None
+        P = min(bucket(longest), self.room(gen) - top - k_max)
+        # measured once per shape (self._costs, and on disk), at the largest capacity K may need
+        costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, P + top + k_max + 1,
+                                  P + top // 2, k_max, jnp.dtype(self.dtype), self.mesh, self._costs)
+        alpha, source = lookahead.estimate(mode, self._seen.get(mode, (0, 0)))
+        K, gain = lookahead.choose(costs, mode, alpha, k_max)
+        return dataclasses.replace(gen, lookahead=K), lookahead.Choice(K, mode, alpha, source, gain, costs)
+
     def prepare(self, ids, rows, max_new, gen) -> ProgramArgs:
         """The program's arguments for a batch (caches included), checked, padded to a bucket and to
-        the mesh's dp, and placed on the mesh."""
+        the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan)."""
+        gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
         dp = sharding.dp_size(self.mesh)
         ids, rows, max_new = pad_rows(ids, rows, max_new, -(-len(ids) // dp) * dp)
@@ -182,14 +220,18 @@ class Engine:
         return self._program_args(prompts, ids, rows, max_new, P + top + K + 1, K, sampler, gen)
 
     def _models(self, K: int) -> decode.Models:
-        draft = self.draft_params if K else None
-        return decode.Models(self.params, draft, self.cfg, self.draft_cfg if K else None, K, self.attn_impl)
+        model = self.draft_params is not None and K > 0  # K = 0: plain decoding, no drafter at all
+        return decode.Models(self.params, self.draft_params if model else None, self.cfg,
+                             self.draft_cfg if model else None, K, self.attn_impl,
+                             self.draft_mode if K else "model")
 
     def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
         B = len(ids)
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K)
-        draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt) if K else None
+        draft_cache = None
+        if K and self.draft_params is not None:
+            draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt)
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
         eos = jnp.asarray((gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,), jnp.int32)
         args = ProgramArgs(self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
@@ -209,7 +251,7 @@ class Engine:
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
 
-    def _results(self, state, K, compile_s, decode_s, kv_bytes):
+    def _results(self, state, K, choice, compile_s, decode_s, kv_bytes):
         tokens, count = np.asarray(state.tokens), np.asarray(state.count)
         rounds, accepted = np.asarray(state.rounds), np.asarray(state.accepted)
         total = int(count.sum())
@@ -220,10 +262,12 @@ class Engine:
                 new_tokens=int(count[b]), rounds=r, accepted=int(accepted[b]),
                 accept_length=(int(count[b]) - 1) / r if r else 0.0,
                 accept_rate=int(accepted[b]) / (K * r) if K and r else 0.0,
-                lookahead=K, kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes),
+                lookahead=K, draft_mode=self.draft_mode, kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes),
                 compile_s=round(compile_s, 3), decode_s=round(decode_s, 4),
                 batch_tokens_per_s=round(total / decode_s, 1) if decode_s > 0 else 0.0,
             )
+            if choice is not None:
+                stats["lookahead_auto"] = choice.stats()
             out.append((tokens[b, : count[b]].tolist(), stats))
         return out
 
@@ -293,8 +337,11 @@ def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mod
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto") -> Engine:
-    """Loads a target (default: the shipped code model) and a draft ("auto": the shipped draft when the
-    shipped target is used, None/"none": no speculation) from local Hugging Face directories.
+    """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories.
+
+    draft: a draft model's directory; "auto": the shipped draft when the shipped target is used;
+    "ngram": prompt lookup, no model; "ngram+DIR" or "ngram+auto": the n-gram copy where a row has a
+    match, the draft model elsewhere; None/"none": no speculation.
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.sharding).
@@ -310,6 +357,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
     params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
+    ngram, draft = _split_draft(draft)
     if draft == "auto":
         draft = DEFAULT_DRAFT if model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir() else None
     draft_cfg = draft_params = None
@@ -323,4 +371,14 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
     return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, draft_cfg=draft_cfg, draft_params=draft_params,
-                  dtype=dtype, attn_impl=impl, mesh=mesh)
+                  dtype=dtype, attn_impl=impl, mesh=mesh, ngram=ngram)
+
+
+def _split_draft(draft: str | Path | None) -> tuple[bool, str | Path | None]:
+    """load's draft argument -> (n-gram drafting on, the draft model's directory, "auto" or None)."""
+    if not isinstance(draft, str) or draft.partition("+")[0] != "ngram":
+        return False, draft
+    model = draft.partition("+")[2]
+    if draft != "ngram" and not model:
+        raise ConfigError("draft 'ngram+' needs a draft model after the '+': a directory or auto")
+    return True, model or None

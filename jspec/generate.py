@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from jspec.config import ATTENTION_IMPLS, GenerateConfig, KVConfig, SamplingConfig
+from jspec.config import ATTENTION_IMPLS, MAX_LOOKAHEAD, GenerateConfig, KVConfig, SamplingConfig
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
 CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -46,7 +46,9 @@ def parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("models")
     m.add_argument("--model", help="target Hugging Face directory (default: the shipped checkpoints/code-target)")
     m.add_argument("--draft", default="auto",
-                   help="draft directory, 'none' for no speculation, 'auto': the shipped draft with the shipped target")
+                   help="drafter: a draft model's directory; 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
+                        "'ngram+auto' (the n-gram copy where it matches, the model elsewhere); 'none' (no "
+                        "speculation); 'auto': the shipped draft with the shipped target")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
     m.add_argument("--attn", choices=ATTENTION_IMPLS, default="auto",
                    help="INT2 attention: Pallas kernel (GPU; pallas: the Mosaic wgmma kernel on Hopper, else Triton) "
@@ -68,7 +70,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--scale-dtype", choices=("bfloat16", "float32"), default=KV.scale_dtype,
                    help="dtype of the INT2 scales and zero points")
     g = p.add_argument_group("generation")
-    g.add_argument("--lookahead", type=int, default=GEN.lookahead, help="K draft tokens per round")
+    g.add_argument("--lookahead", type=_lookahead, default=GEN.lookahead,
+                   help=f"K draft tokens per round (0..{MAX_LOOKAHEAD}), or auto: K per call (0 = no speculation) "
+                        "from costs measured on the device and the acceptance expected")
     g.add_argument("--max-new-tokens", type=int, default=GEN.max_new_tokens, help="tokens to generate per prompt")
     g.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 is greedy")
     g.add_argument("--top-k", type=int, default=SAMPLING.top_k, help="0 disables")
@@ -91,8 +95,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _lookahead(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or an integer, got {text!r}") from None
+
+
 def _check(a) -> None:
-    bad = [(a.max_new_tokens < 1, "--max-new-tokens must be >= 1"), (a.lookahead < 0, "--lookahead must be >= 0"),
+    bad = [(a.max_new_tokens < 1, "--max-new-tokens must be >= 1"),
+           (a.lookahead != "auto" and not 0 <= a.lookahead <= MAX_LOOKAHEAD,
+            f"--lookahead must be auto or in 0..{MAX_LOOKAHEAD}"),
            (a.batch_size < 1, "--batch-size must be >= 1"), (a.sink < 0, "--sink must be >= 0"),
            (a.recent < 1, "--recent must be >= 1"),
            (not 0 < a.compile_cache_gib < 2**20, "--compile-cache-gib must be a positive size"),
@@ -131,9 +146,12 @@ def _prompts(a) -> list[str]:
 def _summary(r) -> str:
     s = r.stats
     spec = f", accept_length {s['accept_length']:.2f}, accept_rate {s['accept_rate']:.2f}" if s["lookahead"] else ""
-    return (f"[{s['new_tokens']} tokens, {s['rounds']} rounds{spec}, kv {s['kv_mode']} "
-            f"{s['batch_kv_bytes'] / 2**20:.1f} MiB per batch, compile {s['compile_s']:.1f}s, "
-            f"decode {s['decode_s']:.2f}s, {s['batch_tokens_per_s']:.0f} tok/s]")
+    auto = s.get("lookahead_auto")
+    why = f" (auto: alpha {auto['alpha']:.2f}, predicted {auto['predicted_speedup']:.2f}x)" if auto else ""
+    k = f", {s['draft_mode']} K {s['lookahead']}{why}" if s["draft_mode"] != "none" else ""
+    return (f"[{s['new_tokens']} tokens, {s['rounds']} rounds{k}{spec}, kv {s['kv_mode']} "
+            f"{s['batch_kv_bytes'] / 2**20:.1f} MiB per batch, compile {s['compile_s']:.1f}s, decode {s['decode_s']:.2f}s, "
+            f"{s['batch_tokens_per_s']:.0f} tok/s]")
 
 
 def main(argv=None, interrupts: Interrupts | None = None) -> int:

@@ -297,7 +297,10 @@ def foreign_draft(tmp_path_factory):
 
 BAD = {
     "negative max-new-tokens": (["--max-new-tokens", "-3"], "--max-new-tokens must be >= 1"),
-    "negative lookahead": (["--lookahead", "-1"], "--lookahead must be >= 0"),
+    "negative lookahead": (["--lookahead", "-1"], "--lookahead must be auto or in 0..16"),
+    "lookahead too large": (["--lookahead", "17"], "--lookahead must be auto or in 0..16"),
+    "lookahead not a number": (["--lookahead", "four"], "argument --lookahead: expected auto or an integer"),
+    "ngram+ without a model": (["--draft", "ngram+"], "needs a draft model after the '+'"),
     "negative sink": (["--sink", "-1"], "--sink must be >= 0"),
     "zero recent": (["--recent", "0"], "--recent must be >= 1"),
     "zero batch size": (["--batch-size", "0"], "--batch-size must be >= 1"),

@@ -1,10 +1,12 @@
 """Speculative decoding (jspec/speculative.py, jspec/decode.py): lossless greedy and sampled.
 
 Greedy: speculative tokens == plain tokens in float32 for K in {1, 3, 5}, BF16 and INT2 caches, with
-ragged prompts and a row stopping at EOS mid-round. Sampled: the acceptance rule reproduces the
-target's distribution, by exact enumeration in float64 and by a chi-square test of accept_sampled.
-Cache lifecycle: rejected candidates never touch the cache. The program: one while loop, no host
-callbacks; EOS stops a row unless GenerateConfig.stop_at_eos is off.
+ragged prompts and a row stopping at EOS mid-round, for every draft mode (model, n-gram, both).
+Sampled: the acceptance rule reproduces the target's distribution, by exact enumeration in float64
+(random, one-hot and n-gram drafts) and by a chi-square test of accept_sampled.
+Cache lifecycle: rejected candidates never touch the cache. The program: one while loop (the draft
+model's steps a scan inside it), no host callbacks; EOS stops a row unless GenerateConfig.stop_at_eos
+is off.
 
 Compile time dominates on CPU: one tiny target config (drafts share it), one batch shape, and each
 generate program is compiled once per (kv, K, greedy) and reused.
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jspec import decode, kvcache, model, speculative
+from jspec import decode, kvcache, model, ngram, speculative
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
 from jspec.engine import Engine
 from jspec.sampling import Sampler, sample, warp
@@ -41,15 +43,31 @@ def _prompts():
 
 
 @functools.cache
-def _target():
-    return model.init_params(CFG, jax.random.key(0), std=0.3)
+def _repeats():
+    """Prompts [B, P] that repeat a 4-token segment: prompt lookup finds matches from the start."""
+    seg = np.random.default_rng(2).integers(2, CFG.vocab_size, (B, 4))
+    return np.tile(seg, (1, P // 4)).astype(np.int32)
+
+
+PROMPTS = {"random": _prompts, "repeats": _repeats}
 
 
 @functools.cache
-def _draft(kind):
+def _target(kind="random"):
+    """'random': a random model; 'repeater': the same with its layers' output projections damped, so that
+    its greedy output falls into runs of one token, which prompt lookup copies (real models repeat too)."""
+    params = model.init_params(CFG, jax.random.key(0), std=0.3)
+    if kind == "repeater":
+        params = params.replace(layers=tuple(lp.replace(wo=lp.wo * 0.03, w_down=lp.w_down * 0.03)
+                                             for lp in params.layers))
+    return params
+
+
+@functools.cache
+def _draft(kind, target="random"):
     """'same': the target itself; 'near': the target with a slightly perturbed output head (often
     right, not always); 'random': an unrelated model of the same shape (acceptance near 1/V)."""
-    target = _target()
+    target = _target(target)
     if kind == "same":
         return target
     if kind == "random":
@@ -63,34 +81,38 @@ _programs = {}
 
 def _program(args: decode.ProgramArgs):
     """The compiled generate program for these argument shapes/statics (one compile each)."""
-    key = (args.cache.kv, args.cache.capacity, args.models.lookahead, args.sampler.greedy)
+    key = (args.cache.kv, args.cache.capacity, args.models.lookahead, args.models.draft_mode, args.sampler.greedy)
     if key not in _programs:
         lowered = decode.generate_program.lower(*args)
         _programs[key] = lowered.compile(_COMPILE)
     return _programs[key]
 
 
-def _generate(mode, K, draft=None, sampler=None, eos=NO_EOS, poison=None):
+def _generate(mode, K, draft=None, sampler=None, eos=NO_EOS, poison=None, draft_mode="model", target="random",
+              prompts="random"):
     """Runs the generate program; returns the final DecodeState as numpy."""
     kv = KVS[mode]
     cap = P + MAX_NEW + K + 1
-    m = decode.Models(_target(), _draft(draft) if K else None, CFG, CFG if K else None, K)
+    with_model = K > 0 and draft is not None
+    m = decode.Models(_target(target), _draft(draft, target) if with_model else None, CFG,
+                      CFG if with_model else None, K, draft_mode=draft_mode)
     cache = kvcache.init_cache(CFG, kv, B, cap, jnp.float32, K)
     if poison is not None:
         cache = poison(cache)
-    dcache = kvcache.init_cache(CFG, KVConfig("bf16"), B, cap, jnp.float32) if K else None
+    dcache = kvcache.init_cache(CFG, KVConfig("bf16"), B, cap, jnp.float32) if with_model else None
     sampler = sampler or Sampler.make(B)
-    args = decode.ProgramArgs(m, jnp.asarray(_prompts()), jnp.asarray(LENS), jnp.full((B,), MAX_NEW, jnp.int32),
-                              sampler, jnp.arange(B, dtype=jnp.int32), cache, dcache, jnp.asarray([eos], jnp.int32))
+    args = decode.ProgramArgs(m, jnp.asarray(PROMPTS[prompts]()), jnp.asarray(LENS),
+                              jnp.full((B,), MAX_NEW, jnp.int32), sampler, jnp.arange(B, dtype=jnp.int32), cache,
+                              dcache, jnp.asarray([eos], jnp.int32))
     program = _program(args)
     state = program(*args).replace(keys=None)  # typed PRNG keys do not convert to numpy
     return jax.tree.map(np.asarray, state)
 
 
 @functools.cache
-def _plain(mode):
+def _plain(mode, target="random", prompts="random"):
     """Greedy plain decoding (K = 0), no EOS: the reference tokens [B, MAX_NEW]."""
-    s = _generate(mode, 0)
+    s = _generate(mode, 0, target=target, prompts=prompts)
     np.testing.assert_array_equal(s.count, MAX_NEW)
     return s.tokens[:, :MAX_NEW]
 
@@ -177,6 +199,32 @@ def test_random_draft_is_rarely_accepted_and_still_exact(mode):
     assert (s.rounds >= (MAX_NEW - 1) // 2).all()
 
 
+@pytest.mark.parametrize("mode", ["bf16", "int2"])
+def test_greedy_ngram_equals_plain(mode):
+    """Prompt lookup: the plain tokens, with copies accepted (from the repeating prompts and from the runs
+    the repeater emits), and a history that holds the prompt, then every emitted token."""
+    K = 4
+    s = _generate(mode, K, draft_mode="ngram", target="repeater", prompts="repeats")
+    _assert_output(s, _cut(_plain(mode, "repeater", "repeats"), NO_EOS))
+    assert s.accepted.sum() > 0 and (s.accepted < K * s.rounds).any()  # copies accepted, and rejected
+    assert s.draft_cache is None
+    for b, n in enumerate(LENS):
+        np.testing.assert_array_equal(s.history[b, :n], _repeats()[b, :n])
+        np.testing.assert_array_equal(s.history[b, n : n + s.count[b]], s.tokens[b, : s.count[b]])
+
+
+def test_greedy_ngram_with_model_equals_plain():
+    """Both drafters: the n-gram copy where a row matches, the draft model elsewhere (its cache resynced
+    from the history after rounds it skipped); a row stops at EOS mid-run."""
+    K, eos = 3, _eos("int2")
+    s = _generate("int2", K, "near", draft_mode="ngram+model", target="repeater", prompts="repeats")
+    _assert_output(s, _cut(_plain("int2", "repeater", "repeats"), NO_EOS))
+    assert s.accepted.sum() > 0 and (s.accepted < K * s.rounds).any()
+    s = _generate("int2", K, "near", draft_mode="ngram+model", eos=eos)  # random prompts: few matches
+    _assert_output(s, _cut(_plain("int2"), eos))
+    assert s.accepted.sum() > 0
+
+
 def _walk(jaxpr):
     """Every equation of a jaxpr and of the jaxprs nested in its equations' params."""
     for eqn in jaxpr.eqns:
@@ -204,6 +252,7 @@ def test_generate_is_one_loop_without_callbacks(draft, temperature):
     eqns = list(_walk(jax.make_jaxpr(decode.generate_program)(*args).jaxpr))
     names = [e.primitive.name for e in eqns]
     assert names.count("while") == 1
+    assert names.count("scan") == (1 if draft else 0)  # the draft model's K - 1 steps: one traced step
     assert not [n for n in names if "callback" in n]
     # the tokens are produced inside that loop: its body runs the model (the verify/decode forward)
     loop = next(e for e in eqns if e.primitive.name == "while")
@@ -317,6 +366,7 @@ def test_one_round_by_hand_commits_only_accepted_rows():
 
 V = 4  # tiny vocabulary for the distribution tests; K = 2 drafts per round
 TABLES = ["random", "equal", "disjoint", "onehot"]
+LOOKUP_PREFIX = (0, 1, 2, 0, 3, 1, 2)  # the n-gram drafter's history starts with this, then the context
 
 
 def _p(kind, ctx):
@@ -346,23 +396,39 @@ def _q(kind, ctx):
     return x / x.sum()
 
 
+def _proposals(kind, ctx):
+    """[(drafts (d1, d2), probability of drafting them, q [2, V])] of a round at ctx. The q tables draw
+    d1 from q(ctx) and d2 from q(ctx + d1); the n-gram drafter copies both (decode's point mass)."""
+    if kind == "ngram":
+        history = jnp.asarray([LOOKUP_PREFIX + ctx], jnp.int32)
+        d, _ = ngram.propose(history, jnp.asarray([history.shape[1]]), 2)
+        q = decode.point_mass(d, V, Sampler.make(1, temperature=1.0))[0]
+        return [(tuple(np.asarray(d[0]).tolist()), 1.0, np.asarray(q, np.float64))]
+    out = []
+    for d1, d2 in itertools.product(range(V), repeat=2):
+        q = np.stack([_q(kind, ctx), _q(kind, ctx + (d1,))])
+        if q[0, d1] * q[1, d2] > 0:
+            out.append(((d1, d2), q[0, d1] * q[1, d2], q))
+    return out
+
+
 @functools.cache
 def _round_dist(kind, ctx):
-    """{emitted tokens of one round at ctx: probability}, enumerating both drafts, with the real
-    acceptance probabilities and residual distributions of speculative.py in float64."""
-    drafts = list(itertools.product(range(V), repeat=2))
-    p = np.stack([[_p(kind, ctx), _p(kind, ctx + (d1,)), _p(kind, ctx + (d1, d2))] for d1, d2 in drafts])
-    q = np.stack([[_q(kind, ctx), _q(kind, ctx + (d1,))] for d1, _ in drafts])
-    d = np.array(drafts)
-    M = len(drafts)
-    w = q[np.arange(M), 0, d[:, 0]] * q[np.arange(M), 1, d[:, 1]]  # probability of drafting d
+    """{emitted tokens of one round at ctx: probability}, over every draft the drafter may propose, with
+    the real acceptance probabilities and residual distributions of speculative.py in float64."""
+    props = _proposals(kind, ctx)
+    d = np.array([x[0] for x in props])
+    w = np.array([x[1] for x in props])  # probability of drafting d
+    q = np.stack([x[2] for x in props])
+    p = np.stack([[_p(kind, ctx), _p(kind, ctx + (d1,)), _p(kind, ctx + (d1, d2))] for d1, d2 in d])
+    M = len(props)
     alpha = np.asarray(speculative.acceptance(jnp.asarray(p), jnp.asarray(q), jnp.asarray(d)))
     assert alpha.dtype == np.float64
     reach = [1 - alpha[:, 0], alpha[:, 0] * (1 - alpha[:, 1]), alpha[:, 0] * alpha[:, 1]]  # P(a | d)
     out = {}
     for a in range(3):
         r = np.asarray(speculative.residual(jnp.asarray(p), jnp.asarray(q), jnp.full(M, a)))
-        for m in np.flatnonzero(w > 0):
+        for m in range(M):
             for x in range(V):
                 seq = tuple(d[m, :a]) + (x,)
                 out[seq] = out.get(seq, 0.0) + w[m] * reach[a][m] * r[m, x]
@@ -387,10 +453,11 @@ def _target_dist(kind, n):
     return out
 
 
-@pytest.mark.parametrize("kind", TABLES)
+@pytest.mark.parametrize("kind", TABLES + ["ngram"])
 def test_exact_enumeration_matches_target(kind):
     """The first 1, 2 and 3 emitted tokens (the 3rd covers the bonus token after a full accept) are
-    jointly distributed as the target's: total variation <= 1e-6 in float64."""
+    jointly distributed as the target's: total variation <= 1e-6 in float64. "ngram": the prompt-lookup
+    drafter's copies of the history, with their point-mass q."""
     with jax.enable_x64(True):
         for n in (1, 2, 3):
             got, want = _emitted_dist(kind, (), n), _target_dist(kind, n)
@@ -487,16 +554,19 @@ def test_warp_keeps_the_top_token_for_tiny_top_p():
     np.testing.assert_array_equal(got, np.eye(64)[np.asarray(logits).argmax(-1)])
 
 
-def test_temperature_zero_rows_are_exactly_greedy():
-    """Rows at temperature 0 inside a sampled batch emit the greedy tokens; the sampled row runs."""
+@pytest.mark.parametrize("draft_mode,target,prompts", [("model", "random", "random"),
+                                                      ("ngram+model", "repeater", "repeats")])
+def test_temperature_zero_rows_are_exactly_greedy(draft_mode, target, prompts):
+    """Rows at temperature 0 inside a sampled batch emit the greedy tokens; the sampled row runs (with
+    both drafters: copies carry a point-mass q, model drafts their own)."""
     K = 3
     sampler = Sampler.make(B, temperature=jnp.array([0.0, 1.0, 0.0]), top_k=jnp.array([0, 8, 3]),
                            top_p=jnp.array([1.0, 0.9, 0.5]))
     assert not sampler.greedy
-    s = _generate("bf16", K, "near", sampler=sampler)
-    plain = _plain("bf16")
+    s = _generate("bf16", K, "near", sampler=sampler, draft_mode=draft_mode, target=target, prompts=prompts)
+    plain = _plain("bf16", target, prompts)
     for b in (0, 2):
         assert s.count[b] == MAX_NEW
         np.testing.assert_array_equal(s.tokens[b, :MAX_NEW], plain[b])
     assert s.count[1] == MAX_NEW and ((0 <= s.tokens[1]) & (s.tokens[1] < CFG.vocab_size)).all()
-    assert (s.accepted[[0, 2]] > 0).all()  # greedy rows still accept the near draft's tokens
+    assert (s.accepted[[0, 2]] > 0).all()  # greedy rows still accept drafts

@@ -1,0 +1,254 @@
+"""Choosing the lookahead K of a generate call (`GenerateConfig(lookahead="auto")`), K = 0 included.
+
+With a per-draft acceptance alpha, a round with K drafts emits E(K) = (1 - alpha^(K+1)) / (1 - alpha)
+tokens and costs draft(K) + verify(K + 1); plain decoding emits one token per verify(1). The predicted
+speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best one is taken, or 0
+(no speculation) unless the best beats plain decoding by MIN_GAIN.
+
+- Costs are measured on the device and shapes at hand by a few small jitted loops (a target forward
+  over n tokens per row for a few n, interpolated in between; one draft-model token; one n-gram lookup),
+  once per engine and shape, and kept in memory and on disk (cache_root()/lookahead/, keyed by device
+  kind, models, KV layout, batch and capacity). The ordinary round overhead (accept, emit, loop) is left
+  out of both sides, which favours plain decoding: the gain is under- rather than over-estimated.
+- alpha is a prior per draft mode (PRIOR_ALPHA, from the shipped pair's measured acceptance), moved
+  towards what the engine's earlier calls in that mode measured (an online estimate).
+Measuring never touches the caller's arrays or random streams, so the choice changes speed only: greedy
+output is the same for every K; a sampled output follows the same distribution for every K, though
+which sample a seed gives depends on K (fix `lookahead` to reproduce a sample across machines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jspec import decode, kvcache, ngram, sharding
+from jspec.config import KVConfig
+
+CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # K tried by auto (<= config.MAX_LOOKAHEAD): few programs to compile
+VERIFY_POINTS = (1, 5, 17)  # tokens per row at which the target forward is timed
+MIN_GAIN = 1.05  # speculate only if predicted at least this much faster than plain decoding
+# Per-draft acceptance before a call has measured one: a little under the shipped pair's on held-out code
+# (greedy, K = 4: model 0.39 at batch 1; ngram 0.52 and ngram+model 0.68 at batch 8).
+PRIOR_ALPHA = {"model": 0.4, "ngram": 0.45, "ngram+model": 0.55}
+PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
+_VERSION = 1  # bump when what is timed changes: old files on disk are then ignored
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """Seconds per step, measured on one device, batch and capacity."""
+
+    verify: tuple[tuple[int, float], ...]  # (n, target forward + commit over n tokens per row), ascending n
+    draft_step: float = 0.0  # one draft-model token per row (forward + commit + draw)
+    ngram: float = 0.0  # one n-gram lookup over the history and its update
+
+    def verify_at(self, n: int) -> float:
+        """Piecewise-linear between the measured n (the cost is flat, then linear: an upper bound)."""
+        ns, ts = zip(*self.verify)
+        return float(np.interp(n, ns, ts))
+
+    def draft(self, mode: str, K: int) -> float:
+        """One round's drafting: K draft-model tokens (the resync forward and K - 1 steps) and/or a lookup.
+        ngram+model is costed as if the model ran every round (it skips its K - 1 steps when every row
+        matches): an upper bound."""
+        model = K * self.draft_step if mode in ("model", "ngram+model") else 0.0
+        return model + (self.ngram if mode in ("ngram", "ngram+model") else 0.0)
+
+    def as_ms(self) -> dict:
+        return dict(verify={str(n): round(t * 1e3, 4) for n, t in self.verify},
+                    draft_step=round(self.draft_step * 1e3, 4), ngram=round(self.ngram * 1e3, 4))
+
+
+def expected_tokens(alpha: float, K: int) -> float:
+    """Tokens emitted per round with K drafts, each accepted with probability alpha after its predecessor."""
+    return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
+
+
+def speedup(costs: Costs, mode: str, alpha: float, K: int) -> float:
+    """Predicted tokens/s with K drafts over tokens/s of plain decoding (1 at K = 0)."""
+    if K == 0:
+        return 1.0
+    return expected_tokens(alpha, K) * costs.verify_at(1) / (costs.draft(mode, K) + costs.verify_at(K + 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The K of one call and why: for the call's stats."""
+
+    K: int
+    mode: str
+    alpha: float
+    alpha_from: str  # "prior" or "N drafts measured"
+    speedup: float  # predicted, at K
+    costs: Costs
+
+    def stats(self) -> dict:
+        return dict(K=self.K, mode=self.mode, alpha=round(self.alpha, 3), alpha_from=self.alpha_from,
+                    predicted_speedup=round(self.speedup, 3), costs_ms=self.costs.as_ms())
+
+
+def choose(costs: Costs, mode: str, alpha: float, k_max: int) -> tuple[int, float]:
+    """(K, predicted speed-up): the best candidate K <= k_max, or (0, 1.0) if none gains MIN_GAIN."""
+    best = max(((speedup(costs, mode, alpha, K), K) for K in CANDIDATES if K <= k_max), default=(1.0, 0))
+    return (best[1], best[0]) if best[0] >= MIN_GAIN else (0, 1.0)
+
+
+# ----------------------------------------------------------------------------- acceptance estimate
+
+
+def alpha_from_accepted(mean_accepted: float, K: int) -> float:
+    """The per-draft alpha whose expected accepted drafts per round, sum_{i=1..K} alpha^i, is the mean
+    measured (bisection: the sum grows with alpha)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, K) - 1 < mean_accepted else (lo, mid)
+    return lo
+
+
+def observe(seen: tuple[float, float], K: int, rounds: int, accepted: int) -> tuple[float, float]:
+    """Adds one call to seen = (drafts proposed, alpha-weighted drafts); a call without drafts adds nothing."""
+    if K == 0 or rounds == 0:
+        return seen
+    n = K * rounds
+    return seen[0] + n, seen[1] + n * alpha_from_accepted(accepted / rounds, K)
+
+
+def estimate(mode: str, seen: tuple[float, float]) -> tuple[float, str]:
+    """(alpha, where it comes from): the prior, pulled towards the measured calls by their drafts."""
+    n, weighted = seen
+    alpha = (PRIOR_WEIGHT * PRIOR_ALPHA[mode] + weighted) / (PRIOR_WEIGHT + n)
+    return alpha, (f"{int(n)} drafts measured" if n else "prior")
+
+
+# --------------------------------------------------------------------------------------- measuring
+
+
+def _per_step(step, m: decode.Models, carry, steps: int, reps: int = 3, budget_s: float = 1.0) -> float:
+    """Median seconds of one step(m, carry) -> carry, timed as jitted loops of `steps` steps: a warm-up call,
+    then up to `reps` timed calls while they fit in budget_s (a slow device needs fewer to average)."""
+    run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
+    run = run.lower(m, carry).compile()
+    times = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        carry = jax.block_until_ready(run(m, carry))
+        times.append(time.perf_counter() - t0)
+        if sum(times) > budget_s and len(times) >= 2:
+            break
+    return statistics.median(times[1:]) / steps
+
+
+def _forward_step(forward):
+    """A forward over the carried tokens, the commit of nothing (the length, so the cost, stays) and the
+    argmax of every position, fed back as the next tokens."""
+    def step(m, carry):
+        tok, cache = carry
+        logits, (k, v) = forward(m, tok, cache)
+        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
+        return jnp.argmax(logits, -1).astype(jnp.int32), cache
+
+    return step
+
+
+def _at(cache, context: int, tok, mesh, heads: bool = True):
+    cache = cache.replace(length=jnp.full(cache.length.shape, context, jnp.int32))
+    if mesh is not None:
+        cache, tok = sharding.shard_cache(cache, mesh, heads), sharding.shard_batch(tok, mesh)
+    return tok, cache
+
+
+def _target_cost(m: decode.Models, kv: KVConfig, B, capacity, context, n: int, dtype, mesh, steps) -> float:
+    cache = kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1)
+    carry = _at(cache, context, jnp.zeros((B, n), jnp.int32), mesh)
+    step = _forward_step(lambda m, tok, cache: m.target_forward(tok, cache))
+    return _per_step(step, m.replace(draft=None), carry, steps)
+
+
+def _draft_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> float:
+    cache = kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype)
+    carry = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
+    step = _forward_step(lambda m, tok, cache: m.draft_forward(tok, cache))
+    return _per_step(step, m.replace(target=None), carry, steps)
+
+
+def _ngram_cost(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> float:
+    """One lookup of K drafts over a [B, capacity] history and their write into it."""
+    def step(m, history):
+        end = jnp.full((B,), context, jnp.int32)
+        drafts, _ = ngram.propose(history, end, K)
+        return decode.write_tokens(history, end - K, drafts, jnp.full((B,), K))  # the next lookup reads them
+
+    history = jax.random.randint(jax.random.key(0), (B, capacity), 0, 64, jnp.int32)
+    history = history if mesh is None else sharding.shard_batch(history, mesh)
+    return _per_step(step, m.replace(target=None, draft=None), history, steps)
+
+
+def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int, k_max: int, dtype, mesh=None,
+            memo: dict | None = None, steps: int = 8) -> Costs:
+    """Times what a round of m.draft_mode costs at these shapes (see the module docstring). Each part is
+    kept in memo and on disk by what it depends on: the verify times serve every draft mode."""
+    memo = {} if memo is None else memo
+    shapes = dict(B=B, capacity=capacity, context=context, dtype=str(dtype),
+                  mesh=None if mesh is None else dict(mesh.shape))
+    points = sorted({n for n in VERIFY_POINTS if n <= k_max + 1} | {k_max + 1})
+    with sharding.context(mesh):
+        verify = _cached(memo, dict(part="verify", model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **shapes),
+                         lambda: [_target_cost(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])
+        draft = 0.0
+        if m.draft is not None:
+            draft = _cached(memo, dict(part="draft", model=m.draft_cfg, **shapes),
+                            lambda: _draft_cost(m, B, capacity, context, dtype, mesh, steps))
+        lookup = 0.0
+        if m.ngram:
+            lookup = _cached(memo, dict(part="ngram", K=k_max, **shapes),
+                             lambda: _ngram_cost(m, B, capacity, context, k_max, mesh, steps))
+    return Costs(tuple(zip(points, verify)), draft, lookup)
+
+
+# ----------------------------------------------------------------------------------- the disk cache
+
+
+def cache_root() -> Path:
+    """$JSPEC_CACHE_DIR, else $XDG_CACHE_HOME/jspec, else ~/.cache/jspec."""
+    if os.environ.get("JSPEC_CACHE_DIR"):
+        return Path(os.environ["JSPEC_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jspec"
+
+
+def _cached(memo: dict, parts: dict, timed):
+    """timed()'s result for what `parts` describes on this device and JAX: from memo, else from its file
+    under cache_root()/lookahead, else timed() (then kept in both)."""
+    dev = jax.devices()[0]
+    parts = dict(parts, device=dev.device_kind, platform=dev.platform, devices=jax.device_count(),
+                 jax=jax.__version__, version=_VERSION)
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    if key not in memo:
+        path = cache_root() / "lookahead" / f"{parts['part']}-{key}.json"
+        try:
+            memo[key] = json.loads(path.read_text())["value"]
+        except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: measure
+            memo[key] = timed()
+            _save(path, dict(parts, value=memo[key]))
+    return memo[key]
+
+
+def _save(path: Path, record: dict) -> None:
+    """Written atomically (another process may be reading); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, default=str))
+        os.replace(tmp, path)
+    except OSError:
+        pass

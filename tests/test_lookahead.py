@@ -1,0 +1,107 @@
+"""--lookahead auto (jspec/lookahead.py): the speed-up model, the choice of K (0 included), the acceptance
+estimate, and the engine's use of them: costs measured once and cached on disk, output unchanged."""
+
+import pytest
+
+import jspec
+from jspec import lookahead
+from jspec.lookahead import Costs, choose, expected_tokens, speedup
+
+MODES = ("model", "ngram", "ngram+model")
+# A launch-bound pair (the shipped one on an H200): verifying 17 tokens costs 10% more than 1, a
+# draft-model token half a target step, a lookup 2%.
+LAUNCH = Costs(((1, 1.0), (5, 1.02), (17, 1.1)), draft_step=0.5, ngram=0.02)
+
+
+def test_speedup_formula():
+    c = Costs(((1, 2.0), (5, 2.0), (17, 3.0)), draft_step=0.5, ngram=0.1)
+    assert c.verify_at(11) == pytest.approx(2.5)  # interpolated between measured points
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75) and expected_tokens(1.0, 3) == 4
+    assert speedup(c, "ngram", 0.5, 2) == pytest.approx(1.75 * 2 / (0.1 + 2.0))
+    assert speedup(c, "model", 0.5, 2) == pytest.approx(1.75 * 2 / (2 * 0.5 + 2.0))
+    assert speedup(c, "ngram+model", 0.5, 2) == pytest.approx(1.75 * 2 / (0.1 + 2 * 0.5 + 2.0))
+    assert speedup(c, "model", 0.9, 0) == 1.0
+
+
+def test_worthless_drafts_choose_no_speculation():
+    for mode in MODES:
+        assert choose(LAUNCH, mode, 0.0, 16) == (0, 1.0)
+    assert choose(LAUNCH, "model", 0.35, 16) == (0, 1.0)  # the shipped draft: 1.35 / 1.5 steps
+    assert choose(LAUNCH, "ngram", 0.04, 16) == (0, 1.0)  # a gain under MIN_GAIN is not worth the risk
+    compute = Costs(((1, 1.0), (5, 4.0), (17, 16.0)))  # the verify cost grows with its tokens (a CPU)
+    assert choose(compute, "ngram", 0.7, 16) == (0, 1.0)
+
+
+def test_favourable_costs_choose_speculation():
+    K, gain = choose(LAUNCH, "ngram", 0.3, 16)
+    assert 2 <= K <= 6 and gain == pytest.approx(speedup(LAUNCH, "ngram", 0.3, K)) and gain > lookahead.MIN_GAIN
+    assert choose(LAUNCH, "ngram", 0.9, 16)[0] == 16  # copies accepted 9 in 10: the longest lookahead
+    assert choose(LAUNCH, "ngram", 0.9, 5)[0] == 4  # bounded (the largest candidate <= 5)
+    assert choose(LAUNCH, "ngram", 0.9, 0) == (0, 1.0)
+    assert choose(LAUNCH, "model", 0.8, 16)[0] >= 1
+    for K in lookahead.CANDIDATES:  # no better K was missed
+        assert speedup(LAUNCH, "ngram", 0.3, K) <= gain + 1e-12
+
+
+def test_acceptance_estimate():
+    for alpha in (0.05, 0.4, 0.9):
+        for K in (1, 4, 16):
+            assert lookahead.alpha_from_accepted(expected_tokens(alpha, K) - 1, K) == pytest.approx(alpha, abs=1e-6)
+    seen = (0, 0)
+    assert lookahead.estimate("ngram", seen) == (lookahead.PRIOR_ALPHA["ngram"], "prior")
+    assert lookahead.observe(seen, 0, 10, 0) == seen  # no drafts, nothing learnt
+    seen = lookahead.observe(seen, 4, 100, 400)  # every draft accepted
+    alpha, source = lookahead.estimate("ngram", seen)
+    assert alpha > 0.95 and source == "400 drafts measured"
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("JSPEC_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _load(hf_model_dir, draft="ngram"):
+    return jspec.load(hf_model_dir("llama"), draft=draft, kv=jspec.KVConfig("bf16"), dtype="float32")
+
+
+PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
+
+
+def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeypatch):
+    [r] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
+    auto = r.stats["lookahead_auto"]
+    assert auto["K"] == r.stats["lookahead"] and auto["mode"] == "ngram" and auto["alpha_from"] == "prior"
+    ms = auto["costs_ms"]
+    assert set(ms["verify"]) == {"1", "5", "17"} and min(ms["verify"].values()) > 0
+    assert ms["ngram"] > 0 and ms["draft_step"] == 0
+    files = sorted(p.name.split("-")[0] for p in (cache_root / "lookahead").glob("*.json"))
+    assert files == ["ngram", "verify"]  # one file per part: verify times serve every draft mode
+
+    def fail(*args, **kw):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(lookahead, "_per_step", fail)  # a new engine (a new process) reads the files back
+    [again] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
+    assert again.stats["lookahead_auto"]["costs_ms"] == ms
+
+
+def test_auto_speculates_when_it_pays_and_output_is_unchanged(hf_model_dir, cache_root, monkeypatch):
+    flat = Costs(((1, 1e-3), (17, 1e-3)), ngram=1e-5)  # verifying 17 tokens costs what 1 does
+    monkeypatch.setattr(lookahead, "measure", lambda *args, **kw: flat)
+    eng = _load(hf_model_dir)
+    gen = jspec.GenerateConfig(max_new_tokens=12)
+    [auto] = eng.generate([PROMPT], gen)
+    [plain] = eng.generate([PROMPT], jspec.GenerateConfig(max_new_tokens=12, lookahead=0))
+    assert auto.stats["lookahead"] > 0 and plain.stats["lookahead"] == 0 and "lookahead_auto" not in plain.stats
+    assert auto.token_ids == plain.token_ids
+    [again] = eng.generate([PROMPT], gen)  # the first call's acceptance now informs the choice
+    measured = auto.stats["rounds"] * auto.stats["lookahead"]
+    assert again.stats["lookahead_auto"]["alpha_from"] == f"{measured} drafts measured"
+    assert again.token_ids == plain.token_ids
+
+
+def test_auto_without_a_drafter_measures_nothing(hf_model_dir, cache_root, monkeypatch):
+    monkeypatch.setattr(lookahead, "measure", None)  # would fail if called
+    [r] = _load(hf_model_dir, draft="none").generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
+    assert r.stats["lookahead"] == 0 and r.stats["draft_mode"] == "none" and "lookahead_auto" not in r.stats
