@@ -66,7 +66,9 @@ def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, k
         interpret = jax.default_backend() != "gpu"
     if kernel == "mosaic" and not int2_mosaic.available():
         raise ValueError("the mosaic INT2 kernel needs a GPU with wgmma (compute capability 9.x)")
-    if kernel == "mosaic" or (kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()):
+    small = n * g <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel
+    auto = kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()
+    if small and (kernel == "mosaic" or auto):
         return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=False)
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 

@@ -59,6 +59,11 @@ _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 
 
+# Query rows per KV head (GQA group x query positions) one call takes: they are wgmma's N. Decode and
+# verify have a few; a long prefill chunk has more and goes to the Triton kernel (attention_split).
+MAX_ROWS = 256
+
+
 def available() -> bool:
     """Whether this jax has Mosaic GPU and the default device can run it (wgmma: compute capability 9.x)."""
     if plgpu is None or jax.default_backend() != "gpu":
@@ -367,8 +372,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         raise ValueError(f"codes {codes.shape} {codes.dtype} / qparams {qparams.shape} do not match q {q.shape}")
     if lo.shape != (B, M) or hi.shape != (B, M):
         raise ValueError(f"lo/hi must be [B, M] = {(B, M)}, got {lo.shape}/{hi.shape}")
-    if M > 256:
-        raise ValueError(f"{M} query rows per KV head: wgmma's N is at most 256")
+    if M > MAX_ROWS:
+        raise ValueError(f"{M} query rows per KV head: wgmma's N is at most {MAX_ROWS}")
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
     if qparams.shape[-1] != 1:  # G < D: per-group scales are not folded in the kernel
         out, lse = int2_attention_reference(q, codes, qparams, lo, hi, sm_scale=sm_scale)
