@@ -59,9 +59,11 @@ _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 
 
-# Query rows per KV head (GQA group x query positions) one call takes: they are wgmma's N. Decode and
-# verify have a few; a long prefill chunk has more and goes to the Triton kernel (attention_split).
-MAX_ROWS = 256
+# Query rows per KV head (GQA group x query positions) one call takes: they are wgmma's N, and Q', W and
+# the f32 output tile grow with them in shared memory (about 0.9 KB per row: 256 rows asked 258 KB of the
+# H200's 227 KB, measured). Decode and verify (K <= 16) have a few dozen; a longer prefill chunk goes to
+# the Triton kernel (attention_split).
+MAX_ROWS = 128
 
 
 def available() -> bool:
