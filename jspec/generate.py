@@ -107,7 +107,8 @@ def _lookahead(text: str) -> int | str:
 def _check(a) -> None:
     bad = [(a.max_new_tokens < 1, "--max-new-tokens must be >= 1"),
            (a.lookahead != "auto" and not 0 <= a.lookahead <= MAX_LOOKAHEAD,
-            f"--lookahead must be auto or in 0..{MAX_LOOKAHEAD}"),
+            f"--lookahead must be auto or in 0..{MAX_LOOKAHEAD}: compile time grows with K and longer rounds "
+            "never pay"),
            (a.batch_size < 1, "--batch-size must be >= 1"), (a.sink < 0, "--sink must be >= 0"),
            (a.recent < 1, "--recent must be >= 1"),
            (not 0 < a.compile_cache_gib < 2**20, "--compile-cache-gib must be a positive size"),
