@@ -25,7 +25,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig
-from jspec.engine import bucket, pad_rows
+from jspec.engine import pad_rows
 
 # optional per-line fields and the types they must have
 FIELDS = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int}
@@ -276,39 +276,37 @@ def preflight(input_path: Path, output_path: Path, restart: bool = False) -> Non
             check_resume(done, input_lines(input_path.read_bytes()), output_path)
 
 
-def chunks(jobs: list[Job], size: int, room: int):
-    """Batches of at most `size` jobs, bucketed by prompt length and max_new (the shapes of the compiled
-    program), whose longest prompt + largest max_new fit in `room` tokens."""
-    jobs = sorted(jobs, key=lambda j: (bucket(len(j.ids)), j.max_new, len(j.ids)))
-    chunk = []
-    for j in jobs:
-        trial = chunk + [j]
-        if len(trial) > size or max(len(x.ids) for x in trial) + max(x.max_new for x in trial) > room:
-            yield chunk
-            trial = [j]
-        chunk = trial
-    if chunk:
-        yield chunk
+def chunks(jobs: list[Job], size: int, capacity):
+    """Batches of at most `size` jobs, grouped by the compiled program they need: sorted by the cache
+    capacity of each row alone (capacity(job), engine.capacity's bucket), then by max_new (a batch decodes
+    until its last row is done), then cut. Only a batch that straddles two buckets takes the larger: a
+    job compiles at most one program per bucket (all its batches have one size, see batch_rows)."""
+    jobs = sorted(jobs, key=lambda j: (capacity(j), j.max_new, len(j.ids)))
+    return [jobs[i : i + size] for i in range(0, len(jobs), size)]
 
 
-def run_chunk(engine, chunk: list[Job], gen: GenerateConfig, batch_size: int):
-    """Generates one batch, padded with dummy rows (max_new 0: done at once) to a power of two <= batch_size,
-    so that a job's last, partial batch reuses a compiled program instead of compiling a new one."""
-    size = min(batch_size, 1 << (len(chunk) - 1).bit_length())
+def batch_rows(batch_size: int, n_jobs: int) -> int:
+    """Rows per compiled batch of a job: batch_size, or the power of two that holds a smaller job."""
+    return min(batch_size, 1 << max(n_jobs - 1, 0).bit_length())
+
+
+def run_chunk(engine, chunk: list[Job], gen: GenerateConfig, size: int):
+    """Generates one batch, padded to `size` rows with dummy rows (max_new 0: done at once), so that every
+    batch of a job, the last partial one included, runs a program of the same batch size."""
     padded = pad_rows([j.ids for j in chunk], [j.sampling for j in chunk], [j.max_new for j in chunk], size)
     return engine.generate_ids(*padded, gen)[: len(chunk)]
 
 
-def answer(engine, chunk: list[Job], gen: GenerateConfig, batch_size: int) -> list[dict]:
+def answer(engine, chunk: list[Job], gen: GenerateConfig, size: int) -> list[dict]:
     """The records of one batch. A row the engine refuses for a reason parse_line did not foresee (a
     ConfigError, or a value that overflows a device dtype) costs only that row: the batch is retried
     row by row, and the row that fails alone gets an error record."""
     try:
-        results = run_chunk(engine, chunk, gen, batch_size)
+        results = run_chunk(engine, chunk, gen, size)
     except (ConfigError, OverflowError) as e:
         if len(chunk) == 1:
             return [_error(chunk[0], str(e))]
-        return [r for j in chunk for r in answer(engine, [j], gen, batch_size)]
+        return [r for j in chunk for r in answer(engine, [j], gen, size)]
     return [_record(engine, j, t, st) for j, (t, st) in zip(chunk, results)]
 
 
@@ -328,8 +326,10 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
         summary = Summary(errors=len(errors), skipped=skipped)
         with tqdm(total=len(jobs), unit="row", disable=None if progress else True) as bar:  # None: off if no tty
             _write(out, errors)
-            for chunk in chunks(jobs, batch_size, engine.room(gen)):
-                records = answer(engine, chunk, gen, batch_size)
+            size = batch_rows(batch_size, len(jobs))
+            capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
+            for chunk in chunks(jobs, size, capacity):
+                records = answer(engine, chunk, gen, size)
                 _write(out, records)
                 summary.add([r["stats"] for r in records if "stats" in r])
                 summary.errors += sum("error" in r for r in records)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
-from safetensors import SafetensorError, safe_open
+import ml_dtypes
+import numpy as np
 
+from jspec import tokenizer
 from jspec.config import ModelConfig, load_model_config
 from jspec.model import Layer, Params, fuse_qkv, unfuse_qkv
 
@@ -46,10 +50,10 @@ def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
 
 
 def _fuse(field: str, parts, cfg: ModelConfig):
-    """A Layer field from its HF tensors (transposed): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu)."""
+    """A Layer field from its HF tensors (transposed, numpy): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu)."""
     if field in ("wqkv", "bqkv"):
-        return fuse_qkv(*parts, cfg)
-    return jnp.stack(parts, axis=-2) if field == "w_gu" else parts[0]
+        return fuse_qkv(*parts, cfg, xp=np)
+    return np.stack(parts, axis=-2) if field == "w_gu" else parts[0]
 
 
 def _unfuse(field: str, x, cfg: ModelConfig):
@@ -57,14 +61,6 @@ def _unfuse(field: str, x, cfg: ModelConfig):
     if field in ("wqkv", "bqkv"):
         return unfuse_qkv(x, cfg)
     return (x[..., 0, :], x[..., 1, :]) if field == "w_gu" else (x,)
-
-
-def _safe_open(path: Path):
-    """safe_open, with a CheckpointError naming the file when it is missing, truncated or not safetensors."""
-    try:
-        return safe_open(path, "flax")  # jax arrays: bf16 included, no torch needed
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def _weight_map(index: Path) -> dict[str, str]:
@@ -87,37 +83,73 @@ def _open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
         raise FileNotFoundError(f"no *.safetensors weights in {str(model_dir)!r}")
     names = {}
     for shard in shards:
-        with _safe_open(shard) as f:
-            names.update({name: (shard, name) for name in f.keys()})
+        names.update({name: (shard, name) for name in _shard(shard)[0]})
     return names
 
 
-def _reader(tensors: dict):
-    handles = {}
+# ------------------------------------------------------------------------------------------------
+# Reading safetensors on the host. Weights are read, transposed, cast and fused with numpy and the
+# whole Params tree is put on the device in one transfer: done with jax arrays, each of those steps
+# was a small device program compiled on first use (about 58 of them, most of a 4 s load on GPU).
 
-    def read(name: str, shape: tuple[int, ...], transpose: bool, dtype):
+# safetensors dtype names -> numpy (bf16 from ml_dtypes, which jax depends on)
+_DTYPES = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
+           "I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _shard(path: Path) -> tuple[dict, np.ndarray]:
+    """(tensor name -> (dtype, shape, byte range), the data as read-only memory-mapped bytes) of one
+    safetensors file: an 8-byte little-endian header length, the JSON header, then the raw tensors.
+    A CheckpointError names the file when it is missing, truncated or not safetensors."""
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            size = path.stat().st_size - 8 - n  # bytes of tensor data
+            if size < 0:
+                raise ValueError(f"a header of {n} bytes does not fit in the file")
+            header = json.loads(f.read(n))
+        data = np.memmap(path, np.uint8, mode="r", offset=8 + n) if size else np.zeros(0, np.uint8)
+        return {name: _entry(name, info, size) for name, info in header.items() if name != "__metadata__"}, data
+    except (OSError, ValueError, struct.error, TypeError, KeyError, AttributeError) as e:  # ValueError: JSON, UTF-8
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def _entry(name: str, info: dict, size: int):
+    if info["dtype"] not in _DTYPES:
+        raise ValueError(f"tensor {name!r}: dtype {info['dtype']!r} is not one jspec reads")
+    dtype, shape, (lo, hi) = np.dtype(_DTYPES[info["dtype"]]), tuple(info["shape"]), info["data_offsets"]
+    if hi - lo != dtype.itemsize * int(np.prod(shape)) or not 0 <= lo <= hi <= size:
+        raise ValueError(f"tensor {name!r}: bytes {lo}..{hi} do not hold {shape} {info['dtype']} in {size} bytes")
+    return dtype, shape, lo, hi
+
+
+def _reader(tensors: dict):
+    shards = {}
+
+    def read(name: str, shape: tuple[int, ...], transpose: bool, dtype) -> np.ndarray:
         if name not in tensors:
             raise CheckpointError(f"missing tensor {name!r} in checkpoint")
-        shard, key = tensors[name]
-        if shard not in handles:
-            handles[shard] = _safe_open(shard)
-        try:
-            x = handles[shard].get_tensor(key)
-        except SafetensorError as e:
-            raise CheckpointError(f"{shard}: cannot read tensor {name!r} ({e})") from None
+        path, key = tensors[name]
+        if path not in shards:
+            shards[path] = _shard(path)
+        header, data = shards[path]
+        if key not in header:
+            raise CheckpointError(f"{path}: cannot read tensor {name!r} (not in the file)")
+        stored, stored_shape, lo, hi = header[key]
+        x = data[lo:hi].view(stored).reshape(stored_shape)  # a view of the mapped file: nothing read yet
         x = x.T if transpose else x
         if x.shape != shape:
             raise CheckpointError(f"tensor {name!r} has shape {x.shape[::-1] if transpose else x.shape}, "
                                   f"expected {shape[::-1] if transpose else shape}")
-        return jnp.asarray(x, dtype)
+        return x.astype(dtype, order="C")  # one pass: the transpose laid out, the cast rounded as XLA does
 
     return read
 
 
-def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
-    """Reads HF safetensors (one file or index + shards) into jspec Params in `dtype`."""
-    model_dir = Path(model_dir)
-    read = _reader(_open_tensors(model_dir))
+def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
+    """Reads HF safetensors (one file or index + shards) into jspec Params of numpy arrays in `dtype`."""
+    read = _reader(_open_tensors(Path(model_dir)))
+    dtype = np.dtype(dtype)  # jnp.bfloat16 is ml_dtypes' bfloat16
     layers = []
     for i in range(cfg.num_layers):
         fields = {}
@@ -132,16 +164,24 @@ def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
     return Params(embed, tuple(layers), read("model.norm.weight", (E,), False, dtype), lm_head)
 
 
+def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
+    """Reads HF safetensors into jspec Params in `dtype`, laid out on the host, then put on the device
+    in one transfer."""
+    return jax.device_put(host_params(model_dir, cfg, dtype))
+
+
+# ------------------------------------------------------------------------------------------------
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
 
 
 def load_tokenizer(model_dir: str | Path):
-    from transformers import AutoTokenizer
-
+    """The directory's tokenizer as transformers would build it, without importing it (jspec.tokenizer)."""
     if not any((Path(model_dir) / name).is_file() for name in TOKENIZER_FILES):
         raise FileNotFoundError(f"no tokenizer files ({', '.join(TOKENIZER_FILES)}) in {str(model_dir)!r}")
     try:
-        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        return tokenizer.load_tokenizer(model_dir)
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FileNotFoundError(f"no usable tokenizer in {str(model_dir)!r}: {first}") from None

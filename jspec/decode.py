@@ -31,7 +31,7 @@ from jspec.sampling import Sampler
 
 @struct.dataclass
 class DecodeState:
-    tokens: jax.Array  # [B, N] emitted tokens (N = max_new + K + 1: a round may overshoot)
+    tokens: jax.Array  # [B, N] emitted tokens (N = capacity >= max_new + K + 1: a round may overshoot)
     count: jax.Array  # [B] int32 tokens emitted so far
     next: jax.Array  # [B] int32 last emitted token; not yet in the caches (it sits at cache.length)
     last: jax.Array  # [B] int32 token at cache.length - 1, re-fed to resync the draft cache
@@ -99,16 +99,48 @@ def _pick(logits, idx):
     return jnp.take_along_axis(logits, idx[:, None, None], axis=1)[:, 0]
 
 
+# The prompt is run through the models in chunks of at most this many tokens (a loop inside the program):
+# the prompt array can then be as wide as the cache, so one compiled program serves every prompt length
+# up to the capacity, while the work follows the longest prompt of the call and the attention scores of
+# a chunk stay [B, H, chunk, capacity]. At most the default recent window (256): a longer chunk would
+# also read its own older rows as INT2 (attention_fast), more program for no gain.
+PREFILL_CHUNK = 256
+
+
 def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sampler, keys):
-    """Runs the prompts through both models, commits them, draws the first token of each row."""
-    with jax.named_scope("prefill"):
-        logits, (k, v) = m.target_forward(prompts, cache)
-        cache = kvcache.commit(cache, k, v, prompt_lens)
+    """Runs the prompts through both models, commits them, draws the first token of each row.
+
+    prompts [B, P] right-padded, read in chunks of c = min(PREFILL_CHUNK, P) tokens until the longest
+    prompt is done; a row commits only its own tokens of a chunk (prompt padding never reaches a cache),
+    and its next-token logits come from the chunk that holds its last prompt token.
+    """
+    B, P = prompts.shape
+    c = min(PREFILL_CHUNK, P)
+    prompts = jnp.pad(prompts, ((0, 0), (0, -P % c)))  # whole chunks
+
+    def chunk(i, carry):
+        cache, draft_cache, logits = carry
+        start = i * c
+        tokens = jax.lax.dynamic_slice_in_dim(prompts, start, c, axis=1)  # [B, c] at positions start..
+        n = jnp.clip(prompt_lens - start, 0, c)  # [B] prompt tokens of each row in this chunk
+        out, (k, v) = m.target_forward(tokens, cache)
+        cache = kvcache.commit(cache, k, v, n)
         if m.draft is not None:
-            _, (dk, dv) = m.draft_forward(prompts, draft_cache)
-            draft_cache = kvcache.commit(draft_cache, dk, dv, prompt_lens)
+            _, (dk, dv) = m.draft_forward(tokens, draft_cache)
+            draft_cache = kvcache.commit(draft_cache, dk, dv, n)
+        last = prompt_lens - 1 - start  # [B] index of the row's last prompt token in this chunk, if here
+        here = (last >= 0) & (last < c)
+        logits = jnp.where(here[:, None], _pick(out, jnp.clip(last, 0, c - 1)), logits)
+        return cache, draft_cache, logits
+
+    with jax.named_scope("prefill"):
+        carry = (cache, draft_cache, jnp.zeros((B, m.target_cfg.vocab_size), jnp.float32))
+        if prompts.shape[1] == c:  # one chunk: no loop
+            cache, draft_cache, logits = chunk(0, carry)
+        else:
+            cache, draft_cache, logits = jax.lax.fori_loop(0, -(-jnp.max(prompt_lens) // c), chunk, carry)
         keys, use = sampling.split_keys(keys, 2)
-        first, _ = draw(use, _pick(logits, prompt_lens - 1), sampler)
+        first, _ = draw(use, logits, sampler)
     last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
     return cache, draft_cache, first, last, keys
 
@@ -255,7 +287,7 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
 def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache, eos_ids):
     """Prefill and the first emitted token: the state the rounds start from."""
     B = prompts.shape[0]
-    N = cache.capacity - prompts.shape[1]  # output buffer: max_new + K + 1 slots
+    N = cache.capacity  # output buffer: a row emits at most capacity - its prompt (max_new + K + 1) tokens
     keys = jax.vmap(jax.random.key)(seeds)
     cache, draft_cache, first, last, keys = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
                                                     keys)

@@ -67,7 +67,7 @@ class Engine:
         return ("ngram+model" if model else "ngram") if self.ngram else ("model" if model else "none")
 
     def encode(self, prompt: str) -> list[int]:
-        return list(self.tokenizer(prompt)["input_ids"])
+        return list(self.tokenizer.encode(prompt))
 
     def prompt_ids(self, prompt) -> list[int]:
         """The token ids of one prompt (a string or a sequence of ids); ConfigError for anything else, an
@@ -125,8 +125,14 @@ class Engine:
 
     def room(self, gen: GenerateConfig) -> int:
         """Prompt + new tokens one row may hold: the context (a sliding window's included) less the
-        lookahead and the bonus token. Bucket padding is not counted: prepare caps it to this room."""
+        lookahead and the bonus token. Bucket padding is not counted: capacity caps it to the context."""
         return self.cfg.context - self.lookahead(gen) - 1
+
+    def capacity(self, gen: GenerateConfig, lengths: list[int], max_new: list[int]) -> int:
+        """The cache capacity of a batch (check says whether it fits): the bucket of its most demanding row, prompt +
+        new tokens + lookahead + 1 (capacity_bucket). It fixes the program's shapes with the batch size."""
+        need = max(n + m for n, m in zip(lengths, max_new))
+        return capacity_bucket(need + self.lookahead(gen) + 1, self.cfg.context)
 
     def check(self, gen: GenerateConfig, lengths: list[int] = (), max_new: list[int] | None = None) -> None:
         """Raises ConfigError when a request does not fit, saying why: gen itself, the KV windows with
@@ -140,10 +146,11 @@ class Engine:
                               f"{context} tokens")
         if any(n == 0 for n in lengths):
             raise ConfigError("empty prompt: give at least one token")
-        if lengths:
-            longest, top = max(lengths), max(max_new or [gen.max_new_tokens])
-            if longest + top > self.room(gen):
-                raise ConfigError(f"prompt of {longest} tokens + {top} new tokens + lookahead {K} + 1 exceeds the "
+        if lengths:  # each row on its own: the cache holds the most demanding row (capacity)
+            max_new = max_new or [gen.max_new_tokens] * len(lengths)
+            need, n, m = max((n + m, n, m) for n, m in zip(lengths, max_new))
+            if need > self.room(gen):
+                raise ConfigError(f"prompt of {n} tokens + {m} new tokens + lookahead {K} + 1 exceeds the "
                                   f"model's context of {context} tokens")
 
     def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
@@ -189,35 +196,34 @@ class Engine:
             return gen, None
         self.check(gen, lengths, max_new)
         mode, dp = self.draft_mode, sharding.dp_size(self.mesh)
-        longest, top = max(lengths), max(max_new)
+        need = max(n + m for n, m in zip(lengths, max_new))
         window = self.kv.recent - 1 if self.kv.int2 else MAX_LOOKAHEAD  # candidates are attended in BF16
-        k_max = min(MAX_LOOKAHEAD, window, self.room(gen) - longest - top)
+        k_max = min(MAX_LOOKAHEAD, window, self.room(gen) - need)
         if mode == "none" or k_max < 1:
             return dataclasses.replace(gen, lookahead=0), None
-        P = min(bucket(longest), self.room(gen) - top - k_max)
+        capacity = self.capacity(dataclasses.replace(gen, lookahead=k_max), lengths, max_new)
         # measured once per shape (self._costs, and on disk), at the largest capacity K may need
-        costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, P + top + k_max + 1,
-                                  P + top // 2, k_max, jnp.dtype(self.dtype), self.mesh, self._costs)
+        costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, capacity,
+                                  max(lengths) + max(max_new) // 2, k_max, jnp.dtype(self.dtype), self.mesh,
+                                  self._costs)
         alpha, source = lookahead.estimate(mode, self._seen.get(mode, (0, 0)))
         K, gain = lookahead.choose(costs, mode, alpha, k_max)
         return dataclasses.replace(gen, lookahead=K), lookahead.Choice(K, mode, alpha, source, gain, costs)
 
     def prepare(self, ids, rows, max_new, gen) -> ProgramArgs:
-        """The program's arguments for a batch (caches included), checked, padded to a bucket and to
-        the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan)."""
+        """The program's arguments for a batch (caches included), checked, padded to its capacity bucket
+        and to the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan)."""
         gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
         dp = sharding.dp_size(self.mesh)
         ids, rows, max_new = pad_rows(ids, rows, max_new, -(-len(ids) // dp) * dp)
-        K = self.lookahead(gen)
-        B, top = len(ids), max(max_new)
-        P = min(bucket(max(len(x) for x in ids)), self.room(gen) - top)
-        prompts = np.zeros((B, P), np.int32)
+        capacity = self.capacity(gen, [len(x) for x in ids], max_new)
+        prompts = np.zeros((len(ids), capacity), np.int32)  # as wide as the cache: the prefill reads it in chunks
         for b, x in enumerate(ids):
             prompts[b, : len(x)] = x
-        sampler = Sampler.make(B, [s.temperature for s in rows], [s.top_k for s in rows],
+        sampler = Sampler.make(len(ids), [s.temperature for s in rows], [s.top_k for s in rows],
                                [s.top_p for s in rows])
-        return self._program_args(prompts, ids, rows, max_new, P + top + K + 1, K, sampler, gen)
+        return self._program_args(prompts, ids, rows, max_new, capacity, self.lookahead(gen), sampler, gen)
 
     def _models(self, K: int) -> decode.Models:
         model = self.draft_params is not None and K > 0  # K = 0: plain decoding, no drafter at all
@@ -295,9 +301,19 @@ def _per_row(name: str, value, n: int) -> list:
     return list(value)
 
 
-def bucket(n: int) -> int:
-    """Prompt lengths are padded to a power of two (>= 16) so that compiled programs are reused."""
-    return max(16, 1 << (n - 1).bit_length())
+def capacity_bucket(n: int, limit: int) -> int:
+    """The cache capacity for a row of n tokens (prompt + new + K + 1): n rounded up on a grid of eight
+    steps per power of two (multiples of 2^(e-4) in (2^(e-1), 2^e], at least 16), at most `limit`.
+
+    The capacity and the batch size are all the shapes of a compiled program (the prompt array is as
+    wide as the cache; prompt lengths and max_new_tokens are arrays), so one program serves every
+    request in a bucket. The grid bounds what bucketing costs in cache memory: a bucket exceeds the
+    capacity it serves by less than 12.5% (from 128 tokens on; by at most 15 tokens below). A geometric
+    grid of ratio 1.125 would bound it alike with odd sizes; these are multiples of 16, and of 256 from
+    2048 tokens on (the BF16 window's alignment, kvcache.ALIGN), so the cache's tiles stay whole.
+    """
+    step = max(16, 1 << max((n - 1).bit_length() - 4, 0))
+    return min(-(-n // step) * step, limit)
 
 
 def pad_rows(ids: list, rows: list[SamplingConfig], max_new: list[int], size: int):
@@ -331,7 +347,12 @@ def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mod
         rot_k, rot_v, _ = rotation.load_rotations(path, cfg)
     else:
         raise ConfigError(f"unknown rotation {mode!r}; use none, hadamard or oscar")
-    return rotation.apply_rotations(params, cfg, rot_k, rot_v)
+    return _apply_rotations(params, cfg, rot_k, rot_v)
+
+
+# One device program for the whole fold (run eagerly it was a dozen small ones, each compiled); the loaded
+# params are donated, so the weights it leaves alone are not copied.
+_apply_rotations = jax.jit(rotation.apply_rotations, static_argnums=1, donate_argnums=0)
 
 
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),

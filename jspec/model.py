@@ -127,10 +127,11 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
     return logits, (new_k, new_v)
 
 
-def fuse_qkv(q, k, v, cfg: ModelConfig):
-    """q [..., Hq*D], k and v [..., Hkv*D] (HF's output order) -> [..., Hkv, g + 2, D], wqkv's layout."""
+def fuse_qkv(q, k, v, cfg: ModelConfig, xp=jnp):
+    """q [..., Hq*D], k and v [..., Hkv*D] (HF's output order) -> [..., Hkv, g + 2, D], wqkv's layout.
+    xp: jnp, or np to lay weights out on the host (checkpoint loading)."""
     heads = lambda x: x.reshape(*x.shape[:-1], cfg.num_kv_heads, -1, cfg.head_dim)  # [..., Hkv, n, D]
-    return jnp.concatenate([heads(q), heads(k), heads(v)], axis=-2)
+    return xp.concatenate([heads(q), heads(k), heads(v)], axis=-2)
 
 
 def unfuse_qkv(x, cfg: ModelConfig):

@@ -1,9 +1,8 @@
 """Batch jobs that cannot lose work (issue 15): every fault below costs at most its own line, and after each
 one the output holds exactly the expected (id, line) records, once each.
 
-The shipped pair runs with the shapes of test_cli.py (one row, a prompt in the 16-token bucket, MAX_NEW new
-tokens, lookahead 2), so that the session's compiled program is reused; the sliding-window job uses a tiny
-Mistral.
+The shipped pair runs with the shapes of test_cli.py (one row, short prompts, MAX_NEW new tokens, lookahead
+2), so that the session's compiled program is reused; the sliding-window job uses a tiny Mistral.
 """
 
 from __future__ import annotations

@@ -1,0 +1,200 @@
+"""Start-up: weights laid out on the host and put on the device once, capacity buckets that let one
+compiled program serve many requests, and a CLI that never imports torch."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import VOCAB
+from safetensors import safe_open
+
+from jspec import batch, checkpoint, decode, engine, model, tokenizer
+from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig, load_model_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = [ROOT / "checkpoints" / "code-target", ROOT / "checkpoints" / "code-draft"]
+
+
+def _device_loader(model_dir: Path, cfg, dtype):
+    """The loader jspec had before host-side loading (safetensors' flax reader and jnp ops, one small device
+    program per step), kept as the reference the host-side loader must reproduce bit for bit."""
+    tensors = checkpoint._open_tensors(model_dir)
+    handles = {}
+
+    def read(name, transpose):
+        shard, key = tensors[name]
+        if shard not in handles:
+            handles[shard] = safe_open(shard, "flax")
+        x = handles[shard].get_tensor(key)
+        return jnp.asarray(x.T if transpose else x, dtype)
+
+    layers = []
+    for i in range(cfg.num_layers):
+        fields = {}
+        for field in checkpoint._layer_shapes(cfg):
+            names, t = checkpoint._LAYER_NAMES[field]
+            parts = [read(f"model.layers.{i}.{name}", t) for name in names]
+            fuse = {"wqkv": lambda p: model.fuse_qkv(*p, cfg), "bqkv": lambda p: model.fuse_qkv(*p, cfg),
+                    "w_gu": lambda p: jnp.stack(p, axis=-2)}.get(field, lambda p: p[0])
+            fields[field] = fuse(parts)
+        layers.append(model.Layer(**fields))
+    head = None if cfg.tie_embeddings else read("lm_head.weight", True)
+    return model.Params(read("model.embed_tokens.weight", False), tuple(layers), read("model.norm.weight", False), head)
+
+
+def _dirs():
+    return [(f, False) for f in ("llama", "llama3", "mistral", "qwen2", "qwen3")] + [("llama", True)] + SHIPPED
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("where", _dirs(), ids=lambda w: w.name if isinstance(w, Path) else f"{w[0]}{'_sharded' * w[1]}")
+def test_host_loader_is_bitwise_the_device_loader(hf_model_dir, where, dtype):
+    path = where if isinstance(where, Path) else hf_model_dir(*where)
+    cfg = load_model_config(path)
+    got, want = checkpoint.load_params(path, cfg, dtype), _device_loader(path, cfg, dtype)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert isinstance(a, jax.Array) and a.dtype == b.dtype == dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+def test_loading_compiles_no_device_program(hf_model_dir):
+    """The whole tree goes to the device in one transfer: no per-weight transpose, cast or concatenate."""
+    path = hf_model_dir("qwen2")  # q/k/v biases, tied embeddings: every fusion path
+    cfg = load_model_config(path)
+    checkpoint.load_params(path, cfg, jnp.bfloat16)  # warm: imports, caches
+    with jax.log_compiles(True), _count_compiles() as count:
+        checkpoint.load_model(path, jnp.bfloat16)
+    assert count() == 0
+
+
+class _count_compiles:
+    """Counts XLA compilations logged while active (jax.log_compiles logs each one)."""
+
+    def __enter__(self):
+        import logging
+
+        self.records = []
+        handler = logging.Handler()
+        handler.emit = lambda r: self.records.append(r) if "Finished XLA compilation" in r.getMessage() else None
+        self.handler, self.logger = handler, logging.getLogger("jax")
+        self.logger.addHandler(handler)
+        return lambda: len(self.records)
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+
+# ------------------------------------------------------------------------------------------------
+# capacity buckets: one compiled program per bucket
+
+
+def test_capacity_buckets_bound_the_memory_cost():
+    buckets = [engine.capacity_bucket(n, 1 << 20) for n in range(1, 70000)]
+    for n, b in enumerate(buckets, 1):
+        assert b >= n and b % 16 == 0
+        assert (b - n <= 15) if n <= 128 else (b / n < 1.125), (n, b)
+    assert buckets == sorted(buckets)
+    for lo in (128, 1024, 32768):  # eight buckets per power of two
+        assert len({b for n, b in enumerate(buckets, 1) if lo < n <= 2 * lo}) == 8
+    assert engine.capacity_bucket(2309, 1 << 20) == 2560 and engine.capacity_bucket(2309, 2400) == 2400
+    assert all(b % 256 == 0 for n, b in enumerate(buckets, 1) if n > 2048)  # kvcache.ALIGN
+
+
+CFG = ModelConfig("llama", VOCAB, 32, 64, 1, 4, 2, 8, max_position=512)  # no EOS: rows run to max_new
+DRAFT = ModelConfig("llama", VOCAB, 16, 32, 1, 2, 1, 8, max_position=512)
+K = 2
+
+
+@pytest.fixture
+def eng(monkeypatch):
+    """A tiny int2 target + draft engine with no compiled program yet. Its generate program is traced anew
+    for each lowering (so that a patched PREFILL_CHUNK is seen: jax caches traces by function) and compiled
+    without LLVM optimisation, as test_speculative's."""
+    from conftest import tiny_tokenizer
+
+    def fast(*args):
+        jitted = jax.jit(lambda *a: decode._generate(*a), donate_argnums=(6, 7))
+        return types.SimpleNamespace(compile=functools.partial(jitted.lower(*args).compile,
+                                                               {"xla_backend_optimization_level": 0}))
+
+    monkeypatch.setattr(decode, "generate_program", types.SimpleNamespace(lower=fast))
+    tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})
+    return engine.Engine(CFG, model.init_params(CFG, jax.random.key(0), std=0.3), tok, KVConfig("int2", sink=4, recent=8),
+                         DRAFT, model.init_params(DRAFT, jax.random.key(1), std=0.3), dtype="float32")
+
+
+def _run(eng, lengths, max_new):
+    ids = [[(7 * n + i) % VOCAB for i in range(n)] for n in lengths]
+    return eng.generate_ids(ids, [SamplingConfig()] * len(ids), list(max_new), GenerateConfig(lookahead=K))
+
+
+def test_one_program_serves_a_bucket(eng):
+    first = _run(eng, (5, 9), (6, 3))  # needs 5 + 6 + 3 = 14 and 9 + 3 + 3 = 15: the 16-token bucket
+    assert len(eng._compiled) == 1 and first[0][1]["compile_s"] > 0
+    again = _run(eng, (2, 7), (10, 4))  # other prompt lengths and max_new, same bucket
+    assert len(eng._compiled) == 1 and [st["compile_s"] for _, st in again] == [0.0, 0.0]
+    assert [len(t) for t, _ in again] == [10, 4] and [len(t) for t, _ in first] == [6, 3]
+    _run(eng, (12, 1), (3, 1))  # 12 + 3 + 3 = 18: the next bucket, a second program
+    assert len(eng._compiled) == 2
+
+
+def test_capacity_and_prefill_chunks_leave_greedy_tokens_unchanged(eng, f32_matmul, monkeypatch):
+    alone = _run(eng, (30,), (5,))  # capacity 48, the prompt in one chunk
+    mates = _run(eng, (30, 3), (5, 60))  # capacity 80
+    monkeypatch.setattr(decode, "PREFILL_CHUNK", 8)  # ten chunks of 8; the loop stops after the fourth
+    eng._compiled.clear()
+    chunked = _run(eng, (30, 3), (5, 60))
+    assert alone[0][0] == mates[0][0] == chunked[0][0] and len(alone[0][0]) == 5
+    assert mates[1][0] == chunked[1][0] and len(mates[1][0]) == 60
+
+
+def test_prefill_loops_over_chunks_only_when_the_prompt_array_has_several(eng, monkeypatch):
+    rows = [SamplingConfig()] * 2
+    args, _ = eng._prepare([[1] * 30, [2] * 3], rows, [5, 10], GenerateConfig(lookahead=K))
+    whiles = lambda: jax.jit(lambda *a: decode._generate(*a)).lower(*args).as_text().count("stablehlo.while")
+    one_chunk = whiles()  # the 48-token prompt array in one chunk: the decode loop and the codec's loops
+    monkeypatch.setattr(decode, "PREFILL_CHUNK", 16)
+    assert whiles() == one_chunk + 1
+
+
+def _job_lines(spec):
+    return "".join(json.dumps({"id": i, "prompt": "hello world " * n, "max_new_tokens": m}) + "\n"
+                   for i, (n, m) in enumerate(spec))
+
+
+def test_mixed_max_new_job_compiles_once_per_bucket(eng, tmp_path):
+    # "hello world " is 7 tokens, + max_new + K + 1: needs from 11 to 31, in the 16 and 32 token buckets
+    spec = [(1, 1), (1, 2), (2, 14), (1, 7), (2, 9), (1, 5), (2, 1), (1, 20), (1, 8), (2, 3), (1, 4)]
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(_job_lines(spec))
+    summary = batch.run_job(eng, src, dst, GenerateConfig(lookahead=K), SamplingConfig(), batch_size=4,
+                            progress=False)
+    records = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert summary.prompts == len(spec) and summary.errors == 0
+    assert sorted(len(r["token_ids"]) for r in records) == sorted(m for _, m in spec)
+    needs = {len(eng.encode("hello world " * n)) + m + K + 1 for n, m in spec}
+    assert {engine.capacity_bucket(n, 512) for n in needs} == {16, 32}
+    assert len(eng._compiled) == 2  # three batches of four rows (the last padded), two programs
+    compiled_by = [r["stats"]["compile_s"] > 0 for r in records]
+    assert sum(compiled_by) == 8  # the rows of the two batches that compiled; the third reused one
+
+
+def test_chunks_group_rows_by_capacity_bucket():
+    job = lambda i, n, m: batch.Job(i, i + 1, [0] * n, m, SamplingConfig())
+    jobs = [job(0, 10, 3), job(1, 3, 40), job(2, 5, 2), job(3, 30, 2), job(4, 2, 1), job(5, 9, 4)]
+    got = [[j.id for j in c] for c in batch.chunks(jobs, 2, 2, 512)]
+    # needs (+ K + 1 = 3): 16, 46, 10, 35, 6, 16 -> buckets 16: 4, 2, 0, 5 (by max_new), 48: 3, 1
+    assert got == [[4, 2], [0, 5], [3, 1]]
+    assert batch.batch_rows(8, 3) == 4 and batch.batch_rows(8, 30) == 8 and batch.batch_rows(1, 5) == 1
