@@ -89,9 +89,12 @@ def load_tokenizer(model_dir: str | Path):
         model_cfg = _read_json(model_dir / "config.json")
         declared = config.get("tokenizer_class") or model_cfg.get("tokenizer_class")
         cls = tokenizer_class(model_cfg.get("model_type"), declared, '"ByteLevel"' in text)
-        spec = json.loads(text)
-        if cls in CLASS_DEFAULTS and (cls == "TokenizersBackend" or spec["model"].get("type") == "BPE"):
-            return _build(cls, path, spec, config)
+        try:
+            spec = json.loads(text)
+            if cls in CLASS_DEFAULTS and (cls == "TokenizersBackend" or spec["model"].get("type") == "BPE"):
+                return _build(cls, path, spec, config)
+        except Exception as e:  # tokenizers raises bare Exceptions for a malformed file
+            raise ValueError(f"unreadable tokenizer.json ({e})") from None
     return _auto_tokenizer(model_dir)
 
 

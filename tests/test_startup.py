@@ -3,7 +3,6 @@ compiled program serve many requests, and a CLI that never imports torch."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -58,7 +57,7 @@ def _dirs():
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("where", _dirs(), ids=lambda w: w.name if isinstance(w, Path) else f"{w[0]}{'_sharded' * w[1]}")
+@pytest.mark.parametrize("where", _dirs(), ids=lambda w: w.name if isinstance(w, Path) else w[0] + "_sharded" * w[1])
 def test_host_loader_is_bitwise_the_device_loader(hf_model_dir, where, dtype):
     path = where if isinstance(where, Path) else hf_model_dir(*where)
     cfg = load_model_config(path)
@@ -131,8 +130,9 @@ def eng(monkeypatch):
 
     monkeypatch.setattr(decode, "generate_program", types.SimpleNamespace(lower=fast))
     tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})
-    return engine.Engine(CFG, model.init_params(CFG, jax.random.key(0), std=0.3), tok, KVConfig("int2", sink=4, recent=8),
-                         DRAFT, model.init_params(DRAFT, jax.random.key(1), std=0.3), dtype="float32")
+    kv = KVConfig("int2", sink=4, recent=8)
+    return engine.Engine(CFG, model.init_params(CFG, jax.random.key(0), std=0.3), tok, kv, DRAFT,
+                         model.init_params(DRAFT, jax.random.key(1), std=0.3), dtype="float32")
 
 
 def _run(eng, lengths, max_new):
@@ -198,3 +198,27 @@ def test_chunks_group_rows_by_capacity_bucket():
     # needs (+ K + 1 = 3): 16, 46, 10, 35, 6, 16 -> buckets 16: 4, 2, 0, 5 (by max_new), 48: 3, 1
     assert got == [[4, 2], [0, 5], [3, 1]]
     assert batch.batch_rows(8, 3) == 4 and batch.batch_rows(8, 30) == 8 and batch.batch_rows(1, 5) == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# the CLI never imports torch
+
+
+def test_cli_never_imports_torch(hf_model_dir, tmp_path):
+    """A whole CLI run in a fresh interpreter: which modules are loaded at its end."""
+    args = ["--model", str(hf_model_dir("qwen2")), "--draft", "none", "--kv", "bf16", "--max-new-tokens", "3",
+            "--json", "--compile-cache", str(tmp_path / "xla"), "hello world"]
+    code = (f"import sys; from jspec import generate; rc = generate.main({args!r}); "
+            "print('loaded:', sorted(m for m in ('torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    record, loaded = out.stdout.strip().splitlines()
+    assert json.loads(record)["stats"]["new_tokens"] >= 1 and loaded == "loaded: []"
+
+
+def test_unreadable_tokenizer_is_one_clear_error(tmp_path):
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')
+    with pytest.raises(FileNotFoundError, match="no usable tokenizer .* unreadable tokenizer.json"):
+        checkpoint.load_tokenizer(tmp_path)

@@ -24,8 +24,9 @@ TEXTS = [
     "", "hello world", " leading space", "trailing space ", "  \t\n\n   runs   of\t\twhitespace\r\n\r\n",
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
     "x = {'a': [1, 2.5e-3], \"b\": None}  # comment", "I'm sure they'll say we've done it, didn't they?",
-    "numbers 1234567890 3.14159", "caf\u00e9 cafe\u0301 na\u00efve \u00c5ngstr\u00f6m", "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e",
-    "emoji \U0001f916\U0001f680 and \u200b zero width", "<s>special</s> text <pad><unk>", "<|bos|>x<|eos|> <|im_start|>",
+    "numbers 1234567890 3.14159", "caf\u00e9 cafe\u0301 na\u00efve \u00c5ngstr\u00f6m",
+    "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e", "emoji \U0001f916\U0001f680 and \u200b zero width",
+    "<s>special</s> text <pad><unk>", "<|bos|>x<|eos|> <|im_start|>",
     "<|im_end|>\n<think>hm</think>", "\u2581metaspace\u2581char", "ALLCAPS MixedCase snake_case kebab-case",
 ]
 
@@ -177,7 +178,8 @@ def test_missing_tokenizer_falls_back_to_transformers(tmp_path, hf_model_dir):
     tiny_tokenizer().save_pretrained(path)
     spec = json.loads((path / "tokenizer.json").read_text())
     (path / "vocab.json").write_text(json.dumps(spec["model"]["vocab"]))
-    (path / "merges.txt").write_text("\n".join(" ".join(m) if isinstance(m, list) else m for m in spec["model"]["merges"]))
+    merges = [" ".join(m) if isinstance(m, list) else m for m in spec["model"]["merges"]]
+    (path / "merges.txt").write_text("\n".join(merges))
     (path / "tokenizer.json").unlink()
     tok = tokenizer.load_tokenizer(path)
     assert not isinstance(tok, tokenizer.Tokenizer) and tok.encode("hello") == tok("hello")["input_ids"]
