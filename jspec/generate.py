@@ -183,13 +183,10 @@ def main(argv=None, interrupts: Interrupts | None = None) -> int:
 
 
 def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> int:
-    import jax
-
     from jspec import batch, engine
 
     if a.compile_cache:
-        jax.config.update("jax_compilation_cache_dir", a.compile_cache)
-        jax.config.update("jax_compilation_cache_max_size", int(a.compile_cache_gib * 2**30))
+        engine.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
     if a.input is not None:
         batch.preflight(a.input, a.output, a.restart)
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,

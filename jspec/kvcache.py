@@ -158,14 +158,22 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    layers = []
-    for layer, k, v in zip(cache.layers, new_k, new_v):
-        upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))
-        if kv.int2:
-            codes, qparams = quantize_kv(k, v, kv, layer.qparams.dtype)
-            upd.update(codes=_scatter(layer.codes, hist, codes), qparams=_scatter(layer.qparams, hist, qparams))
-        layers.append(dataclasses.replace(layer, **upd))
-    return cache.replace(layers=tuple(layers), length=end.astype(jnp.int32))
+    layers = tuple(_commit_layer(layer, k, v, slot, hist, kv=kv) for layer, k, v in zip(cache.layers, new_k, new_v))
+    return cache.replace(layers=layers, length=end.astype(jnp.int32))
+
+
+def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
+    """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
+    history slots hist [B, n] (out-of-range slots are dropped)."""
+    upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))
+    if kv.int2:
+        codes, qparams = quantize_kv(k, v, kv, layer.qparams.dtype)
+        upd.update(codes=_scatter(layer.codes, hist, codes), qparams=_scatter(layer.qparams, hist, qparams))
+    return dataclasses.replace(layer, **upd)
+
+
+# Traced once for all layers, as model.forward's layers are (XLA inlines the calls).
+_commit_layer = jax.jit(commit_layer, static_argnames=("kv",))
 
 
 def quantize_kv(k, v, kv: KVConfig, scale_dtype):

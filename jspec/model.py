@@ -113,18 +113,30 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
     new_k, new_v = [], []
     for i, lp in enumerate(params.layers):
         with jax.named_scope(f"layer{i}"):
-            h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
-            q, k, v = qkv(lp, cfg, h, pos)
             layer_cache = cache.layers[i] if cache is not None else None
-            o = attend(q, k, v, layer_cache, length, kv, attn_impl)
-            x = x + o.reshape(B, n, -1) @ lp.wo
-            x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
+            x, k, v = _block(lp, x, pos, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
             new_k.append(k)
             new_v.append(v)
     x = rms_norm(x, params.norm, cfg.rms_eps)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = einsum_f32("bne,ev->bnv", x, head)
     return logits, (new_k, new_v)
+
+
+def block(lp: Layer, x, pos, layer_cache, length, *, cfg: ModelConfig, kv, attn_impl: str):
+    """One decoder layer over x [B, n, E] at positions pos [B, n] -> (x, its new k and v rows)."""
+    B, n, _ = x.shape
+    h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
+    q, k, v = qkv(lp, cfg, h, pos)
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl)
+    x = x + o.reshape(B, n, -1) @ lp.wo
+    x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
+    return x, k, v
+
+
+# A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the
+# compiled program is unchanged); unrolled Python, the body was traced and lowered once per layer.
+_block = jax.jit(block, static_argnames=("cfg", "kv", "attn_impl"))
 
 
 def fuse_qkv(q, k, v, cfg: ModelConfig, xp=jnp):

@@ -1,0 +1,208 @@
+"""Time to first token: import, load, trace, lower and compile per model shape, cold and warm (one GPU).
+
+    PYTHONPATH=. python benchmarks/startup.py --out $OUT/startup.json           # GPU, about 4 minutes
+    PYTHONPATH=. python benchmarks/startup.py --small --out /tmp/startup.json    # CPU check, tiny shapes
+
+Every figure comes from a fresh process. Per case two processes share one new persistent compilation
+cache directory: the first compiles (cold), the second finds the program there (warm, where compile_s
+should be near 0). Each reports the import of jspec (and whether torch came with it), the load
+(checkpoint read, or random weights made on the device and the Hadamard rotation folded in), trace
+(jax.jit(...).trace), lower (to StableHLO), compile (XLA, or the cache hit) and one run of the program.
+Cases: the shipped pair with the README command's shapes, and an 8B-shaped INT2 target alone and with
+a 0.6B-shaped draft at K = 4 (random weights, 2K-token prompt, 256 new tokens). Then the README command
+itself, `python -m jspec.generate "def fibonacci(n):"`, as a whole process: with a new compilation cache
+directory (cold) and again (warm). --small swaps the 8B shapes for tiny ones (a CPU check of the script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ["-m", "jspec.generate", "def fibonacci(n):"]
+CASES = ("shipped", "8b", "8b+draft")
+
+
+def child(case: str, cache_dir: str, small: bool, abstract: bool = False) -> dict:
+    """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
+    as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes."""
+    t0 = time.perf_counter()
+    import jax
+
+    import jspec  # noqa: F401  (the import being timed)
+    from jspec import decode, engine
+    from jspec.config import GenerateConfig, SamplingConfig
+
+    out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
+               transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))
+    engine.use_compile_cache(cache_dir)
+    t = time.perf_counter()
+    eng, ids, gen = _build(case, small, abstract)
+    jax.block_until_ready((eng.params, eng.draft_params))
+    out["load_s"] = time.perf_counter() - t
+    args, _ = eng._prepare(ids, [SamplingConfig()] * len(ids), [gen.max_new_tokens] * len(ids), gen)
+    t = time.perf_counter()
+    traced = decode.generate_program.trace(*args)
+    out["trace_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    lowered = traced.lower()
+    out["lower_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    compiled = lowered.compile()
+    out["compile_s"] = time.perf_counter() - t
+    out["hlo_ops"] = sum(1 for line in compiled.as_text().splitlines() if " = " in line)
+    if abstract:
+        return out
+    t = time.perf_counter()
+    state = jax.block_until_ready(compiled(*args))
+    out["run_s"] = time.perf_counter() - t
+    out.update(new_tokens=int(state.count.sum()), prompt_tokens=len(ids[0]), capacity=args.cache.capacity,
+               lookahead=eng.lookahead(gen), kv=eng.kv.mode, attn=eng.attn_impl)
+    return out
+
+
+def _build(case: str, small: bool, abstract: bool = False):
+    """(engine, prompt ids, GenerateConfig) of a case; abstract: the 8B weights as shapes only."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jspec
+    from jspec import engine, model, rotation
+    from jspec.config import GenerateConfig, KVConfig
+
+    if case == "shipped":  # the README command's program
+        eng = jspec.load()
+        return eng, [eng.encode(README[-1])], GenerateConfig(max_new_tokens=128, lookahead=4)
+    target, draft, prompt, new = _shapes(small)
+    with_draft = case == "8b+draft"
+
+    def weights(cfg, seed, rotate=False):  # random bf16 weights; R_K set and R_V folded in (Hadamard)
+        p = model.init_params(cfg, jax.random.key(seed), dtype=jnp.bfloat16)
+        return engine._apply_rotations(p, cfg, *rotation.hadamard_rotations(cfg)) if rotate else p
+
+    make = (lambda *a: jax.eval_shape(lambda: weights(*a))) if abstract else weights
+    params = make(target, 0, True)
+    dparams = make(draft, 1) if with_draft else None
+    eng = engine.Engine(target, params, None, KVConfig("int2"), draft if with_draft else None, dparams,
+                        attn_impl=engine._default_impl(), rotation="hadamard")
+    ids = np.random.default_rng(0).integers(0, target.vocab_size, prompt).tolist()
+    return eng, [ids], GenerateConfig(max_new_tokens=new, lookahead=4)
+
+
+def _shapes(small: bool):
+    """(target, draft, prompt tokens, new tokens): Llama-3-8B and Qwen3-0.6B shapes, or tiny ones."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from decode import LLAMA3_8B
+    from speculative import QWEN3_06B_SHAPE
+
+    from jspec.config import ModelConfig
+
+    if not small:
+        return LLAMA3_8B, QWEN3_06B_SHAPE, 2048, 256
+    target = ModelConfig("llama", 512, 128, 256, 4, 4, 2, 32, max_position=4096)
+    return target, ModelConfig("qwen3", 512, 64, 128, 2, 2, 1, 32, qk_norm=True, max_position=4096), 300, 32
+
+
+def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
+    cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
+    cmd += ["--small"] * args.small + ["--abstract"] * args.abstract
+    t = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t
+    if p.returncode:
+        return dict(case=case, error=(p.stderr.strip().splitlines() or ["?"])[-1][:300], wall_s=wall)
+    return dict(json.loads(p.stdout.strip().splitlines()[-1]), wall_s=wall)
+
+
+def run_readme(cache_dir: Path, timeout: float) -> dict:
+    """The README command as a whole process; its stats line gives compile and decode time."""
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, *README, "--compile-cache", str(cache_dir)], cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=timeout)
+    out = dict(wall_s=time.perf_counter() - t, returncode=p.returncode)
+    stats = re.search(r"compile ([\d.]+)s, decode ([\d.]+)s", p.stdout)
+    if stats:
+        out.update(compile_s=float(stats[1]), decode_s=float(stats[2]))
+    else:
+        out["error"] = (p.stderr.strip().splitlines() or ["?"])[-1][:300]
+    return out
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+def table(result: dict) -> str:
+    rows = ["| case | process | import s | torch | load s | trace s | lower s | compile s | run s | wall s |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["cases"]:
+        if "error" in r:
+            rows.append(f"| {r['case']} | {r['process']} | error: {r['error']} |")
+            continue
+        f = lambda k: f"{r[k]:.2f}" if k in r else "-"
+        rows.append(f"| {r['case']} | {r['process']} | {f('import_s')} | {'yes' if r['torch_imported'] else 'no'} | "
+                    f"{f('load_s')} | {f('trace_s')} | {f('lower_s')} | {f('compile_s')} | {f('run_s')} | "
+                    f"{f('wall_s')} |")
+    for name, r in result["readme"].items():
+        detail = f"compile {r['compile_s']:.2f} s, decode {r['decode_s']:.2f} s" if "compile_s" in r else r["error"]
+        rows.append(f"| README command | {name} | {detail} | | | | | | | {r['wall_s']:.2f} |")
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="benchmarks/results/startup.json")
+    ap.add_argument("--small", action="store_true", help="tiny shapes instead of the 8B ones (CPU check)")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    ap.add_argument("--budget", type=float, default=330, help="seconds; later steps are skipped past it")
+    ap.add_argument("--abstract", action="store_true",
+                    help="8B cases with weights as shapes only: trace, lower and compile, no load or run (a CPU "
+                         "proxy for compile time)")
+    ap.add_argument("--no-readme", action="store_true", help="skip the README command")
+    ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
+    ap.add_argument("--cache", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.cache, args.small, args.abstract)), flush=True)
+        return
+    start = time.perf_counter()
+    left = lambda: args.budget - (time.perf_counter() - start)
+    result = dict(small=args.small, abstract=args.abstract, cases=[], readme={})
+    with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
+        for name in ("cold", "warm"):  # first: the figure users see
+            if left() > 0 and not args.no_readme:
+                result["readme"][name] = run_readme(Path(tmp) / "readme", max(left(), 1))
+                print(name, "README command:", result["readme"][name], flush=True)
+                save(args.out, result)
+        for case in args.cases.split(","):
+            for process in ("cold", "warm"):
+                if left() <= 0:
+                    result.setdefault("skipped", []).append(f"{case} {process}")
+                    continue
+                try:
+                    r = run_child(case, Path(tmp) / case, args, max(left(), 1))
+                except subprocess.TimeoutExpired:
+                    r = dict(case=case, error="timed out (budget)", wall_s=left())
+                result["cases"].append(dict(r, process=process))
+                print(result["cases"][-1], flush=True)
+                save(args.out, result)
+    print(table(result))
+
+
+def save(path, result):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
