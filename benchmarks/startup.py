@@ -48,7 +48,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False) -> dic
     eng, ids, gen = _build(case, small, abstract)
     jax.block_until_ready((eng.params, eng.draft_params))
     out["load_s"] = time.perf_counter() - t
-    args, _ = eng._prepare(ids, [SamplingConfig()] * len(ids), [gen.max_new_tokens] * len(ids), gen)
+    args = eng.prepare(ids, [SamplingConfig()] * len(ids), [gen.max_new_tokens] * len(ids), gen)
     t = time.perf_counter()
     traced = decode.generate_program.trace(*args)
     out["trace_s"] = time.perf_counter() - t
@@ -65,7 +65,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False) -> dic
     state = jax.block_until_ready(compiled(*args))
     out["run_s"] = time.perf_counter() - t
     out.update(new_tokens=int(state.count.sum()), prompt_tokens=len(ids[0]), capacity=args.cache.capacity,
-               lookahead=eng.lookahead(gen), kv=eng.kv.mode, attn=eng.attn_impl)
+               lookahead=args.models.lookahead, kv=eng.kv.mode, attn=eng.attn_impl)
     return out
 
 
@@ -93,7 +93,7 @@ def _build(case: str, small: bool, abstract: bool = False):
     params = make(target, 0, True)
     dparams = make(draft, 1) if with_draft else None
     eng = engine.Engine(target, params, None, KVConfig("int2"), draft if with_draft else None, dparams,
-                        attn_impl=engine._default_impl(), rotation="hadamard")
+                        attn_impl=engine._default_impl())
     ids = np.random.default_rng(0).integers(0, target.vocab_size, prompt).tolist()
     return eng, [ids], GenerateConfig(max_new_tokens=new, lookahead=4)
 

@@ -162,7 +162,7 @@ def test_capacity_and_prefill_chunks_leave_greedy_tokens_unchanged(eng, f32_matm
 
 def test_prefill_loops_over_chunks_only_when_the_prompt_array_has_several(eng, monkeypatch):
     rows = [SamplingConfig()] * 2
-    args, _ = eng._prepare([[1] * 30, [2] * 3], rows, [5, 10], GenerateConfig(lookahead=K))
+    args = eng.prepare([[1] * 30, [2] * 3], rows, [5, 10], GenerateConfig(lookahead=K))
     whiles = lambda: jax.jit(lambda *a: decode._generate(*a)).lower(*args).as_text().count("stablehlo.while")
     one_chunk = whiles()  # the 48-token prompt array in one chunk: the decode loop and the codec's loops
     monkeypatch.setattr(decode, "PREFILL_CHUNK", 16)
@@ -192,9 +192,10 @@ def test_mixed_max_new_job_compiles_once_per_bucket(eng, tmp_path):
 
 
 def test_chunks_group_rows_by_capacity_bucket():
-    job = lambda i, n, m: batch.Job(i, i + 1, [0] * n, m, SamplingConfig())
+    job = lambda i, n, m: batch.Job(i, i + 1, "", [0] * n, m, SamplingConfig())
     jobs = [job(0, 10, 3), job(1, 3, 40), job(2, 5, 2), job(3, 30, 2), job(4, 2, 1), job(5, 9, 4)]
-    got = [[j.id for j in c] for c in batch.chunks(jobs, 2, 2, 512)]
+    capacity = lambda j: engine.capacity_bucket(len(j.ids) + j.max_new + K + 1, 512)
+    got = [[j.id for j in c] for c in batch.chunks(jobs, 2, capacity)]
     # needs (+ K + 1 = 3): 16, 46, 10, 35, 6, 16 -> buckets 16: 4, 2, 0, 5 (by max_new), 48: 3, 1
     assert got == [[4, 2], [0, 5], [3, 1]]
     assert batch.batch_rows(8, 3) == 4 and batch.batch_rows(8, 30) == 8 and batch.batch_rows(1, 5) == 1
