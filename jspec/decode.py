@@ -103,7 +103,7 @@ def _pick(logits, idx):
 # the prompt array can then be as wide as the cache, so one compiled program serves every prompt length
 # up to the capacity, while the work follows the longest prompt of the call and the attention scores of
 # a chunk stay [B, H, chunk, capacity]. At most the default recent window (256): a longer chunk would
-# also read its own older rows as INT2 (attention_fast), more program for no gain.
+# also read its own older rows as INT2 (attention_split), more program for no gain.
 PREFILL_CHUNK = 256
 
 
