@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import types
 
 import jax
 import pytest
@@ -33,6 +34,10 @@ def shipped(cache_dir):
     with FileLock(str(cache_dir) + ".lock"):
         eng.generate(["def f(x):"], GEN)
     return eng
+
+
+# An engine whose settings all pass and that has no model: the path checks must refuse before any line is run.
+NO_MODEL = types.SimpleNamespace(check=lambda gen: None)
 
 
 def _run(eng, src, dst, **kw):
@@ -134,7 +139,7 @@ def test_output_that_is_not_ours_is_never_written(tmp_path):
     before = src.read_bytes()
     for out in (src, tmp_path / "link.jsonl", tmp_path / "hard.jsonl", tmp_path / "sub" / ".." / "in.jsonl"):
         with pytest.raises(batch.JobError, match="is the --input file"):
-            _run(None, src, out)
+            _run(NO_MODEL, src, out)
     assert src.read_bytes() == before
 
     foreign = {"notes.txt": b"some notes\nthe last line, unterminated",
@@ -145,7 +150,7 @@ def test_output_that_is_not_ours_is_never_written(tmp_path):
         path = tmp_path / name
         path.write_bytes(data)
         with pytest.raises(batch.JobError, match="is not a jspec results file"):
-            _run(None, src, path, restart=True)
+            _run(NO_MODEL, src, path, restart=True)
         assert path.read_bytes() == data, name
 
 
