@@ -262,8 +262,11 @@ def main():
     ap.add_argument("--budget-s", type=float, default=270.0, help="skip the jobs left after this many seconds")
     ap.add_argument("--hf", action="store_true", help="also time HF transformers (needs torch with CUDA)")
     ap.add_argument("--llama8b", action="store_true", help="also time the 8B-shaped steps (part B)")
+    ap.add_argument("--batches", help="comma-separated batch sizes instead of the preset's (e.g. 32,64)")
     args = ap.parse_args()
     cfg = SMALL if args.small else FULL
+    if args.batches:
+        cfg = dict(cfg, batches=tuple(int(b) for b in args.batches.split(",")))
     tok = jspec.load(draft=None, kv=KVConfig("bf16")).tokenizer
     n = max(cfg["batches"])
     workloads = {"held_out": held_out_prompts(tok, n), "edit": edit_prompts(tok, n)}

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ["-m", "jspec.generate", "def fibonacci(n):"]
 CASES = ("shipped", "8b", "8b+draft")
@@ -137,6 +139,35 @@ def run_readme(cache_dir: Path, timeout: float) -> dict:
     return out
 
 
+def run_job(tmp: Path, timeout: float, n: int = 24) -> dict:
+    """A batch job of n held-out prompts, each with its own max_new_tokens, through the CLI in a fresh process
+    with a new compilation cache: how many programs it compiled against how many capacity buckets its
+    batches fell in (one program per bucket and lookahead)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from speculative import held_out_prompts
+
+    from jspec.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(ROOT / "checkpoints" / "code-target")
+    rng = np.random.default_rng(0)
+    lines = [json.dumps(dict(id=i, prompt=p, max_new_tokens=int(rng.choice([16, 40, 64, 100, 128]))))
+             for i, p in enumerate(held_out_prompts(tok, n))]
+    src, dst = tmp / "job.jsonl", tmp / "job.out.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    cmd = [sys.executable, "-m", "jspec.generate", "--input", str(src), "--output", str(dst), "--batch-size", "8",
+           "--compile-cache", str(tmp / "job-cache")]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    out = dict(wall_s=time.perf_counter() - t, returncode=p.returncode, prompts=n)
+    if p.returncode:
+        return dict(out, error=(p.stderr.strip().splitlines() or ["?"])[-1][:300])
+    stats = [json.loads(line)["stats"] for line in dst.read_text().splitlines()]
+    batches = {(s["compile_s"], s["decode_s"], s["batch_kv_bytes"], s["lookahead"]) for s in stats}
+    return dict(out, batches=len(batches), compiles=sum(c > 0 for c, *_ in batches),
+                buckets=len({kv for _, _, kv, _ in batches}), lookaheads=sorted({K for *_, K in batches}),
+                compile_s=round(sum(c for c, *_ in batches), 2), decode_s=round(sum(d for _, d, *_ in batches), 2))
+
+
 def _env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
 
@@ -183,6 +214,10 @@ def main():
                 result["readme"][name] = run_readme(Path(tmp) / "readme", max(left(), 1))
                 print(name, "README command:", result["readme"][name], flush=True)
                 save(args.out, result)
+        if left() > 0 and not args.no_readme:
+            result["job"] = run_job(Path(tmp), max(left(), 1))
+            print("job:", result["job"], flush=True)
+            save(args.out, result)
         for case in args.cases.split(","):
             for process in ("cold", "warm"):
                 if left() <= 0:
