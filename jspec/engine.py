@@ -58,7 +58,7 @@ class Engine:
     ngram: bool = False  # draft by prompt lookup (with the draft model, if any, where it finds no match)
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
-    _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # draft mode -> measured acceptance
+    _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
 
     @property
     def draft_mode(self) -> str:
@@ -163,9 +163,9 @@ class Engine:
         t0 = time.perf_counter()
         state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
         decode_s = time.perf_counter() - t0
-        K = args.models.lookahead
-        rounds, accepted = int(np.asarray(state.rounds).sum()), int(np.asarray(state.accepted).sum())
-        self._seen[self.draft_mode] = lookahead.observe(self._seen.get(self.draft_mode, (0, 0)), K, rounds, accepted)
+        K, key = args.models.lookahead, (self.draft_mode, lookahead.batch_bucket(len(ids)))
+        self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, np.asarray(state.rounds)[: len(ids)],
+                                                  np.asarray(state.count)[: len(ids)])
         return self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
 
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
@@ -206,7 +206,8 @@ class Engine:
         costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, capacity,
                                   max(lengths) + max(max_new) // 2, k_max, jnp.dtype(self.dtype), self.mesh,
                                   self._costs)
-        alpha, source = lookahead.estimate(mode, self._seen.get(mode, (0, 0)))
+        B = len(lengths)
+        alpha, source = lookahead.estimate(mode, self._seen.get((mode, lookahead.batch_bucket(B)), (0, 0)), B)
         K, gain = lookahead.choose(costs, mode, alpha, k_max)
         return dataclasses.replace(gen, lookahead=K), lookahead.Choice(K, mode, alpha, source, gain, costs)
 

@@ -55,6 +55,19 @@ def test_acceptance_estimate():
     assert alpha > 0.95 and source == "400 drafts measured"
 
 
+def test_batch_learns_from_its_slowest_row():
+    """A batch runs until its slowest row is done: two rows that emitted 9 tokens, one in 2 rounds (all 4+4
+    drafts taken), one in 8 rounds (none taken), teach the acceptance of the slow one, and a larger batch
+    starts from a lower prior."""
+    slow = lookahead.observe((0, 0), 4, 8, 0)
+    assert lookahead.observe_batch((0, 0), 4, [2, 8], [9, 9]) == slow
+    assert lookahead.estimate("ngram", slow)[0] < lookahead.PRIOR_ALPHA["ngram"]
+    assert lookahead.observe_batch((0, 0), 4, [], []) == (0, 0)
+    priors = [lookahead.prior("model", B) for B in (1, 8, 64)]
+    assert priors[0] == lookahead.PRIOR_ALPHA["model"] and priors[0] > priors[1] > priors[2] >= 0
+    assert [lookahead.batch_bucket(B) for B in (1, 2, 3, 8, 9)] == [1, 2, 4, 8, 16]
+
+
 @pytest.fixture
 def cache_root(tmp_path, monkeypatch):
     monkeypatch.setenv("JSPEC_CACHE_DIR", str(tmp_path))
