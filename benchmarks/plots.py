@@ -73,9 +73,13 @@ def speedup_vs_k(spec: dict, out: Path) -> None:
     fig.savefig(out, dpi=120)
 
 
-def speculative_modes_vs_k(spec: dict, out: Path, batch: int = 1) -> None:
+def speculative_modes_vs_k(spec: dict, out: Path, batch: int | None = None) -> None:
     """Speed-up over plain decoding against K, one line per draft mode (K = 0 is plain decoding), one panel
-    per workload and KV mode; a star marks what --lookahead auto chose and measured."""
+    per workload and KV mode; a star marks what --lookahead auto chose and measured. batch: the smallest
+    in the grid unless given."""
+    if not spec["grid"]:
+        return
+    batch = batch or min(r["batch"] for r in spec["grid"])
     rows = [r for r in spec["grid"] if r["batch"] == batch]
     workloads = sorted({r["workload"] for r in rows})
     kvs = sorted({r["kv"] for r in rows})
