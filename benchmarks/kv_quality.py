@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/kv_quality.py [--windows 4] [--out benchmarks/results/kv_quality.json]
 
-Validation split of the shipped corpus (data/stdlib/val.npy; build it with `python -m jspec.data`),
+Validation split of the shipped corpus (data/code/val.npy; build it with `python -m jspec.data`),
 cut into consecutive 2048-token windows (jspec.data.eval_windows); a fixed, evenly spaced subset of
 them keeps the CPU run short. Float32 weights and compute. Variants: BF16, and INT2 with rotation
 {none, hadamard, oscar} x clip {on (K 0.96, V 0.92), off} x (sink, recent) {(64, 256), (16, 64)}.
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_TARGET)
     ap.add_argument("--rotations", type=Path, help=f"OSCAR rotation file (default: MODEL/{ROTATION_FILE})")
-    ap.add_argument("--data", type=Path, default=Path("data/stdlib"), help="corpus directory (val.npy)")
+    ap.add_argument("--data", type=Path, default=Path("data/code"), help="corpus directory (val.npy)")
     ap.add_argument("--windows", type=int, default=4, help="evenly spaced validation windows (0: all)")
     ap.add_argument("--only", nargs="*", choices=ROTATIONS, default=list(ROTATIONS), help="rotations to run")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality.json"))

@@ -1,13 +1,18 @@
-"""Trains the shipped target/draft pair on the stdlib corpus (jspec.data) and exports them for HF.
+"""Trains the shipped target/draft pair on the code corpus (jspec.data) and exports them for HF.
 
-    python -m jspec.data --out data/stdlib                       # corpus + tokenizer (CPU, seconds)
+    python -m jspec.data --out data/code                         # corpus + tokenizer
     python -m jspec.train --preset target --out runs/target --export checkpoints/code-target
+    python -m jspec.train --preset draft --out runs/draft --export runs/draft-pre
+    python -m jspec.train --preset draft-distil --init runs/draft-pre --teacher checkpoints/code-target \
+        --out runs/distil --export checkpoints/code-draft       # DistillSpec-style, on the target's distributions
     python -m jspec.train --eval-pair checkpoints/code-target checkpoints/code-draft
 
 AdamW (optax) with linear warmup and cosine decay; f32 master params, bf16 forward, f32 loss. The
 schedule runs on progress = max(step / steps, elapsed / time_budget), so a wall-clock-bounded run still
 decays to the end. The corpus is small (~3M tokens) and the target sees it many times over, so the
 params with the best validation loss are kept and exported (early stopping without a second run).
+With --teacher the loss is KL(teacher || model) per position on the same corpus windows (forward KL,
+which DistillSpec finds best for greedy acceptance), and the best is the lowest validation KL.
 Orbax checkpoints in RUN_DIR/ckpt hold the whole state; a rerun with the same RUN_DIR resumes.
 """
 
@@ -49,20 +54,31 @@ class TrainConfig:
     save_every: int = 500
     log_every: int = 10
     time_budget: float | None = None  # seconds of wall clock for the loop, compile included
+    eval_windows: int = 64  # validation windows (evenly spaced) each evaluation scores: bounded eval time
     seed: int = 0
 
 
-# Target: head_dim 128 so the OSCAR INT2 path runs at its real D; GQA 4 query / 2 KV heads.
-# Draft: same tokenizer, ~1/6 of the target's parameters. Both tie embeddings to stay small.
+# Target: head_dim 128 so the OSCAR INT2 path runs at its real D; GQA 4 query / 2 KV heads (query width
+# 512 over a 384-wide residual, as Qwen3 does). Deep and narrow: at ~20M parameters depth buys more
+# quality per byte than width, and 18.5M bf16 parameters (37 MB) leave room for the draft, rotations
+# and an EAGLE head under the 58 MB checkpoints/ budget. Batch 32 x 2048 tokens: ~1/3 of a corpus
+# epoch per 100 steps, large enough for a stable 2e-3 peak rate at this size.
+# Draft: same tokenizer, 1/5 of the target's parameters, pre-trained on the corpus then distilled.
+TARGET = ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=384, intermediate_size=1152,
+                     num_layers=8, num_heads=4, num_kv_heads=2, head_dim=128, max_position=data.MAX_LENGTH,
+                     tie_embeddings=True, qk_norm=True)
+DRAFT = ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=256, intermediate_size=768,
+                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64, max_position=data.MAX_LENGTH,
+                    tie_embeddings=True, qk_norm=True)
+# Smoke shapes for CPU runs of the whole pipeline (head_dim stays a power of two for the rotations).
+SMOKE = dataclasses.replace(TARGET, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2,
+                            num_kv_heads=1, head_dim=32)
 PRESETS = {
-    "target": (ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=512,
-                           intermediate_size=1536, num_layers=6, num_heads=4, num_kv_heads=2, head_dim=128,
-                           max_position=data.MAX_LENGTH, tie_embeddings=True, qk_norm=True),
-               TrainConfig(steps=1000, lr=1.5e-3)),
-    "draft": (ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=256,
-                          intermediate_size=768, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64,
-                          max_position=data.MAX_LENGTH, tie_embeddings=True, qk_norm=True),
-              TrainConfig(steps=1200, lr=3e-3)),
+    "target": (TARGET, TrainConfig(steps=100_000, batch=32, lr=2e-3, warmup=200, eval_every=200)),
+    "draft": (DRAFT, TrainConfig(steps=100_000, batch=32, lr=3e-3, warmup=200, eval_every=200)),
+    "draft-distil": (DRAFT, TrainConfig(steps=100_000, batch=32, lr=1e-3, warmup=50, eval_every=100)),
+    "smoke": (SMOKE, TrainConfig(steps=4, batch=2, seq_len=128, warmup=2, eval_every=2, save_every=2,
+                                 eval_windows=4)),
 }
 
 
@@ -109,16 +125,26 @@ def learning_rate(tc: TrainConfig, step: int, p: float) -> float:
     return tc.lr * warm * cosine
 
 
-def token_losses(params: Params, cfg: ModelConfig, windows):
-    """Next-token cross entropy [B, L] in f32 of windows [B, L + 1], with a bf16 forward."""
+def token_losses(params: Params, cfg: ModelConfig, windows, teacher=None):
+    """Per-position loss [B, L] in f32 of windows [B, L + 1], with a bf16 forward: next-token cross
+    entropy, or with teacher = (cfg, bf16 params) the forward KL(teacher || model) of the next token."""
     p16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
     logits, _ = forward(p16, cfg, windows[:, :-1])
-    return optax.softmax_cross_entropy_with_integer_labels(logits, windows[:, 1:])
+    if teacher is None:
+        return optax.softmax_cross_entropy_with_integer_labels(logits, windows[:, 1:])
+    tcfg, tparams = teacher
+    tlogits, _ = forward(tparams, tcfg, windows[:, :-1])
+    t_logp = jax.nn.log_softmax(jax.lax.stop_gradient(tlogits).astype(jnp.float32), -1)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    return jnp.sum(jnp.exp(t_logp) * (t_logp - logp), -1)
 
 
-def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation):
-    def step(state: TrainState, windows, lr):
-        loss, grads = jax.value_and_grad(lambda p: token_losses(p, cfg, windows).mean())(state.params)
+def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation, tcfg: ModelConfig | None = None):
+    """step(state, windows, lr, teacher_params) -> (state, loss); teacher_params None without a teacher."""
+
+    def step(state: TrainState, windows, lr, tparams):
+        teacher = None if tcfg is None else (tcfg, tparams)
+        loss, grads = jax.value_and_grad(lambda p: token_losses(p, cfg, windows, teacher).mean())(state.params)
         hp = {**state.opt_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)}
         opt_state = state.opt_state._replace(hyperparams=hp)
         updates, opt_state = tx.update(grads, opt_state, state.params)
@@ -128,9 +154,15 @@ def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation):
     return jax.jit(step, donate_argnums=0)
 
 
-def make_eval_step(cfg: ModelConfig):
+def make_eval_step(cfg: ModelConfig, tcfg: ModelConfig | None = None):
+    """eval(params, windows, weights, teacher_params) -> the weighted sum of per-window mean losses."""
+
     # weights [B] mask the padding windows of the last batch: one compiled shape for all batches.
-    return jax.jit(lambda params, windows, weights: (token_losses(params, cfg, windows).mean(-1) * weights).sum())
+    def loss(params, windows, weights, tparams):
+        teacher = None if tcfg is None else (tcfg, tparams)
+        return (token_losses(params, cfg, windows, teacher).mean(-1) * weights).sum()
+
+    return jax.jit(loss)
 
 
 def batches(windows: np.ndarray, batch: int):
@@ -142,14 +174,22 @@ def batches(windows: np.ndarray, batch: int):
         yield np.concatenate([chunk, np.repeat(chunk[:1], pad, 0)]), weights
 
 
-def evaluate(eval_step, params, windows: np.ndarray, batch: int) -> float:
-    """Mean next-token loss over the windows (each window weighs the same; all have L tokens)."""
-    total = sum(float(eval_step(params, w, m)) for w, m in batches(windows, batch))
+def evaluate(eval_step, params, windows: np.ndarray, batch: int, tparams=None) -> float:
+    """Mean loss over the windows (each window weighs the same; all have L tokens)."""
+    total = sum(float(eval_step(params, w, m, tparams)) for w, m in batches(windows, batch))
     return total / len(windows)
 
 
-def init_state(cfg: ModelConfig, tc: TrainConfig, tx) -> TrainState:
-    params = init_params(cfg, jax.random.key(tc.seed), jnp.float32)
+def spaced(windows: np.ndarray, n: int) -> np.ndarray:
+    """n evenly spaced windows (all of them when there are no more than n)."""
+    if len(windows) <= n:
+        return windows
+    return windows[np.linspace(0, len(windows) - 1, n).round().astype(int)]
+
+
+def init_state(cfg: ModelConfig, tc: TrainConfig, tx, init: Params | None = None) -> TrainState:
+    """A fresh state from random params, or from `init` (f32 params of cfg's shapes, e.g. a pre-trained draft)."""
+    params = init_params(cfg, jax.random.key(tc.seed), jnp.float32) if init is None else init
     return TrainState(step=jnp.int32(0), params=params, opt_state=tx.init(params),
                       best_params=jax.tree.map(jnp.copy, params), best_val=jnp.float32(jnp.inf),
                       best_step=jnp.int32(0), elapsed=jnp.float32(0))
@@ -160,8 +200,9 @@ def checkpoint_manager(run_dir: Path, tc: TrainConfig) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(Path(run_dir).absolute() / "ckpt", options=options)
 
 
-def restore_or_init(mngr: ocp.CheckpointManager, cfg: ModelConfig, tc: TrainConfig, tx) -> TrainState:
-    state = init_state(cfg, tc, tx)
+def restore_or_init(mngr: ocp.CheckpointManager, cfg: ModelConfig, tc: TrainConfig, tx,
+                    init: Params | None = None) -> TrainState:
+    state = init_state(cfg, tc, tx, init)
     latest = mngr.latest_step()
     if latest is None:
         return state
@@ -177,13 +218,16 @@ def keep_best(state: TrainState, val: float) -> TrainState:
 
 
 def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.ndarray,
-          val_stream: np.ndarray) -> TrainState:
-    """Trains until tc.steps or tc.time_budget, resuming from run_dir; returns the final state."""
+          val_stream: np.ndarray, init: Params | None = None, teacher: tuple | None = None) -> TrainState:
+    """Trains until tc.steps or tc.time_budget, resuming from run_dir; returns the final state.
+
+    init: f32 params to start from instead of random ones; teacher: (cfg, bf16 params) to distil from."""
     tx = make_optimizer(tc)
     mngr = checkpoint_manager(run_dir, tc)
-    state = restore_or_init(mngr, cfg, tc, tx)
-    train_step, eval_step = make_train_step(cfg, tx), make_eval_step(cfg)
-    val_windows = data.eval_windows(val_stream, tc.seq_len)
+    state = restore_or_init(mngr, cfg, tc, tx, init)
+    tcfg, tparams = teacher or (None, None)
+    train_step, eval_step = make_train_step(cfg, tx, tcfg), make_eval_step(cfg, tcfg)
+    val_windows = spaced(data.eval_windows(val_stream, tc.seq_len), tc.eval_windows)
     step = int(state.step)
     start = time.perf_counter() - float(state.elapsed)
     bar = tqdm(total=tc.steps, initial=step, desc="train", dynamic_ncols=True)
@@ -192,7 +236,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
         rng = np.random.default_rng([tc.seed, step])  # a function of the step: resumes reproduce it
         windows = data.sample_batch(train_stream, tc.batch, tc.seq_len, rng)
         lr = learning_rate(tc, step, progress(tc, step, time.perf_counter() - start))
-        state, loss = train_step(state, windows, lr)
+        state, loss = train_step(state, windows, lr, tparams)
         step += 1
         bar.update(1)
         if step % tc.log_every == 0:
@@ -202,7 +246,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
             tick, tick_step = now, step
         if step % tc.eval_every == 0:
-            val = evaluate(eval_step, state.params, val_windows, tc.batch)
+            val = evaluate(eval_step, state.params, val_windows, tc.batch, tparams)
             bar.write(f"step {step}: val loss {val:.4f} (train {float(loss):.4f})")
             state = keep_best(state, val)
         if mngr.should_save(step):
@@ -210,7 +254,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
             mngr.save(step, args=ocp.args.StandardSave(state))
     bar.close()
     if step % tc.eval_every:
-        state = keep_best(state, evaluate(eval_step, state.params, val_windows, tc.batch))
+        state = keep_best(state, evaluate(eval_step, state.params, val_windows, tc.batch, tparams))
     state = state.replace(elapsed=jnp.float32(time.perf_counter() - start))
     if mngr.latest_step() != step:
         mngr.save(step, args=ocp.args.StandardSave(state), force=True)
@@ -252,8 +296,10 @@ def run_preset(args) -> None:
     tc = dataclasses.replace(tc, **overrides)
     cfg = with_special_tokens(cfg, load_tokenizer(args.tokenizer))
     train_stream, val_stream = data.load_split(args.data, "train"), data.load_split(args.data, "val")
-    state = train(cfg, tc, args.out, train_stream, val_stream)
-    metrics = {"preset": args.preset, "params": param_count(state.params), "steps": int(state.step),
+    init = load_model(args.init, jnp.float32, tokenizer=False)[1] if args.init else None
+    teacher = load_model(args.teacher, jnp.bfloat16, tokenizer=False)[:2] if args.teacher else None
+    state = train(cfg, tc, args.out, train_stream, val_stream, init, teacher)
+    metrics = {"preset": args.preset, "teacher": str(args.teacher) if args.teacher else None, "params": param_count(state.params), "steps": int(state.step),
                "tokens": int(state.step) * tc.batch * tc.seq_len, "wall_s": float(state.elapsed),
                "best_val_loss": float(state.best_val), "best_step": int(state.best_step),
                "best_tokens": int(state.best_step) * tc.batch * tc.seq_len, "device": str(jax.devices()[0].device_kind),
@@ -268,9 +314,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Train a jspec preset on the stdlib corpus, or compare a pair.")
     ap.add_argument("--preset", choices=sorted(PRESETS))
     ap.add_argument("--out", type=Path, help="run directory (orbax checkpoints, metrics.json); reruns resume")
-    ap.add_argument("--data", type=Path, default=Path("data/stdlib"), help="output of python -m jspec.data")
+    ap.add_argument("--data", type=Path, default=Path("data/code"), help="output of python -m jspec.data")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: DATA/tokenizer)")
     ap.add_argument("--export", type=Path, help="write the best params here as a Hugging Face directory")
+    ap.add_argument("--init", type=Path, help="start from this exported model's params (same shapes as the preset)")
+    ap.add_argument("--teacher", type=Path, help="distil from this exported model: loss KL(teacher || model)")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--seq-len", type=int)
