@@ -113,3 +113,19 @@ def test_shipped_model_round_trips_exactly(name, tmp_path):
     assert got.keys() == want.keys()
     for k, x in want.items():
         assert got[k].dtype == x.dtype and bool(jnp.array_equal(got[k], x)), k
+
+
+def test_distillation_loss_is_kl_to_the_teacher():
+    """KL(teacher || model) is 0 for the teacher itself and positive for another model; a run with init
+    params starts from them (the distilled draft starts from the pre-trained one)."""
+    params = train.init_params(TINY, jax.random.key(0), jnp.float32)
+    other = train.init_params(TINY, jax.random.key(1), jnp.float32)
+    teacher = (TINY, jax.tree.map(lambda x: x.astype(jnp.bfloat16), params))
+    windows = jnp.asarray(_stream(34, 2).reshape(2, 17).astype(np.int32))
+    assert float(jnp.abs(train.token_losses(params, TINY, windows, teacher)).max()) < 1e-6
+    assert float(train.token_losses(other, TINY, windows, teacher).mean()) > 1e-3
+
+    tc = train.TrainConfig(steps=2, batch=2, seq_len=16)
+    state = train.init_state(TINY, tc, train.make_optimizer(tc), init=other)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(other)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -47,6 +47,13 @@ def kv_summary(kvq: dict) -> dict:
     return out
 
 
+def packages_table(meta: dict) -> str:
+    """The corpus' packages as a markdown table for checkpoints/README.md."""
+    rows = ["| package | version | licence | files |", "| --- | --- | --- | --- |"]
+    rows += [f"| {p['name']} | {p['version']} | {p['licence']} | {p['files']} |" for p in meta.get("packages", [])]
+    return "\n".join(rows)
+
+
 def summary(new: Path) -> dict:
     rep = new / "issue18"
     old, tgt, pair = read(rep / "old_pair.json"), read(rep / "new_target.json"), read(rep / "new_pair.json")
@@ -63,6 +70,7 @@ def summary(new: Path) -> dict:
         "checkpoint_bytes": sizes,
         "corpus": {k: v for k, v in read(rep / "corpus_meta.json").items() if k not in ("rejected_packages",)},
         "training": {name: read(rep / f"{name}.json") for name in ("target_train", "draft_pretrain", "draft_distil")},
+        "packages_table": packages_table(read(rep / "corpus_meta.json")),
         "goals": GOALS,
         "reports": {name: read(rep / f"{name}.json") for name in ("old_pair", "new_target", "new_pair")},
     }
