@@ -121,7 +121,7 @@ pack() {
   cp "$OUT/metrics.json" "$REP/metrics.json"
   cp "$OUT/log.txt" "$REP/log.txt"
   tar -C "$W/new" -cf - checkpoints issue18 | gzip -1 > "$W/results.tgz"
-  split -b 15m -d "$W/results.tgz" "$OUT/results.tgz.part-"
+  split -b 15M -d "$W/results.tgz" "$OUT/results.tgz.part-"
   log "done: $(ls "$OUT" | tr '\n' ' ')"
 }
 
