@@ -11,8 +11,10 @@
 #
 # $OUT: log.txt (stage timeline), metrics.json (summary of every report), results.tgz.part-NN (a tar
 # of checkpoints/code-target, checkpoints/code-draft and issue18/ reports + logs, split at 15 MiB).
-# Unpack in the repository root:
-#   rm -rf checkpoints/code-target checkpoints/code-draft && cat $FILES_AT/results.tgz.part-* | tar -xz
+# Unpack outside the repository (issue18/ must not travel with the working tree), then replace the pair:
+#   mkdir -p /tmp/r18 && cat $FILES_AT/results.tgz.part-* | tar -xz -C /tmp/r18
+#   rm -rf checkpoints/code-target checkpoints/code-draft && cp -r /tmp/r18/checkpoints/code-* checkpoints/
+#   cp /tmp/r18/issue18/kv_quality.json benchmarks/results/kv_quality.json
 set -u
 START=$(date +%s)
 OUT=${OUT:-$PWD/out}
