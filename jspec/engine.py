@@ -324,16 +324,34 @@ def pad_rows(ids: list, rows: list[SamplingConfig], max_new: list[int], size: in
     return ids + [[0]] * extra, rows + rows[:1] * extra, max_new + [0] * extra
 
 
-def use_compile_cache(path: str | Path, max_gib: float | None = None) -> None:
+def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
     """Turns on JAX's persistent compilation cache in directory `path` for this process: a later process
     that needs a program of the same shapes loads it from there instead of compiling it. Every program
     is kept, the small ones too (the weight fold, the cache allocation), which would otherwise cost a
     compile each (a tenth of a second on GPU) at every start. Past max_gib, JAX evicts the least recently
-    used programs."""
+    used programs.
+
+    Always with a size bound: JAX's evicting cache keeps an access-time file beside each entry and
+    fails every later write in a directory where an entry lacks one (as an unbounded cache writes
+    them), so every writer of a directory must bound it. Entries an unbounded cache left (earlier jspec
+    versions) get an access time now."""
+    path = Path(path)
+    _stamp_entries(path)
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    if max_gib is not None:
-        jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30))
+    jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30))
+
+
+def _stamp_entries(path: Path) -> None:
+    """Gives each `<key>-cache` entry without a `<key>-atime` file one (now, as 8 little-endian bytes of
+    nanoseconds: the format of jax._src.lru_cache). Unwritable directories are left alone."""
+    try:
+        for entry in path.glob("*-cache"):
+            atime = entry.with_name(entry.name.removesuffix("-cache") + "-atime")
+            if not atime.exists():
+                atime.write_bytes(time.time_ns().to_bytes(8, "little"))
+    except OSError:
+        pass
 
 
 def _default_impl() -> str:

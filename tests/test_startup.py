@@ -223,3 +223,19 @@ def test_unreadable_tokenizer_is_one_clear_error(tmp_path):
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')
     with pytest.raises(FileNotFoundError, match="no usable tokenizer .* unreadable tokenizer.json"):
         checkpoint.load_tokenizer(tmp_path)
+
+
+def test_compile_cache_writes_beside_entries_an_unbounded_cache_left(tmp_path):
+    """JAX's bounded (evicting) cache fails every write in a directory holding an entry without an access
+    time, as an unbounded cache (earlier jspec, or another tool) leaves them: use_compile_cache stamps
+    those entries, so a new program is still written, and warns about nothing."""
+    (tmp_path / "jit_old-0123-cache").write_bytes(b"an entry an unbounded cache wrote")
+    code = ("import warnings, jax, jax.numpy as jnp\nfrom jspec import engine\n"
+            f"engine.use_compile_cache({str(tmp_path)!r})\nwarnings.simplefilter('error')\n"
+            "jax.jit(lambda x: x * 3 + 1)(jnp.arange(5)).block_until_ready()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    entries = {f.name for f in tmp_path.iterdir()}
+    assert "jit_old-0123-atime" in entries
+    assert any(n.startswith("jit__lambda") and n.endswith("-cache") for n in entries), entries
