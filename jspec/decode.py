@@ -8,7 +8,10 @@ the same loop with no draft and K = 0: the verify forward is then an ordinary de
 Draft modes (Models.draft_mode, static: one drafter function is traced into the program):
 - "model": a small draft model, K single-token steps over its own BF16 cache;
 - "ngram": prompt lookup (jspec.ngram) over the prompt and the tokens emitted so far: no model;
-- "ngram+model": the n-gram copy where the row has a match, the draft model's tokens otherwise.
+- "ngram+model": the n-gram copy where the row has a match, the draft model's tokens otherwise;
+- "head": an EAGLE-3 head (jspec.head) on the target's own hidden states: the verify forward also
+  returns the fused features of its K+1 positions, and the next round's drafting starts by feeding the
+  a+1 accepted (feature, following token) pairs to the head (its own BF16 cache, masked commit).
 Every drafter has the signature (m, s, sampler, keys) -> (drafts [B, K], q [B, K, V] or None when
 greedy, draft cache); a copied draft's q is a point mass, so sampling stays lossless.
 """
@@ -22,11 +25,22 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jspec import kvcache, ngram, sampling, speculative
+from jspec import head, kvcache, ngram, sampling, speculative
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
-from jspec.model import Params, forward
+from jspec.head import HeadConfig, HeadParams
+from jspec.model import Params, forward, forward_taps
 from jspec.sampling import Sampler
+
+
+@struct.dataclass
+class HeadFeed:
+    """What the head reads first in the next round: the pairs (target feature at a position, the token that
+    follows it) of the positions the last round committed, ending at `next`."""
+
+    feats: jax.Array  # [B, K+1, E] fused features at positions cache.length - n ..
+    tokens: jax.Array  # [B, K+1] the token after each of those positions (the last real one is `next`)
+    n: jax.Array  # [B] int32 how many pairs are real (a + 1; 1 after the prefill)
 
 
 @struct.dataclass
@@ -40,10 +54,11 @@ class DecodeState:
     rounds: jax.Array  # [B] int32 rounds the row took part in
     accepted: jax.Array  # [B] int32 accepted draft tokens
     cache: KVCache
-    draft_cache: KVCache | None
+    draft_cache: KVCache | None  # the draft model's cache, or the head's
     # [B, T] the token at each position, prompt then emitted (T = cache capacity); valid at positions
     # <= cache.length, where `next` sits. Kept by the n-gram draft modes only.
     history: jax.Array | None = None
+    head_feed: HeadFeed | None = None  # draft mode "head" only
 
 
 @struct.dataclass
@@ -55,6 +70,8 @@ class Models:
     lookahead: int = struct.field(pytree_node=False)  # K; 0 without a draft
     attn_impl: str = struct.field(pytree_node=False, default="reference")
     draft_mode: str = struct.field(pytree_node=False, default="model")  # a key of DRAFTERS
+    head: HeadParams | None = None  # draft mode "head": the EAGLE-3 head (draft is then None)
+    head_cfg: HeadConfig | None = struct.field(pytree_node=False, default=None)
 
     @property
     def ngram(self) -> bool:
@@ -66,6 +83,15 @@ class Models:
 
     def draft_forward(self, tokens, cache):
         return forward(self.draft, self.draft_cfg, tokens, cache)
+
+    def target_features(self, tokens, cache):
+        """target_forward, and the head's fused features [B, n, E] at the same positions."""
+        logits, kv, tapped = forward_taps(self.target, self.target_cfg, tokens, cache, self.head_cfg.taps,
+                                          attn_impl=self.attn_impl)
+        return logits, kv, head.fuse(self.head, tapped)
+
+    def head_forward(self, tokens, feats, cache):
+        return head.forward(self.head, self.head_cfg, self.target.embed, tokens, feats, cache)
 
 
 class ProgramArgs(NamedTuple):
@@ -116,33 +142,43 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
     """
     B, P = prompts.shape
     c = min(PREFILL_CHUNK, P)
+    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % c)))  # [B, P'] the token after each position
     prompts = jnp.pad(prompts, ((0, 0), (0, -P % c)))  # whole chunks
 
     def chunk(i, carry):
-        cache, draft_cache, logits = carry
+        cache, draft_cache, logits, feat = carry
         start = i * c
         tokens = jax.lax.dynamic_slice_in_dim(prompts, start, c, axis=1)  # [B, c] at positions start..
         n = jnp.clip(prompt_lens - start, 0, c)  # [B] prompt tokens of each row in this chunk
-        out, (k, v) = m.target_forward(tokens, cache)
+        last = prompt_lens - 1 - start  # [B] index of the row's last prompt token in this chunk, if here
+        here = (last >= 0) & (last < c)
+        if m.head is not None:
+            out, (k, v), f = m.target_features(tokens, cache)
+            # the head's pairs (feature at t, token t + 1) whose token is in the prompt: all but the last
+            _, _, (hk, hv) = m.head_forward(jax.lax.dynamic_slice_in_dim(following, start, c, axis=1), f,
+                                            draft_cache)
+            draft_cache = kvcache.commit(draft_cache, hk, hv, jnp.clip(last, 0, c))
+            feat = jnp.where(here[:, None], _pick(f, jnp.clip(last, 0, c - 1)), feat)
+        else:
+            out, (k, v) = m.target_forward(tokens, cache)
         cache = kvcache.commit(cache, k, v, n)
         if m.draft is not None:
             _, (dk, dv) = m.draft_forward(tokens, draft_cache)
             draft_cache = kvcache.commit(draft_cache, dk, dv, n)
-        last = prompt_lens - 1 - start  # [B] index of the row's last prompt token in this chunk, if here
-        here = (last >= 0) & (last < c)
         logits = jnp.where(here[:, None], _pick(out, jnp.clip(last, 0, c - 1)), logits)
-        return cache, draft_cache, logits
+        return cache, draft_cache, logits, feat
 
     with jax.named_scope("prefill"):
-        carry = (cache, draft_cache, jnp.zeros((B, m.target_cfg.vocab_size), jnp.float32))
+        feat = None if m.head is None else jnp.zeros((B, m.target_cfg.hidden_size), m.target.embed.dtype)
+        carry = (cache, draft_cache, jnp.zeros((B, m.target_cfg.vocab_size), jnp.float32), feat)
         if prompts.shape[1] == c:  # one chunk: no loop
-            cache, draft_cache, logits = chunk(0, carry)
+            cache, draft_cache, logits, feat = chunk(0, carry)
         else:
-            cache, draft_cache, logits = jax.lax.fori_loop(0, -(-jnp.max(prompt_lens) // c), chunk, carry)
+            cache, draft_cache, logits, feat = jax.lax.fori_loop(0, -(-jnp.max(prompt_lens) // c), chunk, carry)
         keys, use = sampling.split_keys(keys, 2)
         first, _ = draw(use, logits, sampler)
     last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
-    return cache, draft_cache, first, last, keys
+    return cache, draft_cache, first, last, keys, feat
 
 
 def _resync(m: Models, dc: KVCache, tokens, at):
@@ -156,22 +192,35 @@ def _resync(m: Models, dc: KVCache, tokens, at):
     return kvcache.commit(dc, k, v, at + 1), _pick(logits, at)
 
 
-def _rollout(m: Models, dc: KVCache, logits, sampler: Sampler, keys):
-    """K draft-model tokens [B, K] and q [B, K, V] (None when greedy) from the logits [B, V] at `next`:
-    the first draw, then K - 1 single-token steps in a fori_loop (one traced step, whatever K)."""
+def _model_step(m: Models, d, aux, dc):
+    """One draft-model token: d [B] -> (logits [B, V], None, new rows)."""
+    logits, kv = m.draft_forward(d[:, None], dc)
+    return logits[:, -1], None, kv
+
+
+def _head_step(m: Models, d, h, hc):
+    """One head step: d [B] and the head's own last output h [B, E] -> (logits [B, V], next h, new rows)."""
+    logits, h, kv = m.head_forward(d[:, None], h[:, None], hc)
+    return logits[:, -1], h[:, -1], kv
+
+
+def _rollout(m: Models, dc: KVCache, logits, sampler: Sampler, keys, step_fn=_model_step, aux=None):
+    """K draft tokens [B, K] and q [B, K, V] (None when greedy) from the logits [B, V] at `next`: the first
+    draw, then K - 1 single-token steps of step_fn in a fori_loop (one traced step, whatever K). aux is what
+    a step passes to the next besides the token: nothing for a draft model, the head's output feature."""
     K = m.lookahead
     d, q = draw(keys[0], logits, sampler)
     drafts = jnp.zeros((d.shape[0], K), jnp.int32).at[:, 0].set(d)
     qs = None if q is None else jnp.zeros((*drafts.shape, q.shape[-1]), q.dtype).at[:, 0].set(q)
 
     def step(i, carry):  # feeds d_i (at index i - 1), draws d_{i+1} (at index i)
-        dc, d, drafts, qs = carry
-        logits, (k, v) = m.draft_forward(d[:, None], dc)
+        dc, d, aux, drafts, qs = carry
+        logits, aux, (k, v) = step_fn(m, d, aux, dc)
         dc = kvcache.commit(dc, k, v, jnp.ones_like(d))
-        d, q = draw(keys[i], logits[:, -1], sampler)
-        return dc, d, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
+        d, q = draw(keys[i], logits, sampler)
+        return dc, d, aux, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
 
-    dc, _, drafts, qs = jax.lax.fori_loop(1, K, step, (dc, d, drafts, qs))
+    dc, _, _, drafts, qs = jax.lax.fori_loop(1, K, step, (dc, d, aux, drafts, qs))
     return drafts, qs, dc
 
 
@@ -216,7 +265,19 @@ def draft_combined(m: Models, s: DecodeState, sampler: Sampler, keys):
     return drafts, q, dc
 
 
-DRAFTERS = {"model": draft_model, "ngram": draft_ngram, "ngram+model": draft_combined}
+def draft_head(m: Models, s: DecodeState, sampler: Sampler, keys):
+    """The head's K tokens: the last round's committed pairs first (s.head_feed, at positions cache.length - n
+    .. cache.length - 1; the slots past them may hold the head's rejected steps), then K - 1 steps on its own
+    features."""
+    f = s.head_feed
+    hc = s.draft_cache.replace(length=s.cache.length - f.n)
+    logits, h, (k, v) = m.head_forward(f.tokens, f.feats, hc)
+    hc = kvcache.commit(hc, k, v, f.n)
+    at = jnp.maximum(f.n - 1, 0)  # the pair ending at `next` (n = 0: a finished row, nothing to draft)
+    return _rollout(m, hc, _pick(logits, at), sampler, keys, _head_step, _pick(h, at))
+
+
+DRAFTERS = {"model": draft_model, "ngram": draft_ngram, "ngram+model": draft_combined, "head": draft_head}
 
 
 def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
@@ -265,7 +326,10 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
             drafts, q = jnp.zeros((s.next.shape[0], 0), jnp.int32), None
     fed = jnp.concatenate([s.next[:, None], drafts], 1)  # [B, K+1] at positions length + 0..K
     with jax.named_scope("verify"):
-        logits, (k, v) = m.target_forward(fed, s.cache)
+        if s.head_feed is not None:
+            logits, (k, v), feats = m.target_features(fed, s.cache)
+        else:
+            logits, (k, v) = m.target_forward(fed, s.cache)
     with jax.named_scope("accept"):
         a, nxt = accept(sampler, logits, drafts, q, accept_keys)
     n_commit = jnp.where(s.done, 0, a + 1)
@@ -276,11 +340,14 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     tokens, count, done = emit(s, seq, a + 1, max_new, eos_ids)
     # the history gains what the cache gained, shifted by one: d_1..d_a and the new next
     history = None if s.history is None else write_tokens(s.history, s.cache.length + 1, seq, n_commit)
+    # the head's next pairs: the feature at length + j with the token after it, seq[:, j] (d_{j+1}, or `nxt`
+    # at j = a)
+    head_feed = None if s.head_feed is None else HeadFeed(feats, seq, n_commit)
     active = ~s.done
     return s.replace(
         tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
         done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
-        cache=cache, draft_cache=draft_cache, history=history,
+        cache=cache, draft_cache=draft_cache, history=history, head_feed=head_feed,
     )
 
 
@@ -289,17 +356,22 @@ def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, ca
     B = prompts.shape[0]
     N = cache.capacity  # output buffer: a row emits at most capacity - its prompt (max_new + K + 1) tokens
     keys = jax.vmap(jax.random.key)(seeds)
-    cache, draft_cache, first, last, keys = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
-                                                    keys)
+    cache, draft_cache, first, last, keys, feat = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
+                                                          keys)
     zeros = jnp.zeros((B,), jnp.int32)
     history = None
     if m.ngram:  # the prompt, then `next` at position prompt_len (padding past it is never read)
         history = jnp.zeros((B, cache.capacity), jnp.int32).at[:, : prompts.shape[1]].set(prompts)
         history = write_tokens(history, prompt_lens, first[:, None], jnp.ones_like(zeros))
+    head_feed = None
+    if m.head is not None and m.lookahead:  # one real pair: the last prompt position's feature, `next`
+        K1 = m.lookahead + 1
+        head_feed = HeadFeed(jnp.zeros((B, K1, feat.shape[-1]), feat.dtype).at[:, 0].set(feat),
+                             jnp.zeros((B, K1), jnp.int32).at[:, 0].set(first), jnp.ones_like(zeros))
     s = DecodeState(
         tokens=jnp.zeros((B, N), jnp.int32), count=zeros, next=first, last=last,
         done=jnp.zeros((B,), bool), keys=keys, rounds=zeros, accepted=zeros,
-        cache=cache, draft_cache=draft_cache, history=history,
+        cache=cache, draft_cache=draft_cache, history=history, head_feed=head_feed,
     )
     tokens, count, done = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
     return s.replace(tokens=tokens, count=count, done=done)

@@ -105,22 +105,33 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
     Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
     [B, n, Hkv, D] in the cache's rotated basis, for kvcache.commit.
     """
+    logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl)
+    return logits, kv
+
+
+def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None, taps: tuple[int, ...], *,
+                 attn_impl: str = "reference"):
+    """forward, and the residual stream entering each layer j of taps (j = L: after the last layer, before
+    the final norm), concatenated in taps' order: [B, n, len(taps) * E] (an EAGLE-3 head's input)."""
     B, n = tokens.shape
     length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
     pos = length[:, None] + jnp.arange(n)  # [B, n]
     kv = cache.kv if cache is not None else None
     x = params.embed[tokens]
-    new_k, new_v = [], []
+    new_k, new_v, tapped = [], [], {}
     for i, lp in enumerate(params.layers):
+        tapped[i] = x
         with jax.named_scope(f"layer{i}"):
             layer_cache = cache.layers[i] if cache is not None else None
             x, k, v = _block(lp, x, pos, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
             new_k.append(k)
             new_v.append(v)
+    tapped[len(params.layers)] = x
     x = rms_norm(x, params.norm, cfg.rms_eps)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = einsum_f32("bne,ev->bnv", x, head)
-    return logits, (new_k, new_v)
+    features = jnp.concatenate([tapped[j] for j in taps], -1) if taps else None
+    return logits, (new_k, new_v), features
 
 
 def block(lp: Layer, x, pos, layer_cache, length, *, cfg: ModelConfig, kv, attn_impl: str):

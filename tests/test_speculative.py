@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jspec import decode, kvcache, model, ngram, speculative
+from jspec import decode, head, kvcache, model, ngram, speculative
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
 from jspec.engine import Engine
 from jspec.sampling import Sampler, sample, warp
@@ -76,12 +76,22 @@ def _draft(kind, target="random"):
     return target.replace(lm_head=target.lm_head + noise)
 
 
+@functools.cache
+def _head(kind):
+    """An EAGLE-3 head for CFG's target with random weights: any head is lossless. 'full': the target's
+    vocabulary; 'reduced': a draft vocabulary of 48 of its 64 tokens (d2t maps them back, 16 never drafted)."""
+    hcfg = head.HeadConfig(head.layer_config(CFG, 2, 1, 48), CFG.vocab_size if kind == "full" else 48, (0, 1, 2))
+    d2t = None if kind == "full" else np.sort(np.random.default_rng(4).choice(CFG.vocab_size, 48, False)) - np.arange(48)
+    return hcfg, head.init_head(hcfg, jax.random.key(11), std=0.3, d2t=d2t)
+
+
 _programs = {}
 
 
 def _program(args: decode.ProgramArgs):
     """The compiled generate program for these argument shapes/statics (one compile each)."""
-    key = (args.cache.kv, args.cache.capacity, args.models.lookahead, args.models.draft_mode, args.sampler.greedy)
+    key = (args.cache.kv, args.cache.capacity, args.models.lookahead, args.models.draft_mode, args.sampler.greedy,
+           args.models.head_cfg)
     if key not in _programs:
         lowered = decode.generate_program.lower(*args)
         _programs[key] = lowered.compile(_COMPILE)
@@ -93,13 +103,17 @@ def _generate(mode, K, draft=None, sampler=None, eos=NO_EOS, poison=None, draft_
     """Runs the generate program; returns the final DecodeState as numpy."""
     kv = KVS[mode]
     cap = P + MAX_NEW + K + 1
-    with_model = K > 0 and draft is not None
+    with_model = K > 0 and draft is not None and draft_mode != "head"
     m = decode.Models(_target(target), _draft(draft, target) if with_model else None, CFG,
                       CFG if with_model else None, K, draft_mode=draft_mode)
     cache = kvcache.init_cache(CFG, kv, B, cap, jnp.float32, K)
     if poison is not None:
         cache = poison(cache)
     dcache = kvcache.init_cache(CFG, KVConfig("bf16"), B, cap, jnp.float32) if with_model else None
+    if K > 0 and draft_mode == "head":  # draft names the head: "full" or "reduced"
+        hcfg, hp = _head(draft)
+        m = m.replace(head=hp, head_cfg=hcfg)
+        dcache = kvcache.init_cache(hcfg.layer, KVConfig("bf16"), B, cap, jnp.float32)
     sampler = sampler or Sampler.make(B)
     args = decode.ProgramArgs(m, jnp.asarray(PROMPTS[prompts]()), jnp.asarray(LENS),
                               jnp.full((B,), MAX_NEW, jnp.int32), sampler, jnp.arange(B, dtype=jnp.int32), cache,
@@ -223,6 +237,35 @@ def test_greedy_ngram_with_model_equals_plain():
     s = _generate("int2", K, "near", draft_mode="ngram+model", eos=eos)  # random prompts: few matches
     _assert_output(s, _cut(_plain("int2"), eos))
     assert s.accepted.sum() > 0
+
+
+@pytest.mark.parametrize("mode,K,kind", [("bf16", 3, "reduced"), ("int2", 4, "full")])
+def test_greedy_head_equals_plain(mode, K, kind):
+    """An EAGLE-3 head with random weights (lossless whatever they are), its pairs fed from the prefill and
+    from each round's verify; a row stops at EOS mid-run. The head's cache advances with the target's."""
+    eos = _eos(mode)
+    s = _generate(mode, K, kind, eos=eos, draft_mode="head")
+    _assert_output(s, _cut(_plain(mode), eos))
+    assert (s.accepted <= K * s.rounds).all() and (s.rounds >= 1).all()
+    assert s.draft_cache is not None and s.head_feed is not None
+    if mode != "bf16":
+        return
+    # The head's cache holds, at every position t fed before the last round, the pair (fused target
+    # feature at t, token t + 1): a fresh run of target and head over the emitted sequence gives the same rows
+    # (with a BF16 target cache, whose features a cache-free forward reproduces).
+    hcfg, hp = _head(kind)
+    fed = np.zeros((B, P + MAX_NEW), np.int32)
+    for b in range(B):
+        n = LENS[b] + s.count[b]
+        fed[b, :n] = np.concatenate([_prompts()[b, : LENS[b]], s.tokens[b, : s.count[b]]])
+    _, _, tapped = model.forward_taps(_target(), CFG, jnp.asarray(fed[:, :-1]), None, hcfg.taps)
+    _, _, (k, _) = head.forward(hp, hcfg, _target().embed, jnp.asarray(fed[:, 1:]), head.fuse(hp, tapped))
+    want = np.asarray(k[0]).transpose(0, 2, 1, 3)  # [B, Hkv, T, D]
+    got = np.asarray(s.draft_cache.layers[0].parts()["pinned_k"])
+    for b in range(B):
+        n = min(s.cache.length[b] - K - 1, LENS[b] + s.count[b] - 1)
+        assert n > LENS[b]
+        np.testing.assert_allclose(got[b, :, :n], want[b, :, :n], rtol=1e-4, atol=1e-4, err_msg=f"row {b}")
 
 
 def _walk(jaxpr):
