@@ -17,10 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import checkpoint, decode, kvcache, lookahead, rotation, sharding
+from jspec import checkpoint, decode, eagle3, kvcache, lookahead, rotation, sharding
 from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig, ModelConfig,
                           SamplingConfig)
 from jspec.decode import ProgramArgs
+from jspec.head import HeadConfig, HeadParams
 from jspec.model import Params
 from jspec.sampling import Sampler
 
@@ -56,13 +57,17 @@ class Engine:
     attn_impl: str = "reference"
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.sharding
     ngram: bool = False  # draft by prompt lookup (with the draft model, if any, where it finds no match)
+    head_cfg: HeadConfig | None = None  # an EAGLE-3 head drafting from the target's hidden states
+    head_params: HeadParams | None = None
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
 
     @property
     def draft_mode(self) -> str:
-        """"model", "ngram", "ngram+model" (decode.DRAFTERS) or "none"."""
+        """"model", "ngram", "ngram+model", "head" (decode.DRAFTERS) or "none"."""
+        if self.head_params is not None:
+            return "head"
         model = self.draft_params is not None
         return ("ngram+model" if model else "ngram") if self.ngram else ("model" if model else "none")
 
@@ -228,9 +233,11 @@ class Engine:
 
     def _models(self, K: int) -> decode.Models:
         model = self.draft_params is not None and K > 0  # K = 0: plain decoding, no drafter at all
+        with_head = self.head_params is not None and K > 0
         return decode.Models(self.params, self.draft_params if model else None, self.cfg,
                              self.draft_cfg if model else None, K, self.attn_impl,
-                             self.draft_mode if K else "model")
+                             self.draft_mode if K else "model", self.head_params if with_head else None,
+                             self.head_cfg if with_head else None)
 
     def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
@@ -239,6 +246,8 @@ class Engine:
         draft_cache = None
         if K and self.draft_params is not None:
             draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt)
+        if K and self.head_params is not None:
+            draft_cache = kvcache.init_cache(self.head_cfg.layer, KVConfig("bf16"), B, capacity, dt)
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
         eos = jnp.asarray((gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,), jnp.int32)
         args = ProgramArgs(self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
@@ -391,7 +400,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto") -> Engine:
     """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories.
 
-    draft: a draft model's directory; "auto": the shipped draft when the shipped target is used;
+    draft: a draft model's directory, or an EAGLE-3 head's (its config.json's architectures name
+    LlamaForCausalLMEagle3: jspec.eagle3); "auto": the shipped draft when the shipped target is used;
     "ngram": prompt lookup, no model; "ngram+DIR" or "ngram+auto": the n-gram copy where a row has a
     match, the draft model elsewhere; None/"none": no speculation.
 
@@ -412,8 +422,12 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     ngram, draft = _split_draft(draft)
     if draft == "auto":
         draft = DEFAULT_DRAFT if model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir() else None
-    draft_cfg = draft_params = None
-    if draft not in (None, "none"):
+    draft_cfg = draft_params = head_cfg = head_params = None
+    if draft not in (None, "none") and eagle3.is_head_dir(draft):
+        if ngram:
+            raise ConfigError("an EAGLE-3 head does not combine with ngram: give the head's directory alone")
+        head_cfg, head_params = eagle3.load_head(draft, cfg, jnp.dtype(dtype))
+    elif draft not in (None, "none"):
         draft_cfg, draft_params, dtok = checkpoint.load_model(draft, jnp.dtype(dtype))
         _check_same_tokenizer(tok, dtok, cfg, draft_cfg)
     if attn_impl not in ATTENTION_IMPLS:
@@ -422,8 +436,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     mesh = sharding.resolve_mesh(mesh, cfg)
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
+        head_params = sharding.replicate(head_params, mesh)
     return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, draft_cfg=draft_cfg, draft_params=draft_params,
-                  dtype=dtype, attn_impl=impl, mesh=mesh, ngram=ngram)
+                  dtype=dtype, attn_impl=impl, mesh=mesh, ngram=ngram, head_cfg=head_cfg, head_params=head_params)
 
 
 def _split_draft(draft: str | Path | None) -> tuple[bool, str | Path | None]:

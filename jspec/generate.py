@@ -46,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("models")
     m.add_argument("--model", help="target Hugging Face directory (default: the shipped checkpoints/code-target)")
     m.add_argument("--draft", default="auto",
-                   help="drafter: a draft model's directory; 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
+                   help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
+                        "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
                         "'ngram+auto' (the n-gram copy where it matches, the model elsewhere); 'none' (no "
                         "speculation); 'auto': the shipped draft with the shipped target")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")

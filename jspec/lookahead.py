@@ -6,7 +6,8 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
 (no speculation) unless the best beats plain decoding by MIN_GAIN.
 
 - Costs are measured on the device and shapes at hand by a few small jitted loops (a target forward
-  over n tokens per row for a few n, interpolated in between; one draft-model token; one n-gram lookup),
+  over n tokens per row for a few n, interpolated in between; one draft-model token; one EAGLE-3 head
+  step; one n-gram lookup),
   once per engine and shape, and kept in memory and on disk (cache_root()/lookahead/, keyed by device
   kind, models, KV layout, batch and capacity). The ordinary round overhead (accept, emit, loop) is left
   out of both sides, which favours plain decoding: the gain is under- rather than over-estimated.
@@ -45,7 +46,9 @@ VERIFY_POINTS = (1, 5, 17)  # tokens per row at which the target forward is time
 MIN_GAIN = 1.05  # speculate only if predicted at least this much faster than plain decoding
 # Per-draft acceptance before a call has measured one: a little under the shipped pair's on held-out code
 # (greedy, K = 4: model 0.39 at batch 1; ngram 0.52 and ngram+model 0.68 at batch 8).
-PRIOR_ALPHA = {"model": 0.4, "ngram": 0.45, "ngram+model": 0.55}
+# "head": EAGLE-3's published chain acceptance (tau 2.8-3.5 at K = 7 on Llama-3.1-8B: alpha about 0.65-0.75),
+# taken lower for the short training runs a head gets here; the online estimate corrects it after one call.
+PRIOR_ALPHA = {"model": 0.4, "ngram": 0.45, "ngram+model": 0.55, "head": 0.6}
 PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
 # Spread of per-row alpha across prompts: the slowest of B rows sits about ROW_SPREAD * sqrt(2 ln B) below
 # the mean (the expected maximum of B normals). Fitted to the shipped pair at batch 32 on the H200 (mean
@@ -61,6 +64,7 @@ class Costs:
     verify: tuple[tuple[int, float], ...]  # (n, target forward + commit over n tokens per row), ascending n
     draft_step: float = 0.0  # one draft-model token per row (forward + commit + draw)
     ngram: float = 0.0  # one n-gram lookup over the history and its update
+    head_step: float = 0.0  # one EAGLE-3 head token per row (forward + commit + draw)
 
     def verify_at(self, n: int) -> float:
         """Piecewise-linear between the measured n (the cost is flat, then linear: an upper bound)."""
@@ -70,13 +74,18 @@ class Costs:
     def draft(self, mode: str, K: int) -> float:
         """One round's drafting: K draft-model tokens (the resync forward and K - 1 steps) and/or a lookup.
         ngram+model is costed as if the model ran every round (it skips its K - 1 steps when every row
-        matches): an upper bound."""
+        matches): an upper bound. A head round is its resync forward (K + 1 pairs, costed as one step: both
+        read the same weights) and K - 1 steps; its features come with the verify forward (one fc matmul,
+        not timed: the verify is timed without it)."""
+        if mode == "head":
+            return K * self.head_step
         model = K * self.draft_step if mode in ("model", "ngram+model") else 0.0
         return model + (self.ngram if mode in ("ngram", "ngram+model") else 0.0)
 
     def as_ms(self) -> dict:
         return dict(verify={str(n): round(t * 1e3, 4) for n, t in self.verify},
-                    draft_step=round(self.draft_step * 1e3, 4), ngram=round(self.ngram * 1e3, 4))
+                    draft_step=round(self.draft_step * 1e3, 4), ngram=round(self.ngram * 1e3, 4),
+                    head_step=round(self.head_step * 1e3, 4))
 
 
 def expected_tokens(alpha: float, K: int) -> float:
@@ -212,6 +221,21 @@ def _draft_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> f
     return _per_step(step, m.replace(target=None), carry, steps)
 
 
+def _head_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> float:
+    """One head token: a forward on the token and the head's own last feature, the commit, the argmax."""
+    def step(m, carry):
+        tok, h, cache = carry
+        logits, h, (k, v) = m.head_forward(tok, h, cache)
+        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
+        return jnp.argmax(logits, -1).astype(jnp.int32), h, cache
+
+    cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
+    tok, cache = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
+    h = jnp.zeros((B, 1, m.target_cfg.hidden_size), dtype)
+    h = h if mesh is None else sharding.shard_batch(h, mesh)
+    return _per_step(step, m.replace(draft=None), (tok, h, cache), steps)
+
+
 def _ngram_cost(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> float:
     """One lookup of K drafts over a [B, capacity] history and their write into it."""
     def step(m, history):
@@ -239,11 +263,15 @@ def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int,
         if m.draft is not None:
             draft = _cached(memo, dict(part="draft", model=m.draft_cfg, **shapes),
                             lambda: _draft_cost(m, B, capacity, context, dtype, mesh, steps))
+        head = 0.0
+        if m.head is not None:
+            head = _cached(memo, dict(part="head", model=m.head_cfg, **shapes),
+                           lambda: _head_cost(m, B, capacity, context, dtype, mesh, steps))
         lookup = 0.0
         if m.ngram:
             lookup = _cached(memo, dict(part="ngram", K=k_max, **shapes),
                              lambda: _ngram_cost(m, B, capacity, context, k_max, mesh, steps))
-    return Costs(tuple(zip(points, verify)), draft, lookup)
+    return Costs(tuple(zip(points, verify)), draft, lookup, head)
 
 
 # ----------------------------------------------------------------------------------- the disk cache

@@ -6,7 +6,7 @@ NamedShardings and GSPMD propagates them through the loop.
   with their queries, and w_gu by MLP unit; wo and w_down split by input row, so each layer costs one
   all-reduce after attention and one after the MLP. rot_k split by KV head. lm_head split by
   vocabulary when tp divides it; embedding and norms replicated.
-- draft: replicated. It is small, and every tp shard runs it for its own dp rows.
+- draft model or EAGLE-3 head: replicated. It is small, and every tp shard runs it for its own dp rows.
 - caches [B, Hkv, X, ...] (BF16 rows, INT2 codes, scales, zeros alike): rows over "dp", KV heads over
   "tp" for the target; the draft cache over "dp" only. Lengths and every other [B, ...] input over "dp".
 The batch must divide by dp: the engine pads it with dummy rows (engine.pad_rows).
@@ -123,7 +123,8 @@ def shard_batch(tree, mesh: Mesh):
 def shard_program_args(mesh: Mesh, args: ProgramArgs) -> ProgramArgs:
     """decode.generate_program's arguments placed on the mesh."""
     m = args.models
-    m = m.replace(target=shard_params(m.target, m.target_cfg, mesh), draft=replicate(m.draft, mesh))
+    m = m.replace(target=shard_params(m.target, m.target_cfg, mesh), draft=replicate(m.draft, mesh),
+                  head=replicate(m.head, mesh))
     prompts, prompt_lens, max_new, sampler, seeds = shard_batch(
         (args.prompts, args.prompt_lens, args.max_new, args.sampler, args.seeds), mesh)
     draft_cache = None if args.draft_cache is None else shard_cache(args.draft_cache, mesh, heads=False)

@@ -439,9 +439,45 @@ def _q(kind, ctx):
     return x / x.sum()
 
 
+@functools.cache
+def _head_q_program():
+    """A tiny EAGLE-3 head over V tokens (draft vocabulary: 3 of them, token 2 never drafted) and a jitted
+    (feature [E], token) -> (q1 [V], q2 [V, V]): the head's distribution of d1 after the pair, and of d2
+    after each d1 on its own feature, through decode's head step and the sampler's warp (temperature 1)."""
+    cfg = ModelConfig("llama", V, 8, 8, 1, 2, 1, 4, max_position=16)
+    hcfg = head.HeadConfig(head.layer_config(cfg, 2, 1, 8), 3, (0, 1, 2))
+    hp = head.init_head(hcfg, jax.random.key(5), std=0.8, d2t=np.array([0, 0, 1]))  # drafts 0, 1, 3
+    embed = jax.random.normal(jax.random.key(6), (V, 8))
+    m = decode.Models(model.Params(embed, (), jnp.ones(8)), None, cfg, None, 2, draft_mode="head", head=hp,
+                      head_cfg=hcfg)
+    warp1 = lambda logits: warp(logits, Sampler.make(logits.shape[0], temperature=1.0))
+
+    @jax.jit
+    def q_tables(feat, tok):
+        hc = kvcache.init_cache(hcfg.layer, KVConfig("bf16"), 1, 8, jnp.float32)
+        logits, h, (k, v) = m.head_forward(tok[None, None], feat[None, None], hc)
+        hc = kvcache.commit(hc, k, v, jnp.ones((1,), jnp.int32))
+        step = lambda d: decode._head_step(m, d[None], h[:, -1], hc)[0][0]
+        return warp1(logits[:, -1])[0], warp1(jax.vmap(step)(jnp.arange(V)))
+
+    return q_tables
+
+
+def _head_q(ctx):
+    """q [V] for d1 and [V, V] for d2 given d1 at ctx: the head fed a feature drawn per context."""
+    feat = np.random.default_rng([3, len(ctx), *ctx]).standard_normal(8).astype(np.float32)
+    q1, q2 = (np.asarray(x, np.float64) for x in _head_q_program()(jnp.asarray(feat), jnp.int32(ctx[-1] if ctx else 0)))
+    return q1 / q1.sum(), q2 / q2.sum(-1, keepdims=True)  # float64 sums of exactly 1 (zeros stay zeros)
+
+
 def _proposals(kind, ctx):
     """[(drafts (d1, d2), probability of drafting them, q [2, V])] of a round at ctx. The q tables draw
-    d1 from q(ctx) and d2 from q(ctx + d1); the n-gram drafter copies both (decode's point mass)."""
+    d1 from q(ctx) and d2 from q(ctx + d1); the n-gram drafter copies both (decode's point mass); the head
+    draws from its own distributions."""
+    if kind == "head":
+        q1, q2 = _head_q(ctx)
+        return [((d1, d2), q1[d1] * q2[d1, d2], np.stack([q1, q2[d1]]))
+                for d1, d2 in itertools.product(range(V), repeat=2) if q1[d1] * q2[d1, d2] > 0]
     if kind == "ngram":
         history = jnp.asarray([LOOKUP_PREFIX + ctx], jnp.int32)
         d, _ = ngram.propose(history, jnp.asarray([history.shape[1]]), 2)
@@ -496,11 +532,12 @@ def _target_dist(kind, n):
     return out
 
 
-@pytest.mark.parametrize("kind", TABLES + ["ngram"])
+@pytest.mark.parametrize("kind", TABLES + ["ngram", "head"])
 def test_exact_enumeration_matches_target(kind):
     """The first 1, 2 and 3 emitted tokens (the 3rd covers the bonus token after a full accept) are
     jointly distributed as the target's: total variation <= 1e-6 in float64. "ngram": the prompt-lookup
-    drafter's copies of the history, with their point-mass q."""
+    drafter's copies of the history, with their point-mass q. "head": an EAGLE-3 head's own distributions
+    (a reduced draft vocabulary: one token it never drafts)."""
     with jax.enable_x64(True):
         for n in (1, 2, 3):
             got, want = _emitted_dist(kind, (), n), _target_dist(kind, n)
@@ -598,18 +635,22 @@ def test_warp_keeps_the_top_token_for_tiny_top_p():
 
 
 @pytest.mark.parametrize("draft_mode,target,prompts", [("model", "random", "random"),
-                                                      ("ngram+model", "repeater", "repeats")])
+                                                      ("ngram+model", "repeater", "repeats"),
+                                                      ("head", "random", "random")])
 def test_temperature_zero_rows_are_exactly_greedy(draft_mode, target, prompts):
     """Rows at temperature 0 inside a sampled batch emit the greedy tokens; the sampled row runs (with
-    both drafters: copies carry a point-mass q, model drafts their own)."""
+    both drafters: copies carry a point-mass q, model drafts their own; and with a head, whose q covers
+    a reduced vocabulary)."""
     K = 3
     sampler = Sampler.make(B, temperature=jnp.array([0.0, 1.0, 0.0]), top_k=jnp.array([0, 8, 3]),
                            top_p=jnp.array([1.0, 0.9, 0.5]))
     assert not sampler.greedy
-    s = _generate("bf16", K, "near", sampler=sampler, draft_mode=draft_mode, target=target, prompts=prompts)
+    s = _generate("bf16", K, "reduced" if draft_mode == "head" else "near", sampler=sampler, draft_mode=draft_mode,
+                  target=target, prompts=prompts)
     plain = _plain("bf16", target, prompts)
     for b in (0, 2):
         assert s.count[b] == MAX_NEW
         np.testing.assert_array_equal(s.tokens[b, :MAX_NEW], plain[b])
     assert s.count[1] == MAX_NEW and ((0 <= s.tokens[1]) & (s.tokens[1] < CFG.vocab_size)).all()
-    assert (s.accepted[[0, 2]] > 0).all()  # greedy rows still accept drafts
+    if draft_mode != "head":  # a random head is rarely right
+        assert (s.accepted[[0, 2]] > 0).all()  # greedy rows still accept drafts
