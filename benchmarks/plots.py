@@ -87,7 +87,7 @@ def speculative_modes_vs_k(spec: dict, out: Path, batch: int | None = None) -> N
     for (i, w), (j, kv) in ((x, y) for x in enumerate(workloads) for y in enumerate(kvs)):
         ax = axes[i][j]
         sel = [r for r in rows if r["workload"] == w and r["kv"] == kv]
-        for c, mode in enumerate(("model", "ngram", "ngram+model")):
+        for c, mode in enumerate(("model", "ngram", "ngram+model", "head")):
             pts = sorted([(0, 1.0)] + [(r["K"], r["speedup"]) for r in sel if r["mode"] == mode
                                        and r["lookahead"] != "auto"])
             color = plt.cm.tab10(c)

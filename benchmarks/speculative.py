@@ -10,7 +10,8 @@ Workloads, both held out from training (validation-split stdlib files):
   two lines of that rewrite: the continuation repeats or modifies code in the prompt (what prompt lookup
   serves; the shipped target is a small model and does not always copy).
 Modes (jspec.load's draft): none (plain decoding), model (the shipped draft), ngram (prompt lookup),
-ngram+model (both). Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
+ngram+model (both), head (an EAGLE-3 head: --head DIR, default checkpoints/code-head when it exists;
+"random" for a random one of the trained shape, which only checks the plumbing: its tau is ~1). Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
 each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others).
 
 tokens/s = new tokens / decode_s (the compiled program's time, without compilation), median of --reps
@@ -20,7 +21,10 @@ acceptance estimate is reset per workload), reports its first choice, then calls
 repeats (the online estimate settles) before timing. Every program is compiled once: the modes of a KV
 share one engine's program cache, and both workloads fall in the same prompt bucket (256 tokens).
 A time budget (--budget-s) skips what is left, in priority order, and records what it skipped.
---hf adds HF transformers generate/assisted generation; --llama8b the 8B-shaped step costs (part B).
+--hf adds HF transformers generate/assisted generation; --llama8b the 8B-shaped step costs (part B):
+the 0.6B-shaped draft model's and a Llama-3-8B-EAGLE-3-shaped head's (random weights), each measured
+(target step, verify, verify with the head's features, draft/head step) and the speed-up they imply at the
+tau the shipped pair measured in this run (derived, not measured: the 8B shapes have random weights).
 """
 
 from __future__ import annotations
@@ -40,16 +44,20 @@ import jax.numpy as jnp
 import numpy as np
 
 import jspec
-from jspec import data, engine, model, rotation
+from jspec import data, decode, eagle3, engine, head, kvcache, lookahead, model, rotation
 from jspec.config import KVConfig, ModelConfig
 
 from decode import LLAMA3_8B, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_norm=True, max_position=140000)
-MODES = ("model", "ngram", "ngram+model")  # the draft modes; "none" is the plain baseline
-SWEEP = {"model": (1, 2, 4, 8), "ngram": (1, 2, 4, 8, 16), "ngram+model": (1, 2, 4, 8)}  # K at batch 1
+# Llama-3.1-8B's EAGLE-3 head (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): one Llama layer of the target's shape,
+# a 32000-token draft vocabulary, vLLM's default taps (2, L // 2, L - 3)
+LLAMA3_8B_EAGLE3 = head.HeadConfig(head.layer_config(LLAMA3_8B, 32, 8, 14336), 32000, (2, 16, 29))
+MODES = ("model", "ngram", "ngram+model", "head")  # the draft modes; "none" is the plain baseline
+SWEEP = {"model": (1, 2, 4, 8), "ngram": (1, 2, 4, 8, 16), "ngram+model": (1, 2, 4, 8), "head": (1, 2, 4, 6, 8)}
 FULL = dict(kvs=("bf16", "int2"), batches=(1, 8, 32), sweep=SWEEP, fixed=4, max_new=128, reps=3)
 SMALL = dict(kvs=("bf16",), batches=(1,), sweep={m: (2,) for m in MODES}, fixed=None, max_new=24, reps=1)
+DEFAULT_HEAD = engine.CHECKPOINTS / "code-head"
 PROMPT_TOKENS = (130, 250)  # both workloads in the 256-token bucket: one program serves both
 
 
@@ -141,33 +149,50 @@ def measure(eng, prompts, gen, reps: int) -> dict:
     return row
 
 
-def engines(kv: str) -> dict:
+def engines(kv: str, head_dir) -> dict:
     """{mode: Engine} for one KV mode. They are copies of one engine (dataclasses.replace keeps its
     program and cost caches), so the K = 0 program that several modes run is compiled once."""
     base = jspec.load(draft="auto", kv=KVConfig(kv))
     no_model = dict(draft_cfg=None, draft_params=None)
-    return {"none": dataclasses.replace(base, **no_model), "model": base,
-            "ngram": dataclasses.replace(base, ngram=True, **no_model), "ngram+model": dataclasses.replace(base, ngram=True)}
+    out = {"none": dataclasses.replace(base, **no_model), "model": base,
+           "ngram": dataclasses.replace(base, ngram=True, **no_model), "ngram+model": dataclasses.replace(base, ngram=True)}
+    if head_dir is not None:
+        hcfg, hp = load_head(head_dir, base.cfg)
+        out["head"] = dataclasses.replace(base, head_cfg=hcfg, head_params=hp, **no_model)
+    return out
 
 
-def jobs(cfg: dict) -> list[tuple]:
+def load_head(head_dir, cfg: ModelConfig):
+    """(HeadConfig, HeadParams) from a directory, or "random": a random head of train_head's default shape."""
+    if head_dir != "random":
+        return eagle3.load_head(head_dir, cfg)
+    from jspec import train_head
+
+    tc = train_head.HeadTrainConfig()
+    hcfg = head.HeadConfig(head.layer_config(cfg, tc.num_heads, tc.num_kv_heads, tc.intermediate_size),
+                           tc.draft_vocab, train_head.train_taps(cfg.num_layers))
+    return hcfg, head.init_head(hcfg, jax.random.key(0), jnp.bfloat16, d2t=np.zeros(tc.draft_vocab, np.int32))
+
+
+def jobs(cfg: dict, modes) -> list[tuple]:
     """(kv, batch, mode, lookahead) in priority order: auto and plain at every batch, then the fixed K."""
     first = [(kv, B, mode, "auto" if mode != "none" else 0) for B in cfg["batches"] for kv in cfg["kvs"]
-             for mode in ("none",) + MODES]
-    sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in MODES for K in cfg["sweep"][mode]]
+             for mode in ("none",) + modes]
+    sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in modes for K in cfg["sweep"][mode]]
     fixed = [(kv, B, mode, cfg["fixed"]) for B in cfg["batches"] if B > 1 and cfg["fixed"]
-             for kv in cfg["kvs"] for mode in MODES]
+             for kv in cfg["kvs"] for mode in modes]
     return first + sweep + fixed
 
 
-def grid(cfg: dict, workloads: dict, budget_s: float) -> tuple[list, list]:
-    """Runs every job on every workload; returns (rows, skipped jobs)."""
+def grid(cfg: dict, workloads: dict, budget_s: float, head_dir=None) -> tuple[list, list]:
+    """Runs every job on every workload; returns (rows, skipped jobs). No head_dir: no head mode."""
     t0, rows, skipped, engs, plain = time.perf_counter(), [], [], {}, {}
-    for kv, B, mode, K in jobs(cfg):
+    modes = MODES if head_dir is not None else tuple(m for m in MODES if m != "head")
+    for kv, B, mode, K in jobs(cfg, modes):
         if time.perf_counter() - t0 > budget_s:
             skipped.append(dict(kv=kv, batch=B, mode=mode, lookahead=K))
             continue
-        eng = (engs.get(kv) or engs.setdefault(kv, engines(kv)))[mode]
+        eng = (engs.get(kv) or engs.setdefault(kv, engines(kv, head_dir)))[mode]
         gen = jspec.GenerateConfig(max_new_tokens=cfg["max_new"], lookahead=K)
         for name, prompts in workloads.items():
             eng._seen.clear()  # auto starts from the prior on each workload (a fresh engine's state)
@@ -236,6 +261,48 @@ def hf_rows(prompts, max_new: int) -> list:
     return rows
 
 
+def part_b_head(tau: float | None, K: int = 4, ctx: int = 8192, small: bool = False) -> dict:
+    """The 8B shape with a Llama-3-8B-EAGLE-3-shaped head (random weights), INT2 KV, batch 1. Measured by the
+    loops --lookahead auto uses (jspec.lookahead: a target forward over 1 and K + 1 tokens, one head token),
+    plus the verify forward with the head's features (the three taps and fc), which a head round pays.
+    Derived: the speed-up at the head's tau on the shipped pair, tau * step / (K * head step + verify).
+    small: a stand-in 1/16 the width and 4 layers, reference attention, 512 tokens (a CPU check of the code)."""
+    cfg, hcfg = LLAMA3_8B, LLAMA3_8B_EAGLE3
+    if small:
+        cfg = dataclasses.replace(cfg, vocab_size=8192, hidden_size=256, intermediate_size=896, num_layers=4,
+                                  num_heads=2, num_kv_heads=1)
+        hcfg = head.HeadConfig(head.layer_config(cfg, 2, 1, 896), 2048, (1, 2, 3))
+        ctx = 512
+    target = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
+    target = rotation.apply_rotations(target, cfg, *rotation.hadamard_rotations(cfg))
+    d2t = np.sort(np.random.default_rng(0).choice(cfg.vocab_size, hcfg.draft_vocab, False)) - np.arange(hcfg.draft_vocab)
+    hp = head.init_head(hcfg, jax.random.key(1), jnp.bfloat16, d2t=d2t)
+    m = decode.Models(target, None, cfg, None, K, "reference" if small else "pallas", "head", hp, hcfg)
+    int2, cap = KVConfig("int2"), ctx + 64
+    costs = lookahead.measure(m, int2, 1, cap, ctx, K, jnp.bfloat16)
+
+    def verify_features(m, carry):  # the verify forward of a head round: logits and features, commit of none
+        tok, cache = carry
+        logits, (k, v), f = m.target_features(tok, cache)
+        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
+        return jnp.argmax(logits, -1).astype(jnp.int32) + (f[..., 0] > 1e30), cache  # f used: fc is not elided
+
+    cache = kvcache.init_cache(cfg, int2, 1, cap, jnp.bfloat16, K)
+    cache = cache.replace(length=jnp.full((1,), ctx, jnp.int32))
+    t_verify_f = lookahead._per_step(verify_features, m, (jnp.zeros((1, K + 1), jnp.int32), cache), 8)
+    t_step, t_verify, t_head = costs.verify_at(1), costs.verify_at(K + 1), costs.head_step
+    lc = hcfg.layer
+    out = dict(ctx=ctx, K=K, small=small, head=dict(hidden=lc.hidden_size, heads=lc.num_heads, kv_heads=lc.num_kv_heads,
+                                                   intermediate=lc.intermediate_size, draft_vocab=hcfg.draft_vocab,
+                                                   taps=list(hcfg.taps)),
+               measured_ms=dict(target_step=t_step * 1e3, verify=t_verify * 1e3, verify_with_features=t_verify_f * 1e3,
+                                head_step=t_head * 1e3),
+               head_step_over_target_step=t_head / t_step)
+    if tau is not None:
+        out.update(tau_from_shipped_pair=tau, derived_speedup=tau * t_step / (K * t_head + t_verify_f))
+    return out
+
+
 def part_b(tau: float, K: int = 4, ctx: int = 8192) -> dict:
     """Measured: target decode step, verify step (K + 1 tokens) and draft step, each a forward plus the
     commit of its rows (decode.time_step). Derived: the speed-up at the shipped pair's tau."""
@@ -261,9 +328,14 @@ def main():
     ap.add_argument("--small", action="store_true", help="a CPU-sized run: bf16, batch 1, K 2 and auto, 24 tokens")
     ap.add_argument("--budget-s", type=float, default=270.0, help="skip the jobs left after this many seconds")
     ap.add_argument("--hf", action="store_true", help="also time HF transformers (needs torch with CUDA)")
-    ap.add_argument("--llama8b", action="store_true", help="also time the 8B-shaped steps (part B)")
+    ap.add_argument("--llama8b", action="store_true", help="also time the 8B-shaped steps (part B; with --small the "
+                    "head part runs at a CPU-sized stand-in shape)")
     ap.add_argument("--batches", help="comma-separated batch sizes instead of the preset's (e.g. 32,64)")
+    ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
+                    "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
     args = ap.parse_args()
+    head_dir = args.head or (DEFAULT_HEAD if DEFAULT_HEAD.is_dir() else "random" if args.small else "none")
+    head_dir = None if head_dir == "none" else head_dir
     cfg = SMALL if args.small else FULL
     if args.batches:
         cfg = dict(cfg, batches=tuple(int(b) for b in args.batches.split(",")))
@@ -271,9 +343,10 @@ def main():
     n = max(cfg["batches"])
     workloads = {"held_out": held_out_prompts(tok, n), "edit": edit_prompts(tok, n)}
     result = dict(device=str(jax.devices()[0]), device_kind=jax.devices()[0].device_kind, jax=jax.__version__,
-                  config={k: v for k, v in cfg.items()}, prompts={k: len(v) for k, v in workloads.items()})
+                  config={k: v for k, v in cfg.items()}, prompts={k: len(v) for k, v in workloads.items()},
+                  head=None if head_dir is None else str(head_dir))
     t0 = time.perf_counter()
-    result["grid"], result["skipped"] = grid(cfg, workloads, args.budget_s)
+    result["grid"], result["skipped"] = grid(cfg, workloads, args.budget_s, head_dir)
     result["grid_s"] = time.perf_counter() - t0
     save(args.out, result)
     if args.hf:
@@ -281,8 +354,13 @@ def main():
         save(args.out, result)
     tau = next((r["tau"] for r in result["grid"] if (r["workload"], r["kv"], r["mode"], r["batch"], r["lookahead"])
                 == ("held_out", "int2", "model", 1, 4)), None)
-    if args.llama8b and tau is not None:  # the shipped draft's tau at K = 4, as measured before
+    if args.llama8b and tau is not None and not args.small:  # the shipped draft's tau at K = 4, as measured before
         result["llama8b_qwen06b"] = part_b(tau)
+        save(args.out, result)
+    if args.llama8b:  # the head's tau at K = 4 on the shipped pair (a trained head's, not a random one's)
+        tau_head = next((r["tau"] for r in result["grid"] if (r["workload"], r["kv"], r["mode"], r["batch"],
+                         r["lookahead"]) == ("held_out", "int2", "head", 1, 4)), None)
+        result["llama8b_eagle3"] = part_b_head(tau_head if head_dir != "random" else None, small=args.small)
         save(args.out, result)
     plot(result, Path(args.out).with_name("speculative_modes_vs_k.png"))
     print(f"grid {result['grid_s']:.0f}s, skipped {len(result['skipped'])} jobs (budget {args.budget_s:.0f}s)")
