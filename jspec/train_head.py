@@ -46,7 +46,7 @@ class HeadTrainConfig:
     eval_reserve: float = 25.0  # seconds kept for the evaluation and export
     prompt_len: int = 64
     gen_len: int = 192
-    gen_batch: int = 128
+    gen_batch: int = 256
     draft_vocab: int = 1024
     num_heads: int = 2
     num_kv_heads: int = 1
