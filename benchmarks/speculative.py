@@ -178,7 +178,10 @@ def jobs(cfg: dict, modes) -> list[tuple]:
     """(kv, batch, mode, lookahead) in priority order: auto and plain at every batch, then the fixed K."""
     first = [(kv, B, mode, "auto" if mode != "none" else 0) for B in cfg["batches"] for kv in cfg["kvs"]
              for mode in ("none",) + modes]
-    sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in modes for K in cfg["sweep"][mode]]
+    if "head" in modes and cfg["fixed"]:  # the head at K = 4, batch 1: the tau part B derives from
+        first += [(kv, 1, "head", cfg["fixed"]) for kv in cfg["kvs"]]
+    sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in modes for K in cfg["sweep"][mode]
+             if (kv, 1, mode, K) not in first]
     fixed = [(kv, B, mode, cfg["fixed"]) for B in cfg["batches"] if B > 1 and cfg["fixed"]
              for kv in cfg["kvs"] for mode in modes]
     return first + sweep + fixed

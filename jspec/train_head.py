@@ -187,7 +187,9 @@ def make_step(hcfg: HeadConfig, tcfg: ModelConfig, tx, ttt: int):
 def evaluate(eng: engine.Engine, hcfg: HeadConfig, hp: HeadParams, prompts: np.ndarray, new: int, K: int = 4) -> dict:
     """Greedy decoding of held-out prompts at batch 1 (BF16 KV), plain and with the head at lookahead K:
     tokens/s (decode time of the compiled program, summed over the prompts), tau = tokens per round, and
-    whether the outputs are equal (they must be)."""
+    which rows have the same output. In bfloat16 a row may differ where two logits tie within rounding (a
+    verify forward over K + 1 tokens rounds differently from a one-token step; the draft model's rows
+    differ at the same places); in float32 they are equal (tests/test_speculative.py)."""
     bf = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x, hp)
     eh = dataclasses.replace(eng, head_cfg=hcfg, head_params=bf, _compiled={}, _costs={}, _seen={})
     out = {}
@@ -200,7 +202,7 @@ def evaluate(eng: engine.Engine, hcfg: HeadConfig, hp: HeadParams, prompts: np.n
         out[name] = dict(tokens_per_s=round(sum(st["new_tokens"] for _, st in res) / decode_s, 1),
                          accept_length=round(float(np.mean([st["accept_length"] for _, st in res])), 3),
                          tokens=[t for t, _ in res])
-    out["greedy_equal"] = out["plain"].pop("tokens") == out["head"].pop("tokens")
+    out["rows_equal_bf16"] = [a == b for a, b in zip(out["plain"].pop("tokens"), out["head"].pop("tokens"))]
     out["speedup"] = round(out["head"]["tokens_per_s"] / out["plain"]["tokens_per_s"], 3)
     out["K"] = K
     return out
