@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python benchmarks/speculative.py --out $OUT/speculative.json          # one GPU, ~5 min
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/speculative.py --small --out /tmp/spec.json  # CPU check
+    PYTHONPATH=. python benchmarks/speculative.py --head checkpoints/code-head --batches 1,8 --llama8b \
+        --out $OUT/speculative_head.json                            # the head against the other modes, 8B shape
 
 Workloads, both held out from training (validation-split stdlib files):
 - held_out: ~600-character pieces cut at line ends (the first piece of each file first: the prompts
@@ -11,7 +13,8 @@ Workloads, both held out from training (validation-split stdlib files):
   serves; the shipped target is a small model and does not always copy).
 Modes (jspec.load's draft): none (plain decoding), model (the shipped draft), ngram (prompt lookup),
 ngram+model (both), head (an EAGLE-3 head: --head DIR, default checkpoints/code-head when it exists;
-"random" for a random one of the trained shape, which only checks the plumbing: its tau is ~1). Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
+"random" for a random one of the trained shape, which only checks the plumbing: its tau is ~1).
+Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
 each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others).
 
 tokens/s = new tokens / decode_s (the compiled program's time, without compilation), median of --reps
@@ -278,7 +281,8 @@ def part_b_head(tau: float | None, K: int = 4, ctx: int = 8192, small: bool = Fa
         ctx = 512
     target = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     target = rotation.apply_rotations(target, cfg, *rotation.hadamard_rotations(cfg))
-    d2t = np.sort(np.random.default_rng(0).choice(cfg.vocab_size, hcfg.draft_vocab, False)) - np.arange(hcfg.draft_vocab)
+    Vd = hcfg.draft_vocab
+    d2t = np.sort(np.random.default_rng(0).choice(cfg.vocab_size, Vd, False)) - np.arange(Vd)
     hp = head.init_head(hcfg, jax.random.key(1), jnp.bfloat16, d2t=d2t)
     m = decode.Models(target, None, cfg, None, K, "reference" if small else "pallas", "head", hp, hcfg)
     int2, cap = KVConfig("int2"), ctx + 64
@@ -334,6 +338,7 @@ def main():
     ap.add_argument("--llama8b", action="store_true", help="also time the 8B-shaped steps (part B; with --small the "
                     "head part runs at a CPU-sized stand-in shape)")
     ap.add_argument("--batches", help="comma-separated batch sizes instead of the preset's (e.g. 32,64)")
+    ap.add_argument("--kvs", help="comma-separated KV modes instead of the preset's (e.g. int2)")
     ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
                     "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
     args = ap.parse_args()
@@ -342,6 +347,8 @@ def main():
     cfg = SMALL if args.small else FULL
     if args.batches:
         cfg = dict(cfg, batches=tuple(int(b) for b in args.batches.split(",")))
+    if args.kvs:
+        cfg = dict(cfg, kvs=tuple(args.kvs.split(",")))
     tok = jspec.load(draft=None, kv=KVConfig("bf16")).tokenizer
     n = max(cfg["batches"])
     workloads = {"held_out": held_out_prompts(tok, n), "edit": edit_prompts(tok, n)}

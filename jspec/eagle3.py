@@ -109,7 +109,8 @@ def host_head(head_dir: Path, hcfg: HeadConfig, dtype) -> HeadParams:
     embed = read("embed_tokens.weight", (V, E), False, dtype) if "embed_tokens.weight" in tensors else None
     return HeadParams(fc=read("fc.weight", (len(hcfg.taps) * E, E), True, dtype), layer=Layer(**fields),
                       hidden_norm=read("midlayer.hidden_norm.weight", (E,), False, dtype),
-                      norm=read("norm.weight", (E,), False, dtype), lm_head=read("lm_head.weight", (E, Vd), True, dtype),
+                      norm=read("norm.weight", (E,), False, dtype),
+                      lm_head=read("lm_head.weight", (E, Vd), True, dtype),
                       d2t=d2t, embed=embed)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import math
 import time
@@ -208,42 +207,48 @@ def evaluate(eng: engine.Engine, hcfg: HeadConfig, hp: HeadParams, prompts: np.n
     return out
 
 
-def run(target_dir: Path, out_dir: Path, tc: HeadTrainConfig) -> dict:
-    t0 = time.perf_counter()
-    end = t0 + tc.time_budget
-    eng = engine.load(target_dir, draft=None, kv=KVConfig("bf16"), mesh=None)
-    tcfg, target = eng.cfg, eng.params
-    rng = np.random.default_rng(tc.seed)
-    n_prompts = tc.gen_batch * 64  # more than the generation share will use
-    seqs = generate(eng, prompt_windows(eng.tokenizer, n_prompts, tc.prompt_len, "train", rng), tc.gen_len,
-                    tc.gen_batch, t0 + tc.gen_share * tc.time_budget, tc.seed)
-    gen_s = time.perf_counter() - t0
-    d2t = draft_vocabulary(seqs, tcfg.vocab_size, min(tc.draft_vocab, tcfg.vocab_size))
-    hcfg = HeadConfig(head.layer_config(tcfg, tc.num_heads, tc.num_kv_heads, tc.intermediate_size), len(d2t),
-                      train_taps(tcfg.num_layers))
-    hp = init(hcfg, target, tcfg, d2t, jax.random.key(tc.seed))
-    coverage = float(np.isin(seqs, np.arange(len(d2t)) + d2t).mean())
-    stop = end - tc.eval_reserve
-    schedule = lambda step: tc.lr * min(1.0, (step + 1) / tc.warmup) * 0.5 * (1 + math.cos(math.pi * min(
-        1.0, (time.perf_counter() - (t0 + gen_s)) / max(stop - t0 - gen_s, 1e-9))))
+def train(hp: HeadParams, hcfg: HeadConfig, eng: engine.Engine, seqs: np.ndarray, tc: HeadTrainConfig, stop: float,
+          rng: np.random.Generator):
+    """AdamW on random batches of seqs until time.perf_counter() passes stop (one step at least): warmup,
+    then cosine decay on elapsed time. Returns (head, steps, [(step, loss, step-0 agreement)] every 50)."""
+    start = time.perf_counter()
+    lr = lambda step: tc.lr * min(1.0, (step + 1) / tc.warmup) * 0.5 * (
+        1 + math.cos(math.pi * min(1.0, (time.perf_counter() - start) / max(stop - start, 1e-9))))
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.inject_hyperparams(optax.adamw)(learning_rate=tc.lr))
     opt = tx.init(hp.replace(d2t=None))
-    step_fn = make_step(hcfg, tcfg, tx, tc.ttt)
-    steps, losses = 0, []
+    step_fn = make_step(hcfg, eng.cfg, tx, tc.ttt)
+    steps, curve = 0, []
     while steps == 0 or time.perf_counter() < stop:
         batch = jnp.asarray(seqs[rng.integers(0, len(seqs), tc.batch)])
-        opt[1].hyperparams["learning_rate"] = jnp.asarray(schedule(steps), jnp.float32)
-        hp, opt, loss, agree = step_fn(hp, opt, target, batch)
+        opt[1].hyperparams["learning_rate"] = jnp.asarray(lr(steps), jnp.float32)
+        hp, opt, loss, agree = step_fn(hp, opt, eng.params, batch)
         steps += 1
-        if steps % 50 == 1:
-            losses.append((steps, float(loss), float(agree)))
+        if steps % 50 == 1:  # a host sync every 50 steps only
+            curve.append((steps, float(loss), float(agree)))
+    return hp, steps, curve
+
+
+def run(target_dir: Path, out_dir: Path, tc: HeadTrainConfig) -> dict:
+    """Data, head, training, evaluation and export (module doc); returns the figures of train_head.json."""
+    t0 = time.perf_counter()
+    eng = engine.load(target_dir, draft=None, kv=KVConfig("bf16"), mesh=None)
+    rng = np.random.default_rng(tc.seed)
+    prompts = prompt_windows(eng.tokenizer, tc.gen_batch * 64, tc.prompt_len, "train", rng)  # more than time allows
+    seqs = generate(eng, prompts, tc.gen_len, tc.gen_batch, t0 + tc.gen_share * tc.time_budget, tc.seed)
+    gen_s = time.perf_counter() - t0
+    d2t = draft_vocabulary(seqs, eng.cfg.vocab_size, min(tc.draft_vocab, eng.cfg.vocab_size))
+    hcfg = HeadConfig(head.layer_config(eng.cfg, tc.num_heads, tc.num_kv_heads, tc.intermediate_size), len(d2t),
+                      train_taps(eng.cfg.num_layers))
+    hp = init(hcfg, eng.params, eng.cfg, d2t, jax.random.key(tc.seed))
+    hp, steps, curve = train(hp, hcfg, eng, seqs, tc, t0 + tc.time_budget - tc.eval_reserve, rng)
     train_s = time.perf_counter() - t0 - gen_s
     val = prompt_windows(eng.tokenizer, tc.eval_prompts, tc.prompt_len, "val", np.random.default_rng(tc.seed + 1))
+    coverage = float(np.isin(seqs, np.arange(len(d2t)) + d2t).mean())  # generated tokens the head can draft
     metrics = dict(evaluate(eng, hcfg, hp, val, tc.eval_new), sequences=len(seqs), tokens=int(seqs.size),
-                   draft_vocab=len(d2t), draft_vocab_coverage=round(coverage, 4), taps=list(hcfg.taps),
-                   steps=steps, loss_curve=losses, generate_s=round(gen_s, 1), train_s=round(train_s, 1),
-                   config=dataclasses.asdict(tc))
-    eagle3.save_head(out_dir, hcfg, jax.tree.map(np.asarray, hp), tcfg)
+                   draft_vocab=len(d2t), draft_vocab_coverage=round(coverage, 4),
+                   taps=list(hcfg.taps), steps=steps, loss_curve=curve, generate_s=round(gen_s, 1),
+                   train_s=round(train_s, 1), config=dataclasses.asdict(tc))
+    eagle3.save_head(out_dir, hcfg, hp, eng.cfg)
     metrics["bytes"] = sum(p.stat().st_size for p in out_dir.iterdir())
     metrics["total_s"] = round(time.perf_counter() - t0, 1)
     (out_dir / "train_head.json").write_text(json.dumps(metrics, indent=2) + "\n")
@@ -251,7 +256,6 @@ def run(target_dir: Path, out_dir: Path, tc: HeadTrainConfig) -> dict:
 
 
 def main(argv=None) -> None:
-    defaults = HeadTrainConfig()
     ap = argparse.ArgumentParser(description="Train an EAGLE-3 head for a target on its own generations.")
     ap.add_argument("--target", type=Path, required=True, help="the target's HF directory")
     ap.add_argument("--out", type=Path, required=True, help="where the head directory is written")

@@ -9,7 +9,6 @@ head directory given as the draft runs the head mode, lossless against plain dec
 
 import json
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

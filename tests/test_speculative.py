@@ -81,7 +81,8 @@ def _head(kind):
     """An EAGLE-3 head for CFG's target with random weights: any head is lossless. 'full': the target's
     vocabulary; 'reduced': a draft vocabulary of 48 of its 64 tokens (d2t maps them back, 16 never drafted)."""
     hcfg = head.HeadConfig(head.layer_config(CFG, 2, 1, 48), CFG.vocab_size if kind == "full" else 48, (0, 1, 2))
-    d2t = None if kind == "full" else np.sort(np.random.default_rng(4).choice(CFG.vocab_size, 48, False)) - np.arange(48)
+    ids = np.sort(np.random.default_rng(4).choice(CFG.vocab_size, 48, False))
+    d2t = None if kind == "full" else ids - np.arange(48)
     return hcfg, head.init_head(hcfg, jax.random.key(11), std=0.3, d2t=d2t)
 
 
