@@ -69,7 +69,8 @@ def train_taps(num_layers: int) -> tuple[int, ...]:
 
 def prompt_windows(tokenizer, n: int, length: int, split: str, rng: np.random.Generator) -> np.ndarray:
     """n windows [n, length] of the stdlib corpus' split, in the target's tokens."""
-    docs = data.split_documents(data.stdlib_root())[split]
+    # read in this process (workers=1): a process pool forked after JAX has started threads may deadlock
+    docs = data.corpus_documents(data.stdlib_root(), with_packages=False, workers=1)[0][split]
     order = rng.permutation(len(docs))
     stream, need = [], n * length * 4  # enough text that windows rarely repeat
     for i in order:
