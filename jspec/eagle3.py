@@ -75,13 +75,13 @@ def head_config_from_hf(hf: dict, target: ModelConfig) -> HeadConfig:
                           f"{target.hidden_size}")
     eagle = hf.get("eagle_config") if isinstance(hf.get("eagle_config"), dict) else {}
     taps = eagle.get("eagle_aux_hidden_state_layer_ids") or hf.get("eagle_aux_hidden_state_layer_ids")
-    taps = check_taps(taps if taps else default_taps(target.num_layers), target.num_layers)
+    taps = tuple(taps) if isinstance(taps, list) else default_taps(target.num_layers)
     draft_vocab = hf.get("draft_vocab_size") or layer.vocab_size
     if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or draft_vocab < 1:
         raise ConfigError(f"field 'draft_vocab_size' must be a positive integer, got {draft_vocab!r}")
     hcfg = HeadConfig(layer, draft_vocab, taps)
-    check_fits(hcfg, target)
-    return hcfg
+    check_fits(hcfg, target)  # sizes first, then the taps
+    return dataclasses.replace(hcfg, taps=check_taps(taps, target.num_layers))
 
 
 def host_head(head_dir: Path, hcfg: HeadConfig, dtype) -> HeadParams:

@@ -59,8 +59,9 @@ def default_taps(num_layers: int) -> tuple[int, ...]:
 
 def check_taps(taps, num_layers: int) -> tuple[int, ...]:
     """taps as an ascending tuple of three distinct residual-stream indices in [0, L]; ConfigError otherwise."""
-    taps = tuple(int(t) for t in taps)
-    if len(taps) != 3 or len(set(taps)) != 3 or not all(0 <= t <= num_layers for t in taps):
+    taps = tuple(taps)
+    ints = all(isinstance(t, int) and not isinstance(t, bool) for t in taps)
+    if len(taps) != 3 or not ints or len(set(taps)) != 3 or not all(0 <= t <= num_layers for t in taps):
         raise ConfigError(f"the head's target layers {list(taps)} must be 3 distinct indices in [0, {num_layers}] "
                           f"for a target of {num_layers} layers (set eagle_aux_hidden_state_layer_ids)")
     return tuple(sorted(taps))

@@ -287,6 +287,16 @@ def foreign_draft(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def misfit_head(tmp_path_factory):
+    """An EAGLE-3 head directory (recognised by its config) whose hidden size is not the shipped target's."""
+    path = tmp_path_factory.mktemp("misfit-head")
+    (path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 8192}))
+    return path
+
+
 BAD = {
     "negative max-new-tokens": (["--max-new-tokens", "-3"], "--max-new-tokens must be >= 1"),
     "negative lookahead": (["--lookahead", "-1"], "--lookahead must be auto or in 0..16"),
@@ -308,15 +318,16 @@ BAD = {
     "missing model directory": (["--model", "/nonexistent/model"], "/nonexistent/model"),
     "missing draft directory": (["--draft", "/nonexistent/draft"], "/nonexistent/draft"),
     "draft with another tokenizer": (["--draft", "FOREIGN"], "tokenizer differs from the target's"),
+    "head that does not fit": (["--draft", "MISFIT"], "hidden_size 64 does not fit the target's hidden_size"),
     "input without output": (["--input", "in.jsonl"], "--input and --output go together"),
     "stream with json": (["--stream", "--json"], "does not combine with --json"),
 }
 
 
 @pytest.mark.parametrize("case", BAD)
-def test_bad_flags_one_line_error(cli, foreign_draft, case):
+def test_bad_flags_one_line_error(cli, foreign_draft, misfit_head, case):
     args, message = BAD[case]
-    args = [foreign_draft if a == "FOREIGN" else a for a in args]
+    args = [{"FOREIGN": foreign_draft, "MISFIT": misfit_head}.get(a, a) for a in args]
     rc, out, err = cli(PROMPT, *args)
     assert rc == 2 and out == ""
     lines = [x for x in err.splitlines() if not x.startswith("note:")]
