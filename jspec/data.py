@@ -159,8 +159,9 @@ def dedupe_and_split(entries) -> tuple[dict[str, list[str]], int]:
 
 
 def split_documents(root: Path) -> dict[str, list[str]]:
-    """{"train": [...], "val": [...]} texts of the standard library alone, in path order."""
-    return corpus_documents(root, with_packages=False)[0]
+    """{"train": [...], "val": [...]} texts of the standard library alone, in path order. Read in this
+    process: callers (benchmarks, head training) have JAX running, and forking a pool then can deadlock."""
+    return corpus_documents(root, with_packages=False, workers=1)[0]
 
 
 def corpus_documents(root: Path, with_packages: bool = True, max_files: int | None = None,
