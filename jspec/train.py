@@ -322,6 +322,7 @@ def run_preset(args) -> None:
                "tokens": int(state.step) * tc.batch * tc.seq_len, "wall_s": float(state.elapsed),
                "best_val_loss": float(state.best_val), "best_step": int(state.best_step),
                "best_tokens": int(state.best_step) * tc.batch * tc.seq_len, "device": str(jax.devices()[0].device_kind),
+               "devices": jax.device_count(),
                "train_config": dataclasses.asdict(tc)}
     Path(args.out, "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics))

@@ -136,7 +136,7 @@ import sys
 import jax, numpy as np
 sys.path.insert(0, sys.argv[2])
 import test_train as t
-state = t.train.train(t.TINY, t._DP_CONFIG, sys.argv[1] + "/run", t._stream(512, 0), t._stream(64, 1))
+state = t._dp_step()
 leaves = jax.tree.leaves(state.params)
 assert jax.device_count() == 2 and all(len(x.sharding.device_set) == 2 for x in leaves)
 try:
@@ -146,7 +146,16 @@ except ValueError as e:
     assert "does not split" in str(e)
 np.savez(sys.argv[1] + "/params.npz", *[np.asarray(x) for x in leaves])
 """
-_DP_CONFIG = train.TrainConfig(steps=2, batch=2, seq_len=16, warmup=1, eval_every=2, save_every=2)
+
+
+def _dp_step():
+    """One train step of TINY on 2 rows, placed as jspec.train.train places them (data_parallel)."""
+    tc = train.TrainConfig(batch=2, seq_len=16)
+    tx = train.make_optimizer(tc)
+    replicated, by_rows = train.data_parallel(tc.batch)
+    state = jax.device_put(train.init_state(TINY, tc, tx), replicated)
+    windows = data.sample_batch(_stream(512, 0), tc.batch, tc.seq_len, np.random.default_rng(0))
+    return train.make_train_step(TINY, tx)(state, jax.device_put(windows, by_rows), 1e-3, None)[0]
 
 
 def test_data_parallel_matches_one_device(tmp_path):
@@ -157,12 +166,11 @@ def test_data_parallel_matches_one_device(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL, str(tmp_path), str(Path(__file__).parent)],
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    one = train.train(TINY, _DP_CONFIG, tmp_path / "one", _stream(512, 0), _stream(64, 1))
-    two = np.load(tmp_path / "params.npz")
-    init = jax.tree.leaves(train.init_params(TINY, jax.random.key(_DP_CONFIG.seed), jnp.float32))
+    one, two = jax.tree.leaves(_dp_step().params), np.load(tmp_path / "params.npz")
+    init = jax.tree.leaves(train.init_params(TINY, jax.random.key(0), jnp.float32))
     # bf16 forwards of 1 and 2 rows round differently, and Adam turns a near-zero gradient into a full
     # step of either sign: on average the runs must agree to a small fraction of how far the params
     # moved (a gradient of one row, or of rows not summed, misses by about the whole move).
-    for i, (x, x0) in enumerate(zip(jax.tree.leaves(one.params), init)):
+    for i, (x, x0) in enumerate(zip(one, init)):
         moved, diff = np.abs(np.asarray(x) - x0).mean(), np.abs(two[f"arr_{i}"] - np.asarray(x)).mean()
         assert diff < 0.1 * moved, (i, diff, moved)

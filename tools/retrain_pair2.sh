@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Issue 18, round 2, in one unattended call on an nvidia-h200-x2 (2 GPUs, 32 cores), ending by END_S:
+#   corpus (round-1 tokenizer, train split quality-filtered) on the CPU cores -> the round-1 target
+#   continued data-parallel on both GPUs -> GPU 0: OSCAR rotations, KV quality, the new target's and
+#   the round-1 pair's metrics || GPU 1: the round-1 draft distilled from the new target, the new
+#   pair's metrics -> $OUT. "old" in the reports is the round-1 pair (checkpoints/ as carried).
+# Every stage runs under `timeout` with a budget taken from fixed milestones (seconds from the start),
+# so the call cannot overrun; whatever finished is packed into $OUT even when a later stage fails.
+#
+#   bash tools/retrain_pair2.sh                       # on the device ($OUT given by the device tool)
+#   SMOKE=1 OUT=/tmp/o bash tools/retrain_pair2.sh    # CPU check: tiny corpus, tiny shapes, 2 fake devices
+#
+# $OUT: log.txt (stage timeline), metrics.json (summary of every report), results.tgz.part-NN (a tar
+# of checkpoints/code-target, checkpoints/code-draft and issue18/ reports + logs, split at 15 MiB).
+# Unpack outside the repository (issue18/ must not travel with the working tree), then replace the pair:
+#   mkdir -p /tmp/r18 && cat $FILES_AT/results.tgz.part-* | tar -xz -C /tmp/r18
+#   rm -rf checkpoints/code-target checkpoints/code-draft && cp -r /tmp/r18/checkpoints/code-* checkpoints/
+#   cp /tmp/r18/issue18/kv_quality.json benchmarks/results/kv_quality.json
+set -u
+START=$(date +%s)
+OUT=${OUT:-$PWD/out}
+W=${WORK:-$(mktemp -d /tmp/issue18.XXXXXX)}
+PY=${PY:-python3}
+SMOKE=${SMOKE:-0}
+NEW=$W/new/checkpoints
+REP=$W/new/issue18
+OLD=$W/old
+mkdir -p "$OUT" "$NEW" "$REP" "$W/logs"
+export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false TOKENIZERS_PARALLELISM=true TQDM_MININTERVAL=10
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+# Milestones in seconds from START: the corpus, the target, the distillation, everything.
+if [ "$SMOKE" = 1 ]; then
+  DATA_END=600 TRAIN_END=1200 DISTIL_END=1500 END_S=3000 MARGIN=0
+  DATA_ARGS="--max-files 3 --max-package-bytes 100000"
+  TARGET_PRESET=smoke DISTIL_PRESET=smoke
+  BOTH="env JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=2" GPU0="env" GPU1="env"
+  CAL_ARGS="--tokens 2048 --seq-len 512"; KVQ_ARGS="--windows 1 --only none oscar"
+  PQ_ARGS="--prompts 2 --new-tokens 16 --max-val-bytes 20000"
+else
+  DATA_END=100 TRAIN_END=345 DISTIL_END=465 END_S=555 MARGIN=40
+  DATA_ARGS=""
+  TARGET_PRESET=target-continue DISTIL_PRESET=draft-distil
+  BOTH="env CUDA_VISIBLE_DEVICES=0,1" GPU0="env CUDA_VISIBLE_DEVICES=0" GPU1="env CUDA_VISIBLE_DEVICES=1"
+  CAL_ARGS="--tokens 131072 --seq-len 2048"; KVQ_ARGS="--windows 4"
+  PQ_ARGS="--prompts 32 --new-tokens 128"
+fi
+
+now() { echo $(( $(date +%s) - START )); }
+log() { echo "[$(now)s] $*" | tee -a "$OUT/log.txt"; }
+left() { local t=$(( $1 - $(now) )); [ "$t" -gt 1 ] && echo "$t" || echo 1; }
+
+# stage NAME UNTIL CMD...: CMD under timeout until milestone UNTIL; its output in logs/NAME.log.
+stage() {
+  local name=$1 until=$2; shift 2
+  local budget; budget=$(left "$until")
+  log "$name: start, ${budget}s left"
+  timeout -k 5 "$budget" "$@" > "$W/logs/$name.log" 2>&1
+  local rc=$?
+  log "$name: rc=$rc$([ $rc = 124 ] && echo ' (timed out)')"
+  return $rc
+}
+
+# The training loop's own budget: up to the milestone, less start-up and export.
+loop_budget() { local t=$(( $(left "$1") - MARGIN )); [ "$t" -gt 5 ] && echo "$t" || echo 5; }
+
+# SMOKE only: a tiny stand-in for the round-1 pair, in the smoke shapes, so --init has matching shapes.
+smoke_round1() {
+  for m in code-target code-draft; do
+    rm -rf "${OLD:?}/$m"
+    "$PY" -m jspec.train --preset smoke --steps 2 --data "$W/data" --out "$W/runs/round1-$m" --export "$OLD/$m" \
+      > "$W/logs/round1-$m.log" 2>&1 || return
+  done
+}
+
+target() {
+  # shellcheck disable=SC2086
+  stage target "$TRAIN_END" $BOTH "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
+    --data "$W/data" --out "$W/runs/target" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
+  cp "$W/runs/target/metrics.json" "$REP/target_train.json" 2>/dev/null
+}
+
+gpu0() {
+  # The round-1 pair's and the new target's metrics beside calibration + KV quality (small loads).
+  # shellcheck disable=SC2086
+  stage old_pair "$END_S" $GPU0 "$PY" benchmarks/pair_quality.py --target "$OLD/code-target" \
+    --draft "$OLD/code-draft" --data "$W/data" --only bpb repetition tau $PQ_ARGS --out "$REP/old_pair.json" &
+  # shellcheck disable=SC2086
+  stage new_target "$END_S" $GPU0 "$PY" benchmarks/pair_quality.py --target "$NEW/code-target" \
+    --data "$W/data" --only bpb repetition $PQ_ARGS --out "$REP/new_target.json" &
+  # Calibration text as in round 1: every 20th train-split stdlib file (corpus order).
+  local files
+  files=$("$PY" -c "
+from jspec.data import stdlib_root, corpus_files, is_validation
+root = stdlib_root()
+print(' '.join(str(root / f) for f in [f for f in corpus_files(root) if not is_validation(f)][::20]))")
+  # shellcheck disable=SC2086
+  stage calibrate "$DISTIL_END" $GPU0 "$PY" -m jspec.calibrate --model "$NEW/code-target" \
+    --data $files $CAL_ARGS --out "$W/rotations.safetensors" \
+    && mv "$W/rotations.safetensors" "$NEW/code-target/rotations.safetensors"
+  touch "$W/calibrate.done"
+  # shellcheck disable=SC2086
+  [ -f "$NEW/code-target/rotations.safetensors" ] && stage kv_quality "$END_S" $GPU0 "$PY" \
+    benchmarks/kv_quality.py --model "$NEW/code-target" --data "$W/data" $KVQ_ARGS --out "$REP/kv_quality.json"
+  wait
+}
+
+gpu1() {
+  # The round-1 draft, distilled from the new target: no pre-training needed.
+  # shellcheck disable=SC2086
+  stage distil "$DISTIL_END" $GPU1 "$PY" -m jspec.train --preset "$DISTIL_PRESET" --data "$W/data" \
+    --init "$OLD/code-draft" --teacher "$NEW/code-target" --out "$W/runs/distil" --export "$NEW/code-draft" \
+    --time-budget "$(loop_budget "$DISTIL_END")"
+  cp "$W/runs/distil/metrics.json" "$REP/draft_distil.json" 2>/dev/null
+  if [ ! -f "$NEW/code-draft/model.safetensors" ]; then
+    log "no distilled draft: shipping the round-1 one"
+    rm -rf "$NEW/code-draft" && cp -r "$OLD/code-draft" "$NEW/code-draft"
+  fi
+  # Waits for the rotations (in place or given up on by DISTIL_END): the pair is measured as it ships.
+  while [ ! -f "$W/calibrate.done" ] && [ "$(now)" -lt "$DISTIL_END" ]; do sleep 2; done
+  # shellcheck disable=SC2086
+  stage new_pair "$END_S" $GPU1 "$PY" benchmarks/pair_quality.py --target "$NEW/code-target" \
+    --draft "$NEW/code-draft" --data "$W/data" --only tau agree $PQ_ARGS --out "$REP/new_pair.json"
+}
+
+pack() {
+  log "pack"
+  mkdir -p "$REP/logs"
+  for f in "$W"/logs/*.log; do tail -c 200000 "$f" > "$REP/logs/$(basename "$f")"; done
+  cp "$W/data/meta.json" "$REP/corpus_meta.json" 2>/dev/null
+  "$PY" tools/retrain_summary.py "$W/new" > "$OUT/metrics.json" 2> "$REP/logs/summary.log"
+  cp "$OUT/metrics.json" "$REP/metrics.json"
+  cp "$OUT/log.txt" "$REP/log.txt"
+  tar -C "$W/new" -cf - checkpoints issue18 | gzip -1 > "$W/results.tgz"
+  split -b 15M -d "$W/results.tgz" "$OUT/results.tgz.part-"
+  log "done: $(ls "$OUT" | tr '\n' ' ')"
+}
+
+log "start: work dir $W, smoke=$SMOKE, $(nproc) cores"
+{ nvidia-smi -L; "$PY" -c "import importlib.metadata as m, sys; print(sys.version); \
+print({p: m.version(p) for p in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'tokenizers', 'numpy')})"; } \
+  > "$W/logs/env.log" 2>&1
+cp -r checkpoints "$OLD"  # the round-1 pair: the starting point, and what the new pair is measured against
+# shellcheck disable=SC2086
+if stage data "$DATA_END" "$PY" -m jspec.data --out "$W/data" --tokenizer "$OLD/code-target" --filter $DATA_ARGS \
+    && { [ "$SMOKE" != 1 ] || smoke_round1; } && target && [ -f "$NEW/code-target/model.safetensors" ]; then
+  gpu0 & P0=$!
+  gpu1 & P1=$!
+  wait "$P0" "$P1"
+else
+  log "no corpus or no new target: nothing more to measure"
+fi
+pack
