@@ -17,7 +17,8 @@ Recipe (rebuild with `python -m jspec.data --out data/code`; `--no-packages` giv
   is dropped when it is generated (a marker in its first lines, `*_pb2.py`), repetitive (many of its
   non-trivial lines equal an earlier line), mostly data literals, or holds a very long run of lines of
   one shape (tables): `drop_reason` and `QualityFilter` give the rules, meta.json counts what each drops;
-- one byte-level BPE (vocabulary 8192) trained on (an evenly spaced sample of) the train split; each
+- one byte-level BPE (vocabulary 8192) trained on (an evenly spaced sample of) the train split, or
+  with `--tokenizer DIR` the tokenizer of a shipped model (continued training keeps its vocabulary); each
   document is encoded as `<|bos|> text <|eos|>` and documents are concatenated in order into one
   uint16 stream per split. val_texts.json keeps the validation texts for tokenizer-free metrics.
 The corpus depends on the Python version and the installed packages: meta.json records both.

@@ -5,7 +5,13 @@
     python -m jspec.train --preset draft --out runs/draft --export runs/draft-pre
     python -m jspec.train --preset draft-distil --init runs/draft-pre --teacher checkpoints/code-target \
         --out runs/distil --export checkpoints/code-draft       # DistillSpec-style, on the target's distributions
+    python -m jspec.train --preset target-continue --init checkpoints/code-target --out runs/target2 \
+        --export runs/target2-hf                                 # round 2: continue a shipped target
     python -m jspec.train --eval-pair checkpoints/code-target checkpoints/code-draft
+
+Training is data-parallel over every visible device (CUDA_VISIBLE_DEVICES picks them): each batch is
+split by rows, params and optimizer state are replicated, XLA sums the gradients; one device is the
+same program on a trivial mesh.
 
 AdamW (optax) with linear warmup and cosine decay; f32 master params, bf16 forward, f32 loss. The
 schedule runs on progress = max(step / steps, elapsed / time_budget), so a wall-clock-bounded run still

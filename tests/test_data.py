@@ -89,3 +89,9 @@ def test_scored_windows_predict_every_token_once():
 def test_bits_per_byte_and_repeated_lines():
     assert pq.bits_per_byte(100 * math.log(2), 50) == pytest.approx(2.0)
     assert pq.repeated_line_share(["a\n  b\n\na\nb\nc", "a\nd"]) == (2, 7)
+
+
+def test_reused_tokenizer_must_exist(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        data.main(["--out", str(tmp_path / "out"), "--tokenizer", str(tmp_path)])
+    assert exit_info.value.code == 2 and "no tokenizer.json" in capsys.readouterr().err
