@@ -62,6 +62,8 @@ class TrainConfig:
     log_every: int = 10
     time_budget: float | None = None  # seconds of wall clock for the loop, compile included
     eval_windows: int = 64  # validation windows (evenly spaced) each evaluation scores: bounded eval time
+    unlikelihood: float = 0.0  # weight of the token-level unlikelihood term (training loss only)
+    unlikelihood_window: int = 32  # its candidates: the input tokens of the last this many positions
     seed: int = 0
 
 
@@ -138,13 +140,16 @@ def learning_rate(tc: TrainConfig, step: int, p: float) -> float:
     return tc.lr * warm * cosine
 
 
-def token_losses(params: Params, cfg: ModelConfig, windows, teacher=None):
+def token_losses(params: Params, cfg: ModelConfig, windows, teacher=None, unlikelihood: float = 0.0,
+                 window: int = 32):
     """Per-position loss [B, L] in f32 of windows [B, L + 1], with a bf16 forward: next-token cross
-    entropy, or with teacher = (cfg, bf16 params) the forward KL(teacher || model) of the next token."""
+    entropy (plus `unlikelihood` x unlikelihood_losses over `window` positions), or with teacher =
+    (cfg, bf16 params) the forward KL(teacher || model) of the next token."""
     p16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
     logits, _ = forward(p16, cfg, windows[:, :-1])
     if teacher is None:
-        return optax.softmax_cross_entropy_with_integer_labels(logits, windows[:, 1:])
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, windows[:, 1:])
+        return ce + unlikelihood * unlikelihood_losses(logits, windows, window) if unlikelihood else ce
     tcfg, tparams = teacher
     tlogits, _ = forward(tparams, tcfg, windows[:, :-1])
     t_logp = jax.nn.log_softmax(jax.lax.stop_gradient(tlogits).astype(jnp.float32), -1)
@@ -152,12 +157,30 @@ def token_losses(params: Params, cfg: ModelConfig, windows, teacher=None):
     return jnp.sum(jnp.exp(t_logp) * (t_logp - logp), -1)
 
 
-def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation, tcfg: ModelConfig | None = None):
+def unlikelihood_losses(logits, windows, n: int):
+    """Token-level unlikelihood (Welleck et al. 2019, against greedy repetition): at each position,
+    -log(1 - p(c)) summed over the distinct input tokens c of the last n positions (the current one
+    included) other than the next token. logits [B, L, V], windows [B, L + 1] -> [B, L] f32."""
+    inputs, targets = windows[:, :-1], windows[:, 1:]
+    L = inputs.shape[1]
+    back = jnp.arange(n)  # candidate k is the input k positions back
+    cands = inputs[:, jnp.clip(jnp.arange(L)[:, None] - back, 0)]  # [B, L, n]
+    # A set, as in the paper: candidate k counts unless a nearer one (j < k) is the same token.
+    seen = jnp.any((cands[..., :, None] == cands[..., None, :]) & (back[:, None] > back), -1)  # [B, L, n]
+    live = (jnp.arange(L)[:, None] >= back) & ~seen & (cands != targets[..., None])
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    p = jnp.exp(jnp.take_along_axis(logp, cands, -1))  # [B, L, n]
+    return jnp.sum(jnp.where(live, -jnp.log(jnp.clip(1 - p, 1e-5)), 0.0), -1)
+
+
+def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation, tcfg: ModelConfig | None = None,
+                    unlikelihood: float = 0.0, window: int = 32):
     """step(state, windows, lr, teacher_params) -> (state, loss); teacher_params None without a teacher."""
 
     def step(state: TrainState, windows, lr, tparams):
         teacher = None if tcfg is None else (tcfg, tparams)
-        loss, grads = jax.value_and_grad(lambda p: token_losses(p, cfg, windows, teacher).mean())(state.params)
+        loss, grads = jax.value_and_grad(
+            lambda p: token_losses(p, cfg, windows, teacher, unlikelihood, window).mean())(state.params)
         hp = {**state.opt_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)}
         opt_state = state.opt_state._replace(hyperparams=hp)
         updates, opt_state = tx.update(grads, opt_state, state.params)
@@ -167,13 +190,14 @@ def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation, tcfg: Mo
     return jax.jit(step, donate_argnums=0)
 
 
-def make_eval_step(cfg: ModelConfig, tcfg: ModelConfig | None = None):
-    """eval(params, windows, weights, teacher_params) -> the weighted sum of per-window mean losses."""
+def make_eval_step(cfg: ModelConfig, tcfg: ModelConfig | None = None, unlikelihood: float = 0.0, window: int = 32):
+    """eval(params, windows, weights, teacher_params) -> the weighted sum of per-window mean losses
+    (the training objective, so the best params are chosen by what is trained)."""
 
     # weights [B] mask the padding windows of the last batch: one compiled shape for all batches.
     def loss(params, windows, weights, tparams):
         teacher = None if tcfg is None else (tcfg, tparams)
-        return (token_losses(params, cfg, windows, teacher).mean(-1) * weights).sum()
+        return (token_losses(params, cfg, windows, teacher, unlikelihood, window).mean(-1) * weights).sum()
 
     return jax.jit(loss)
 
@@ -251,7 +275,10 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
     state = jax.device_put(restore_or_init(mngr, cfg, tc, tx, init), replicated)
     tcfg, tparams = teacher or (None, None)
     tparams = jax.device_put(tparams, replicated)
-    train_step, eval_step = make_train_step(cfg, tx, tcfg), make_eval_step(cfg, tcfg)
+    if tc.unlikelihood and teacher:
+        raise ValueError("unlikelihood training is for the cross-entropy loss, not for distillation")
+    train_step = make_train_step(cfg, tx, tcfg, tc.unlikelihood, tc.unlikelihood_window)
+    eval_step = make_eval_step(cfg, tcfg, tc.unlikelihood, tc.unlikelihood_window)
     val_windows = spaced(data.eval_windows(val_stream, tc.seq_len), tc.eval_windows)
     step = int(state.step)
     start = time.perf_counter() - float(state.elapsed)
@@ -317,7 +344,8 @@ def run_preset(args) -> None:
     cfg, tc = PRESETS[args.preset]
     overrides = {k: v for k, v in dict(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                                        time_budget=args.time_budget, eval_every=args.eval_every,
-                                       save_every=args.save_every).items() if v is not None}
+                                       save_every=args.save_every, unlikelihood=args.unlikelihood).items()
+                 if v is not None}
     tc = dataclasses.replace(tc, **overrides)
     cfg = with_special_tokens(cfg, load_tokenizer(args.tokenizer))
     train_stream, val_stream = data.load_split(args.data, "train"), data.load_split(args.data, "val")
@@ -352,6 +380,7 @@ def main(argv=None) -> None:
     ap.add_argument("--time-budget", type=float, help="wall-clock seconds for the training loop")
     ap.add_argument("--eval-every", type=int)
     ap.add_argument("--save-every", type=int)
+    ap.add_argument("--unlikelihood", type=float, help="weight of the token-level unlikelihood term (default 0: off)")
     ap.add_argument("--eval-pair", nargs=2, type=Path, metavar=("TARGET", "DRAFT"),
                     help="print val loss/perplexity of two exported models and their greedy agreement")
     args = ap.parse_args(argv)

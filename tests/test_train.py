@@ -174,3 +174,29 @@ def test_data_parallel_matches_one_device(tmp_path):
     for i, (x, x0) in enumerate(zip(one, init)):
         moved, diff = np.abs(np.asarray(x) - x0).mean(), np.abs(two[f"arr_{i}"] - np.asarray(x)).mean()
         assert diff < 0.1 * moved, (i, diff, moved)
+
+
+def test_unlikelihood_penalizes_recent_tokens_other_than_the_target():
+    """Against a loop-by-loop reference: -log(1 - p(c)) over the set of inputs of the last n
+    positions, the next token excluded."""
+    rng = np.random.default_rng(3)
+    windows = jnp.asarray(rng.integers(0, 5, (2, 9)).astype(np.int32))  # a vocabulary of 5: many repeats
+    logits = jnp.asarray(rng.normal(size=(2, 8, 5)).astype(np.float32))
+    p = np.exp(np.asarray(jax.nn.log_softmax(logits, -1)))
+    w = np.asarray(windows)
+    want = np.zeros((2, 8))
+    for b in range(2):
+        for t in range(8):
+            for c in set(w[b, max(0, t - 2):t + 1].tolist()):
+                want[b, t] += -np.log(1 - p[b, t, c]) if c != w[b, t + 1] else 0.0
+    np.testing.assert_allclose(np.asarray(train.unlikelihood_losses(logits, windows, 3)), want, rtol=1e-5)
+    assert want.min() >= 0 and want.max() > 0
+
+
+def test_unlikelihood_adds_to_the_cross_entropy():
+    params = train.init_params(TINY, jax.random.key(0), jnp.float32)
+    windows = jnp.asarray(_stream(34, 4).reshape(2, 17).astype(np.int32))
+    ce, both = train.token_losses(params, TINY, windows), train.token_losses(params, TINY, windows, None, 0.5, 4)
+    logits, _ = train.forward(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), TINY, windows[:, :-1])
+    np.testing.assert_allclose(both, ce + 0.5 * train.unlikelihood_losses(logits, windows, 4), rtol=1e-5)
+    assert float((both - ce).mean()) > 0

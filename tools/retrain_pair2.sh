@@ -9,6 +9,7 @@
 #
 #   bash tools/retrain_pair2.sh                       # on the device ($OUT given by the device tool)
 #   SMOKE=1 OUT=/tmp/o bash tools/retrain_pair2.sh    # CPU check: tiny corpus, tiny shapes, 2 fake devices
+#   UNLIKELIHOOD=0 bash tools/retrain_pair2.sh        # the target without the unlikelihood term
 #
 # $OUT: log.txt (stage timeline), metrics.json (summary of every report), results.tgz.part-NN (a tar
 # of checkpoints/code-target, checkpoints/code-draft and issue18/ reports + logs, split at 15 MiB).
@@ -22,6 +23,9 @@ OUT=${OUT:-$PWD/out}
 W=${WORK:-$(mktemp -d /tmp/issue18.XXXXXX)}
 PY=${PY:-python3}
 SMOKE=${SMOKE:-0}
+# Weight of the token-level unlikelihood term in the target's loss (jspec.train.unlikelihood_losses,
+# the last 32 positions): the training-time remedy for greedy repetition; 0 turns it off.
+UNLIKELIHOOD=${UNLIKELIHOOD:-0.5}
 NEW=$W/new/checkpoints
 REP=$W/new/issue18
 OLD=$W/old
@@ -76,7 +80,7 @@ smoke_round1() {
 target() {
   # shellcheck disable=SC2086
   stage target "$TRAIN_END" $BOTH "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
-    --data "$W/data" --out "$W/runs/target" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
+    --unlikelihood "$UNLIKELIHOOD" --data "$W/data" --out "$W/runs/target" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
   cp "$W/runs/target/metrics.json" "$REP/target_train.json" 2>/dev/null
 }
 
@@ -136,7 +140,7 @@ pack() {
   log "done: $(ls "$OUT" | tr '\n' ' ')"
 }
 
-log "start: work dir $W, smoke=$SMOKE, $(nproc) cores"
+log "start: work dir $W, smoke=$SMOKE, unlikelihood=$UNLIKELIHOOD, $(nproc) cores"
 { nvidia-smi -L; "$PY" -c "import importlib.metadata as m, sys; print(sys.version); \
 print({p: m.version(p) for p in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'tokenizers', 'numpy')})"; } \
   > "$W/logs/env.log" 2>&1
