@@ -78,10 +78,18 @@ smoke_round1() {
 }
 
 target() {
+  local run=$W/runs/target
   # shellcheck disable=SC2086
   stage target "$TRAIN_END" $BOTH "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
-    --unlikelihood "$UNLIKELIHOOD" --data "$W/data" --out "$W/runs/target" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
-  cp "$W/runs/target/metrics.json" "$REP/target_train.json" 2>/dev/null
+    --unlikelihood "$UNLIKELIHOOD" --data "$W/data" --out "$run" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
+  # Should the two-GPU run fail early (its collectives are the one untried part), one GPU takes the rest.
+  if [ ! -f "$NEW/code-target/model.safetensors" ] && [ "$(left "$TRAIN_END")" -gt 120 ]; then
+    run=$W/runs/target-1gpu
+    # shellcheck disable=SC2086
+    stage target_1gpu "$TRAIN_END" $GPU0 "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
+      --unlikelihood "$UNLIKELIHOOD" --data "$W/data" --out "$run" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
+  fi
+  cp "$run/metrics.json" "$REP/target_train.json" 2>/dev/null
 }
 
 gpu0() {
