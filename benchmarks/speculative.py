@@ -177,24 +177,30 @@ def load_head(head_dir, cfg: ModelConfig):
     return hcfg, head.init_head(hcfg, jax.random.key(0), jnp.bfloat16, d2t=np.zeros(tc.draft_vocab, np.int32))
 
 
-def jobs(cfg: dict, modes) -> list[tuple]:
-    """(kv, batch, mode, lookahead) in priority order: auto and plain at every batch, then the fixed K."""
+def jobs(cfg: dict, modes, parts=("auto", "sweep", "fixed")) -> list[tuple]:
+    """(kv, batch, mode, lookahead) in priority order: auto and plain at every batch, then the sweep of K at
+    batch 1, then the fixed K at the others; `parts` keeps some of the three (and the plain rows they need)."""
     first = [(kv, B, mode, "auto" if mode != "none" else 0) for B in cfg["batches"] for kv in cfg["kvs"]
              for mode in ("none",) + modes]
     if "head" in modes and cfg["fixed"]:  # the head at K = 4, batch 1: the tau part B derives from
         first += [(kv, 1, "head", cfg["fixed"]) for kv in cfg["kvs"]]
     sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in modes for K in cfg["sweep"][mode]
-             if (kv, 1, mode, K) not in first]
+             if 1 in cfg["batches"] and (kv, 1, mode, K) not in first]
     fixed = [(kv, B, mode, cfg["fixed"]) for B in cfg["batches"] if B > 1 and cfg["fixed"]
              for kv in cfg["kvs"] for mode in modes]
-    return first + sweep + fixed
+    chosen = (first if "auto" in parts else []) + (sweep if "sweep" in parts else []) + \
+        (fixed if "fixed" in parts else [])
+    plain = [j for j in first if j[2] == "none" and any(c[:2] == j[:2] for c in chosen)]
+    return list(dict.fromkeys(plain + chosen))  # the plain rows first: every speed-up divides by one
 
 
-def grid(cfg: dict, workloads: dict, budget_s: float, head_dir=None) -> tuple[list, list]:
-    """Runs every job on every workload; returns (rows, skipped jobs). No head_dir: no head mode."""
+def grid(cfg: dict, workloads: dict, budget_s: float, head_dir=None, parts=("auto", "sweep", "fixed"),
+         on_row=lambda rows: None) -> tuple[list, list]:
+    """Runs every job on every workload; returns (rows, skipped jobs). No head_dir: no head mode. on_row(rows)
+    after each row (to keep what was measured if the process is stopped)."""
     t0, rows, skipped, engs, plain = time.perf_counter(), [], [], {}, {}
     modes = MODES if head_dir is not None else tuple(m for m in MODES if m != "head")
-    for kv, B, mode, K in jobs(cfg, modes):
+    for kv, B, mode, K in jobs(cfg, modes, parts):
         if time.perf_counter() - t0 > budget_s:
             skipped.append(dict(kv=kv, batch=B, mode=mode, lookahead=K))
             continue
@@ -208,6 +214,7 @@ def grid(cfg: dict, workloads: dict, budget_s: float, head_dir=None) -> tuple[li
                 plain[name, kv, B] = r["tok_s"]
             r["speedup"] = r["tok_s"] / plain[name, kv, B]
             rows.append(r)
+            on_row(rows)
             print(json.dumps({k: v for k, v in r.items() if not k.startswith("auto")}), flush=True)
     return rows, skipped
 
@@ -341,6 +348,9 @@ def main():
     ap.add_argument("--kvs", help="comma-separated KV modes instead of the preset's (e.g. int2)")
     ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
                     "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
+    ap.add_argument("--parts", default="auto,sweep,fixed",
+                    help="which rows: auto (each mode at --lookahead auto), sweep (K at batch 1), fixed (K = 4 at the "
+                         "other batches); plain rows come with them")
     args = ap.parse_args()
     head_dir = args.head or (DEFAULT_HEAD if DEFAULT_HEAD.is_dir() else "random" if args.small else "none")
     head_dir = None if head_dir == "none" else head_dir
@@ -356,7 +366,8 @@ def main():
                   config={k: v for k, v in cfg.items()}, prompts={k: len(v) for k, v in workloads.items()},
                   head=None if head_dir is None else str(head_dir))
     t0 = time.perf_counter()
-    result["grid"], result["skipped"] = grid(cfg, workloads, args.budget_s, head_dir)
+    result["grid"], result["skipped"] = grid(cfg, workloads, args.budget_s, head_dir, tuple(args.parts.split(",")),
+                                             lambda rows: save(args.out, dict(result, grid=rows, partial=True)))
     result["grid_s"] = time.perf_counter() - t0
     save(args.out, result)
     if args.hf:
