@@ -106,18 +106,8 @@ def measure_bpb(target: Path, texts: list[str]) -> dict:
             "bytes_per_token": n_bytes / len(stream), "nll_per_token": nll / float(mask.sum()), "files": len(texts)}
 
 
-def pieces(doc: str, chars: int = PIECE_CHARS) -> list[str]:
-    """Consecutive pieces of about `chars` characters, each cut at a line end."""
-    out = []
-    while len(doc) > chars:
-        cut = doc[:chars].rsplit("\n", 1)[0] + "\n"
-        out.append(cut)
-        doc = doc[len(cut):]
-    return out
-
-
 def prompt_texts(texts: list[str], n: int) -> list[str]:
-    return [p[1] for p in map(pieces, texts) if len(p) > 1][:n]
+    return [p[1] for p in (data.pieces(t, PIECE_CHARS) for t in texts) if len(p) > 1][:n]
 
 
 def prompt_ids(tok, text: str, length: int = PROMPT_TOKENS) -> list[int] | None:

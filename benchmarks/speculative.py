@@ -67,20 +67,10 @@ PROMPT_TOKENS = (130, 250)  # both workloads in the 256-token bucket: one progra
 # ------------------------------------------------------------------------------------------ workloads
 
 
-def _pieces(doc: str, chars: int) -> list[str]:
-    """Consecutive pieces of about `chars` characters, each cut at a line end."""
-    out = []
-    while len(doc) > chars:
-        cut = doc[:chars].rsplit("\n", 1)[0] + "\n"
-        out.append(cut)
-        doc = doc[len(cut):]
-    return out
-
-
 def held_out_prompts(tok, n: int, chars: int = 600) -> list[str]:
     """n pieces of validation-split files with >= 32 tokens: the first piece of every file, then the
     second, and so on (the first pieces are the prompts measured before)."""
-    pieces = [_pieces(doc, chars) for doc in data.split_documents(data.stdlib_root())["val"]]
+    pieces = [data.pieces(doc, chars) for doc in data.split_documents(data.stdlib_root())["val"]]
     prompts = []
     for r in range(max(map(len, pieces))):
         prompts += [p[r] for p in pieces if r < len(p) and len(tok(p[r])["input_ids"]) >= 32]

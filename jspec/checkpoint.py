@@ -22,7 +22,7 @@ class CheckpointError(ValueError):
 
 # jspec Layer field -> (its HF tensors under model.layers.{i}., transpose?). Fused fields (_fuse):
 # q/k/v into wqkv and bqkv, gate/up into w_gu.
-_LAYER_NAMES = {
+LAYER_NAMES = {
     "attn_norm": (("input_layernorm.weight",), False),
     "wqkv": (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), True),
     "wo": (("self_attn.o_proj.weight",), True),
@@ -154,7 +154,7 @@ def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
     for i in range(cfg.num_layers):
         fields = {}
         for field, shapes in _layer_shapes(cfg).items():
-            names, t = _LAYER_NAMES[field]
+            names, t = LAYER_NAMES[field]
             parts = [read(f"model.layers.{i}.{name}", shape, t, dtype) for name, shape in zip(names, shapes)]
             fields[field] = _fuse(field, parts, cfg)
         layers.append(Layer(**fields))
@@ -241,7 +241,7 @@ def save_hf(model_dir: str | Path, params: Params, cfg: ModelConfig) -> None:
     bf16 = lambda x, t: jnp.asarray(x.T if t else x, jnp.bfloat16)
     for i, lp in enumerate(params.layers):
         for field in _layer_shapes(cfg):
-            names, t = _LAYER_NAMES[field]
+            names, t = LAYER_NAMES[field]
             for name, part in zip(names, _unfuse(field, getattr(lp, field), cfg)):
                 out[f"model.layers.{i}.{name}"] = bf16(part, t)
     out["model.embed_tokens.weight"] = bf16(params.embed, False)

@@ -244,6 +244,16 @@ def dedupe_and_split(entries, quality_filter: bool = False) -> tuple[dict[str, l
     return docs, dropped, filtered
 
 
+def pieces(doc: str, chars: int) -> list[str]:
+    """Consecutive pieces of about `chars` characters, each cut at a line end (prompts cut from a text)."""
+    out = []
+    while len(doc) > chars:
+        cut = doc[:chars].rsplit("\n", 1)[0] + "\n"
+        out.append(cut)
+        doc = doc[len(cut):]
+    return out
+
+
 def split_documents(root: Path) -> dict[str, list[str]]:
     """{"train": [...], "val": [...]} texts of the standard library alone, in path order. Read in this
     process: callers (benchmarks, head training) have JAX running, and forking a pool then can deadlock."""

@@ -28,21 +28,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec.checkpoint import CheckpointError, _fuse, _open_tensors, _reader, _unfuse
+from jspec.checkpoint import LAYER_NAMES, CheckpointError, _fuse, _open_tensors, _reader, _unfuse
 from jspec.config import ConfigError, ModelConfig, model_config_from_hf
 from jspec.head import HeadConfig, HeadParams, check_fits, check_taps, default_taps
 from jspec.model import Layer
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
-# Layer field -> its tensors under midlayer. (PyTorch [out, in]: transposed on reading)
-_MIDLAYER = {
-    "attn_norm": (("input_layernorm.weight",), False),
-    "wqkv": (("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), True),
-    "wo": (("self_attn.o_proj.weight",), True),
-    "mlp_norm": (("post_attention_layernorm.weight",), False),
-    "w_gu": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), True),
-    "w_down": (("mlp.down_proj.weight",), True),
-}
+# Layer field -> its tensors under midlayer.: the names of an HF decoder layer (PyTorch [out, in]: transposed
+# on reading); the head has no biases or q/k norms.
+_MIDLAYER = {f: LAYER_NAMES[f] for f in ("attn_norm", "wqkv", "wo", "mlp_norm", "w_gu", "w_down")}
 
 
 def read_config(head_dir: str | Path) -> dict | None:

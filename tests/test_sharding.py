@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("sharding")  # one worker: the module's fixture runs the subprocesses once
 MESHES = ("tp=2,dp=4", "tp=1,dp=8")
 CASES = [(kv, draft) for kv in ("bf16", "int2") for draft in (False, True)]
 
