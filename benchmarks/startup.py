@@ -11,7 +11,9 @@ should be near 0). Each reports the import of jspec (and whether torch came with
 Cases: the shipped pair with the README command's shapes, and an 8B-shaped INT2 target alone and with
 a 0.6B-shaped draft at K = 4 (random weights, 2K-token prompt, 256 new tokens). Then the README command
 itself, `python -m jspec.generate "def fibonacci(n):"`, as a whole process: with a new compilation cache
-directory (cold) and again (warm). --small swaps the 8B shapes for tiny ones (a CPU check of the script).
+directory (cold) and again (warm). Then a job of 24 held-out prompts with mixed max_new_tokens through the
+CLI: the programs it compiled against the capacity buckets its batches fell in (told apart by the KV
+bytes of a batch). --small swaps the 8B shapes for tiny ones (a CPU check of the script).
 """
 
 from __future__ import annotations
