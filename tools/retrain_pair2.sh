@@ -18,20 +18,10 @@
 #   rm -rf checkpoints/code-target checkpoints/code-draft && cp -r /tmp/r18/checkpoints/code-* checkpoints/
 #   cp /tmp/r18/issue18/kv_quality.json benchmarks/results/kv_quality.json
 set -u
-START=$(date +%s)
-OUT=${OUT:-$PWD/out}
-W=${WORK:-$(mktemp -d /tmp/issue18.XXXXXX)}
-PY=${PY:-python3}
-SMOKE=${SMOKE:-0}
+source "$(dirname "$0")/stages.sh"
 # Weight of the token-level unlikelihood term in the target's loss (jspec.train.unlikelihood_losses,
 # the last 32 positions): the training-time remedy for greedy repetition; 0 turns it off.
 UNLIKELIHOOD=${UNLIKELIHOOD:-0.5}
-NEW=$W/new/checkpoints
-REP=$W/new/issue18
-OLD=$W/old
-mkdir -p "$OUT" "$NEW" "$REP" "$W/logs"
-export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false TOKENIZERS_PARALLELISM=true TQDM_MININTERVAL=10
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 # Milestones in seconds from START: the corpus, the target, the distillation, everything.
 if [ "$SMOKE" = 1 ]; then
@@ -49,8 +39,6 @@ else
   CAL_ARGS="--tokens 131072 --seq-len 2048"; KVQ_ARGS="--windows 4"
   PQ_ARGS="--prompts 32 --new-tokens 128"
 fi
-
-source "$(dirname "$0")/stages.sh"
 
 # SMOKE only: a tiny stand-in for the round-1 pair, in the smoke shapes, so --init has matching shapes.
 smoke_round1() {

@@ -1,6 +1,17 @@
-# Shared by tools/retrain_pair.sh and tools/retrain_pair2.sh (sourced): time-bounded stages and the pack
-# into $OUT. The caller sets START, OUT, W (work dir with logs/), NEW (the new tree: checkpoints/, issue18/),
-# REP (the reports folder in it), PY and MARGIN.
+# Shared by tools/retrain_pair.sh and tools/retrain_pair2.sh (sourced first): the work folders and the
+# environment, time-bounded stages and the pack into $OUT. The caller sets MARGIN (its milestones).
+# OUT, WORK, PY and SMOKE may come from the environment.
+START=$(date +%s)
+OUT=${OUT:-$PWD/out}
+W=${WORK:-$(mktemp -d /tmp/issue18.XXXXXX)}
+PY=${PY:-python3}
+SMOKE=${SMOKE:-0}
+NEW=$W/new/checkpoints  # the new pair
+REP=$W/new/issue18      # its reports
+OLD=$W/old              # the pair it replaces, measured beside it
+mkdir -p "$OUT" "$NEW" "$REP" "$W/logs"
+export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false TOKENIZERS_PARALLELISM=true TQDM_MININTERVAL=10
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 now() { echo $(( $(date +%s) - START )); }
 log() { echo "[$(now)s] $*" | tee -a "$OUT/log.txt"; }
