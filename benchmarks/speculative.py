@@ -17,8 +17,10 @@ ngram+model (both), head (an EAGLE-3 head: --head DIR, default checkpoints/code-
 Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
 each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others).
 
-tokens/s = new tokens / decode_s (the compiled program's time, without compilation), median of --reps
-calls after a warm-up; speed-up = over plain decoding of the same workload, KV and batch in this run;
+tokens/s = new tokens / decode_s (the compiled program's time, without compilation), median of `reps`
+calls after a warm-up; speed-up = over plain decoding of the same workload, KV and batch in this run: the
+median ratio of `reps` pairs (a plain call, then the mode's call), which a drift of the GPU's speed between
+rows does not bias ("speedup_vs_plain_row" divides by the plain row measured first instead);
 tau = tokens emitted per round per row (bonus included). "auto" starts from the prior (the engine's
 acceptance estimate is reset per workload), reports its first choice, then calls until the chosen K
 repeats (the online estimate settles) before timing. Every program is compiled once: the modes of a KV
@@ -58,7 +60,7 @@ QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_no
 LLAMA3_8B_EAGLE3 = head.HeadConfig(head.layer_config(LLAMA3_8B, 32, 8, 14336), 32000, (2, 16, 29))
 MODES = ("model", "ngram", "ngram+model", "head")  # the draft modes; "none" is the plain baseline
 SWEEP = {"model": (1, 2, 4, 8), "ngram": (1, 2, 4, 8, 16), "ngram+model": (1, 2, 4, 8), "head": (1, 2, 4, 6, 8)}
-FULL = dict(kvs=("bf16", "int2"), batches=(1, 8, 32), sweep=SWEEP, fixed=4, max_new=128, reps=3)
+FULL = dict(kvs=("bf16", "int2"), batches=(1, 8, 32), sweep=SWEEP, fixed=4, max_new=128, reps=5)
 SMALL = dict(kvs=("bf16",), batches=(1,), sweep={m: (2,) for m in MODES}, fixed=None, max_new=24, reps=1)
 DEFAULT_HEAD = engine.CHECKPOINTS / "code-head"
 PROMPT_TOKENS = (130, 250)  # both workloads in the 256-token bucket: one program serves both
@@ -125,20 +127,30 @@ def _summary(results) -> dict:
     return out
 
 
-def measure(eng, prompts, gen, reps: int) -> dict:
+def measure(eng, prompts, gen, reps: int, plain=None) -> dict:
     """The median call of `reps` after a warm-up (which compiles when needed); for auto, after the
-    chosen K settles. Auto rows also keep their first call's choice."""
+    chosen K settles. Auto rows also keep their first call's choice. With `plain` (the plain engine), each
+    timed call follows a plain call of the same prompts: "speedup" is the median of the per-pair ratios, so
+    that a drift of the GPU's speed during the run does not show as a gain or a loss."""
     first = _summary(eng.generate(prompts, gen))
     calls = [first]
     while gen.lookahead == "auto" and len(calls) < 4:  # until the online estimate repeats its choice
         calls.append(_summary(eng.generate(prompts, gen)))
         if calls[-1]["K"] == calls[-2]["K"]:
             break
-    timed = [_summary(eng.generate(prompts, gen)) for _ in range(reps)]
+    timed, ratios, base = [], [], dataclasses.replace(gen, lookahead=0)
+    for _ in range(reps):
+        if plain is not None:
+            p = _summary(plain.generate(prompts, base))["tok_s"]
+        timed.append(_summary(eng.generate(prompts, gen)))
+        if plain is not None:
+            ratios.append((timed[-1]["tok_s"] / p, p))
     row = dict(sorted(timed, key=lambda r: r["tok_s"])[len(timed) // 2])
     row["compile_s"] = sum(c["compile_s"] for c in calls + timed)
     if gen.lookahead == "auto":
         row["K_first"], row["auto_first"] = first["K"], first.get("auto")
+    if ratios:
+        row["speedup_paired"], row["plain_tok_s_paired"] = sorted(ratios)[len(ratios) // 2]
     return row
 
 
@@ -198,11 +210,13 @@ def grid(cfg: dict, workloads: dict, budget_s: float, head_dir=None, parts=("aut
         gen = jspec.GenerateConfig(max_new_tokens=cfg["max_new"], lookahead=K)
         for name, prompts in workloads.items():
             eng._seen.clear()  # auto starts from the prior on each workload (a fresh engine's state)
+            base = None if mode == "none" else engs[kv]["none"]
             r = dict(workload=name, kv=kv, batch=B, mode=mode, lookahead=K,
-                     **measure(eng, prompts[:B], gen, cfg["reps"]))
+                     **measure(eng, prompts[:B], gen, cfg["reps"], base))
             if mode == "none":
                 plain[name, kv, B] = r["tok_s"]
-            r["speedup"] = r["tok_s"] / plain[name, kv, B]
+            r["speedup_vs_plain_row"] = r["tok_s"] / plain[name, kv, B]
+            r["speedup"] = r.get("speedup_paired", r["speedup_vs_plain_row"])
             rows.append(r)
             on_row(rows)
             print(json.dumps({k: v for k, v in r.items() if not k.startswith("auto")}), flush=True)
