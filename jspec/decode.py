@@ -90,8 +90,9 @@ class Models:
                                           attn_impl=self.attn_impl)
         return logits, kv, head.fuse(self.head, tapped)
 
-    def head_forward(self, tokens, feats, cache):
-        return head.forward(self.head, self.head_cfg, self.target.embed, tokens, feats, cache)
+    def head_hidden(self, tokens, feats, cache):
+        """The head's pre-norm outputs [B, n, E] (its LM head is left to draw_head) and new rows."""
+        return head.hidden(self.head, self.head_cfg, self.target.embed, tokens, feats, cache)
 
 
 class ProgramArgs(NamedTuple):
@@ -120,9 +121,21 @@ def draw(keys, logits, sampler: Sampler):
     return sampling.sample(keys, probs), probs
 
 
-def _pick(logits, idx):
-    """logits [B, n, V], idx [B] -> [B, V]."""
-    return jnp.take_along_axis(logits, idx[:, None, None], axis=1)[:, 0]
+def draw_head(m: Models, keys, h, sampler: Sampler):
+    """The head's token from its pre-norm output h [B, E] -> (target token [B], q [B, V] or None if greedy).
+
+    Greedy: an argmax over the draft vocabulary and a lookup of its map, no V-wide work. Sampled: the logits
+    are spread over the target's vocabulary first (a scatter), since acceptance reads q at target ids.
+    """
+    logits = head.draft_logits(m.head, m.head_cfg, h)  # [B, Vd]
+    if sampler.greedy:
+        return head.target_ids(m.head, jnp.argmax(logits, -1).astype(jnp.int32)), None
+    return draw(keys, head.to_target_vocab(logits, m.head.d2t, m.target_cfg.vocab_size), sampler)
+
+
+def _pick(x, idx):
+    """x [B, n, ...], idx [B] -> [B, ...]: row idx[b] of each x[b]."""
+    return jnp.take_along_axis(x, idx.reshape(-1, *(1,) * (x.ndim - 1)), axis=1)[:, 0]
 
 
 # The prompt is run through the models in chunks of at most this many tokens (a loop inside the program):
@@ -155,8 +168,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
         if m.head is not None:
             out, (k, v), f = m.target_features(tokens, cache)
             # the head's pairs (feature at t, token t + 1) whose token is in the prompt: all but the last
-            _, _, (hk, hv) = m.head_forward(jax.lax.dynamic_slice_in_dim(following, start, c, axis=1), f,
-                                            draft_cache)
+            _, (hk, hv) = m.head_hidden(jax.lax.dynamic_slice_in_dim(following, start, c, axis=1), f, draft_cache)
             draft_cache = kvcache.commit(draft_cache, hk, hv, jnp.clip(last, 0, c))
             feat = jnp.where(here[:, None], _pick(f, jnp.clip(last, 0, c - 1)), feat)
         else:
@@ -199,29 +211,25 @@ def _model_step(m: Models, d, aux, dc):
 
 
 def _head_step(m: Models, d, h, hc):
-    """One head step: d [B] and the head's own last output h [B, E] -> (logits [B, V], next h, new rows)."""
-    logits, h, kv = m.head_forward(d[:, None], h[:, None], hc)
-    return logits[:, -1], h[:, -1], kv
+    """One head step: d [B] and the head's own last output h [B, E] -> (its next output [B, E], drawn from by
+    draw_head, and again as the next step's feature; new rows)."""
+    h, kv = m.head_hidden(d[:, None], h[:, None], hc)
+    return h[:, -1], h[:, -1], kv
 
 
-def _rollout(m: Models, dc: KVCache, logits, sampler: Sampler, keys, step_fn=_model_step, aux=None):
-    """K draft tokens [B, K] and q [B, K, V] (None when greedy) from the logits [B, V] at `next`: the first
-    draw, then K - 1 single-token steps of step_fn in a fori_loop (one traced step, whatever K). aux is what
-    a step passes to the next besides the token: nothing for a draft model, the head's output feature."""
-    K = m.lookahead
-    d, q = draw(keys[0], logits, sampler)
-    drafts = jnp.zeros((d.shape[0], K), jnp.int32).at[:, 0].set(d)
-    qs = None if q is None else jnp.zeros((*drafts.shape, q.shape[-1]), q.dtype).at[:, 0].set(q)
-
-    def step(i, carry):  # feeds d_i (at index i - 1), draws d_{i+1} (at index i)
-        dc, d, aux, drafts, qs = carry
-        logits, aux, (k, v) = step_fn(m, d, aux, dc)
+def _rollout(m: Models, dc: KVCache, x, sampler: Sampler, keys, step_fn=_model_step, aux=None, draw_fn=draw):
+    """K draft tokens [B, K] and q [B, K, V] (None when greedy) from x at `next` (the logits [B, V] of a draft
+    model, the head's output): the first draw, then K - 1 single-token steps of step_fn, unrolled (K is small,
+    and a loop inside the round's loop adds a loop's overhead per step). aux is what a step passes to the next
+    besides the token: nothing for a draft model, the head's output feature. draw_fn(key, x, sampler)."""
+    d, q = draw_fn(keys[0], x, sampler)
+    drafts, qs = [d], [q]
+    for i in range(1, m.lookahead):  # feeds d_i (at index i - 1), draws d_{i+1} (at index i)
+        x, aux, (k, v) = step_fn(m, d, aux, dc)
         dc = kvcache.commit(dc, k, v, jnp.ones_like(d))
-        d, q = draw(keys[i], logits, sampler)
-        return dc, d, aux, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
-
-    dc, _, _, drafts, qs = jax.lax.fori_loop(1, K, step, (dc, d, aux, drafts, qs))
-    return drafts, qs, dc
+        d, q = draw_fn(keys[i], x, sampler)
+        drafts, qs = drafts + [d], qs + [q]
+    return jnp.stack(drafts, 1), None if q is None else jnp.stack(qs, 1), dc
 
 
 def point_mass(drafts, vocab: int, sampler: Sampler):
@@ -271,10 +279,11 @@ def draft_head(m: Models, s: DecodeState, sampler: Sampler, keys):
     features."""
     f = s.head_feed
     hc = s.draft_cache.replace(length=s.cache.length - f.n)
-    logits, h, (k, v) = m.head_forward(f.tokens, f.feats, hc)
+    h, (k, v) = m.head_hidden(f.tokens, f.feats, hc)
     hc = kvcache.commit(hc, k, v, f.n)
-    at = jnp.maximum(f.n - 1, 0)  # the pair ending at `next` (n = 0: a finished row, nothing to draft)
-    return _rollout(m, hc, _pick(logits, at), sampler, keys, _head_step, _pick(h, at))
+    # the LM head runs on the pair ending at `next` only (n = 0: a finished row, nothing to draft)
+    h = _pick(h, jnp.maximum(f.n - 1, 0))
+    return _rollout(m, hc, h, sampler, keys, _head_step, h, functools.partial(draw_head, m))
 
 
 DRAFTERS = {"model": draft_model, "ngram": draft_ngram, "ngram+model": draft_combined, "head": draft_head}
@@ -316,8 +325,11 @@ def write_tokens(buf, start, seq, n):
 def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
     """One speculative round (one decode step when K = 0)."""
     K = m.lookahead
-    all_keys = sampling.split_keys(s.keys, K + 3)  # [K+3, B]
-    keys, accept_keys, draft_keys = all_keys[0], all_keys[1:3], all_keys[3:]
+    if sampler.greedy:  # nothing is drawn at random: no keys are split (K + 3 threefry hashes per round)
+        keys, accept_keys, draft_keys = s.keys, None, [None] * K
+    else:
+        all_keys = sampling.split_keys(s.keys, K + 3)  # [K+3, B]
+        keys, accept_keys, draft_keys = all_keys[0], all_keys[1:3], all_keys[3:]
     draft_cache = s.draft_cache
     with jax.named_scope("draft"):
         if K:

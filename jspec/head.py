@@ -9,8 +9,10 @@ its own pre-norm output (training-time test: it is trained to read its own featu
 take the resync forward plus K - 1 single-token steps, as a draft model's do.
 
 The LM head covers either the target's vocabulary or a reduced draft vocabulary of Vd tokens, whose
-token i is the target's token i + d2t[i] (EAGLE-3's map); logits are always returned over the target's
-vocabulary (-inf off the draft vocabulary), so drafting, sampling and acceptance see one vocabulary.
+token i is the target's token i + d2t[i] (EAGLE-3's map). `forward` returns logits over the target's
+vocabulary (-inf off the draft vocabulary), so sampling and acceptance see one vocabulary; the decode loop
+calls its parts (`hidden`, `draft_logits`) so that a greedy draft is an argmax over the draft vocabulary and
+one lookup of the map (`target_ids`), with no V-wide work.
 
 Tap j is the residual stream entering target layer j (j = L: after the last layer, before the final
 norm), the convention of vLLM's `eagle_aux_hidden_state_layer_ids`; its default is (2, L // 2, L - 3).
@@ -95,6 +97,11 @@ def to_target_vocab(logits, d2t, vocab: int):
     return jnp.full((*logits.shape[:-1], vocab), -jnp.inf, logits.dtype).at[..., ids].set(logits)
 
 
+def target_ids(hp: HeadParams, ids):
+    """Draft-vocabulary token ids (any shape) -> the target's: a gather of d2t, not a V-wide scatter."""
+    return ids if hp.d2t is None else ids + hp.d2t[ids]
+
+
 def qkv_input(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats):
     """[B, n, 2E]: the normed token embedding, then the normed feature (the order of EAGLE-3's concat)."""
     eps = hcfg.layer.rms_eps
@@ -102,12 +109,34 @@ def qkv_input(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats):
     return jnp.concatenate([rms_norm(e, hp.layer.attn_norm, eps), rms_norm(feats, hp.hidden_norm, eps)], -1)
 
 
+def draft_logits(hp: HeadParams, hcfg: HeadConfig, h):
+    """The LM head on pre-norm outputs h [..., E] -> logits [..., Vd] f32 over the draft vocabulary."""
+    return einsum_f32("...e,ev->...v", rms_norm(h, hp.norm, hcfg.layer.rms_eps), hp.lm_head)
+
+
+def _residual(hp: HeadParams, hcfg: HeadConfig, feats, o):
+    """The residual stream after attention o [B, n, Hq*D] and the MLP: the pre-norm output [B, n, E]."""
+    lp = hp.layer
+    h = feats + o @ lp.wo
+    return h + mlp(lp, rms_norm(h, lp.mlp_norm, hcfg.layer.rms_eps))
+
+
 def finish(hp: HeadParams, hcfg: HeadConfig, feats, o):
     """The rest of the layer after attention o [B, n, Hq*D] -> (logits [B, n, Vd] f32, pre-norm output)."""
-    cfg, lp = hcfg.layer, hp.layer
-    h = feats + o @ lp.wo
-    h = h + mlp(lp, rms_norm(h, lp.mlp_norm, cfg.rms_eps))
-    return einsum_f32("bne,ev->bnv", rms_norm(h, hp.norm, cfg.rms_eps), hp.lm_head), h
+    h = _residual(hp, hcfg, feats, o)
+    return draft_logits(hp, hcfg, h), h
+
+
+def hidden(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats, cache: KVCache | None = None,
+           attn_impl: str = "reference"):
+    """forward without the LM head: (the pre-norm outputs [B, n, E], the new rows (k, v))."""
+    B, n = tokens.shape
+    length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
+    pos = length[:, None] + jnp.arange(n)  # [B, n]
+    q, k, v = qkv(hp.layer, hcfg.layer, qkv_input(hp, hcfg, embed, tokens, feats), pos)
+    o = attend(q, k, v, None if cache is None else cache.layers[0], length, None if cache is None else cache.kv,
+               attn_impl)
+    return _residual(hp, hcfg, feats, o.reshape(B, n, -1)), ([k], [v])
 
 
 def forward(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats, cache: KVCache | None = None,
@@ -116,14 +145,8 @@ def forward(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats, cache: KVCac
     of feature i) -> (logits [B, n, V] f32 over the target's vocabulary, the next features [B, n, E] (the
     pre-norm output), the new rows (k, v) as one-layer lists for kvcache.commit). No cache: plain causal
     attention over the n rows from position 0."""
-    B, n = tokens.shape
-    length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
-    pos = length[:, None] + jnp.arange(n)  # [B, n]
-    q, k, v = qkv(hp.layer, hcfg.layer, qkv_input(hp, hcfg, embed, tokens, feats), pos)
-    o = attend(q, k, v, None if cache is None else cache.layers[0], length, None if cache is None else cache.kv,
-               attn_impl)
-    logits, h = finish(hp, hcfg, feats, o.reshape(B, n, -1))
-    return to_target_vocab(logits, hp.d2t, hcfg.layer.vocab_size), h, ([k], [v])
+    h, kv = hidden(hp, hcfg, embed, tokens, feats, cache, attn_impl)
+    return to_target_vocab(draft_logits(hp, hcfg, h), hp.d2t, hcfg.layer.vocab_size), h, kv
 
 
 def layer_config(target: ModelConfig, num_heads: int, num_kv_heads: int, intermediate_size: int) -> ModelConfig:

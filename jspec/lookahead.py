@@ -40,6 +40,7 @@ import numpy as np
 
 from jspec import decode, kvcache, ngram, sharding
 from jspec.config import KVConfig
+from jspec.sampling import Sampler
 
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # K tried by auto (<= config.MAX_LOOKAHEAD): few programs to compile
 VERIFY_POINTS = (1, 5, 17)  # tokens per row at which the target forward is timed
@@ -222,12 +223,12 @@ def _draft_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> f
 
 
 def _head_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> float:
-    """One head token: a forward on the token and the head's own last feature, the commit, the argmax."""
+    """One head token: a forward on the token and the head's own last feature, the commit, the greedy draw."""
     def step(m, carry):
         tok, h, cache = carry
-        logits, h, (k, v) = m.head_forward(tok, h, cache)
+        h, (k, v) = m.head_hidden(tok, h, cache)
         cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
-        return jnp.argmax(logits, -1).astype(jnp.int32), h, cache
+        return decode.draw_head(m, None, h, Sampler.make(tok.shape[0]))[0], h, cache
 
     cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
     tok, cache = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
@@ -265,7 +266,7 @@ def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int,
                             lambda: _draft_cost(m, B, capacity, context, dtype, mesh, steps))
         head = 0.0
         if m.head is not None:
-            head = _cached(memo, dict(part="head", model=m.head_cfg, **shapes),
+            head = _cached(memo, dict(part="head", draw="draft vocabulary", model=m.head_cfg, **shapes),
                            lambda: _head_cost(m, B, capacity, context, dtype, mesh, steps))
         lookup = 0.0
         if m.ngram:

@@ -9,14 +9,16 @@ head directory given as the draft runs the head mode, lossless against plain dec
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
 import jspec
-from jspec import eagle3, head, model
+from jspec import decode, eagle3, head, model
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, load_model_config
+from jspec.sampling import Sampler
 
 E, HQ, HKV, D, F, VD = 32, 2, 1, 16, 48, 200  # the qwen3 fixture: hidden 32, head_dim 16, vocab 300, 2 layers
 
@@ -141,3 +143,23 @@ def test_load_with_a_head_directory_drafts_with_the_head(hf_model_dir, tmp_path)
     assert costs["head_step"] > 0 and auto[0].stats["lookahead_auto"]["mode"] == "head"
     with pytest.raises(ConfigError, match="does not combine with ngram"):
         jspec.load(target_dir, draft=f"ngram+{tmp_path / 'head'}", kv=jspec.KVConfig("bf16"), mesh=None)
+
+
+def test_greedy_head_draw_is_the_argmax_over_the_target_vocabulary(hf_model_dir, tmp_path):
+    """decode.draw_head's greedy token (an argmax over the draft vocabulary, mapped by d2t: no V-wide work) is
+    the argmax of head.forward's logits over the target's vocabulary; sampled, its q is 0 off the draft's."""
+    tcfg = load_model_config(hf_model_dir("qwen3"))
+    _write_head(tmp_path / "head", tcfg)
+    hcfg, hp = eagle3.load_head(tmp_path / "head", tcfg, jnp.float32)
+    embed = jnp.asarray(np.random.default_rng(2).standard_normal((tcfg.vocab_size, E)), jnp.float32)
+    m = decode.Models(model.Params(embed, (), jnp.ones(E)), None, tcfg, None, 2, draft_mode="head", head=hp,
+                      head_cfg=hcfg)
+    rng = np.random.default_rng(3)
+    tokens = jnp.asarray(rng.integers(0, tcfg.vocab_size, (6, 1)), jnp.int32)
+    feats = jnp.asarray(rng.standard_normal((6, 1, E)), jnp.float32)
+    logits, h, _ = head.forward(hp, hcfg, embed, tokens, feats)
+    d, q = decode.draw_head(m, None, h[:, 0], Sampler.make(6))
+    assert q is None
+    np.testing.assert_array_equal(np.asarray(d), np.asarray(jnp.argmax(logits[:, 0], -1)))
+    _, q = decode.draw_head(m, jax.random.split(jax.random.key(0), 6), h[:, 0], Sampler.make(6, temperature=1.0))
+    np.testing.assert_array_equal(np.asarray(q) > 0, np.isfinite(np.asarray(logits[:, 0])))
