@@ -217,19 +217,28 @@ def _head_step(m: Models, d, h, hc):
     return h[:, -1], h[:, -1], kv
 
 
-def _rollout(m: Models, dc: KVCache, x, sampler: Sampler, keys, step_fn=_model_step, aux=None, draw_fn=draw):
+def _rollout(m: Models, dc: KVCache, x, sampler: Sampler, keys, step_fn=_model_step, aux=None, draw_fn=draw,
+             unroll=False):
     """K draft tokens [B, K] and q [B, K, V] (None when greedy) from x at `next` (the logits [B, V] of a draft
-    model, the head's output): the first draw, then K - 1 single-token steps of step_fn, unrolled (K is small,
-    and a loop inside the round's loop adds a loop's overhead per step). aux is what a step passes to the next
-    besides the token: nothing for a draft model, the head's output feature. draw_fn(key, x, sampler)."""
-    d, q = draw_fn(keys[0], x, sampler)
-    drafts, qs = [d], [q]
-    for i in range(1, m.lookahead):  # feeds d_i (at index i - 1), draws d_{i+1} (at index i)
+    model, the head's output): the first draw, then K - 1 single-token steps of step_fn in a fori_loop. aux is
+    what a step passes to the next besides the token: nothing for a draft model, the head's output feature.
+    draw_fn(key, x, sampler); keys [K, B], or None when greedy. unroll: the steps unrolled (a loop inside the
+    round's loop costs a loop's overhead per step), for a one-layer head; a draft model stays one traced
+    step whatever K, which keeps an 8B program's compile time down."""
+    key = lambda i: None if keys is None else keys[i]
+    d, q = draw_fn(key(0), x, sampler)
+    drafts = jnp.zeros((d.shape[0], m.lookahead), jnp.int32).at[:, 0].set(d)
+    qs = None if q is None else jnp.zeros((*drafts.shape, q.shape[-1]), q.dtype).at[:, 0].set(q)
+
+    def step(i, carry):  # feeds d_i (at index i - 1), draws d_{i+1} (at index i)
+        dc, d, aux, drafts, qs = carry
         x, aux, (k, v) = step_fn(m, d, aux, dc)
         dc = kvcache.commit(dc, k, v, jnp.ones_like(d))
-        d, q = draw_fn(keys[i], x, sampler)
-        drafts, qs = drafts + [d], qs + [q]
-    return jnp.stack(drafts, 1), None if q is None else jnp.stack(qs, 1), dc
+        d, q = draw_fn(key(i), x, sampler)
+        return dc, d, aux, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
+
+    dc, _, _, drafts, qs = jax.lax.fori_loop(1, m.lookahead, step, (dc, d, aux, drafts, qs), unroll=unroll)
+    return drafts, qs, dc
 
 
 def point_mass(drafts, vocab: int, sampler: Sampler):
@@ -283,7 +292,7 @@ def draft_head(m: Models, s: DecodeState, sampler: Sampler, keys):
     hc = kvcache.commit(hc, k, v, f.n)
     # the LM head runs on the pair ending at `next` only (n = 0: a finished row, nothing to draft)
     h = _pick(h, jnp.maximum(f.n - 1, 0))
-    return _rollout(m, hc, h, sampler, keys, _head_step, h, functools.partial(draw_head, m))
+    return _rollout(m, hc, h, sampler, keys, _head_step, h, functools.partial(draw_head, m), unroll=True)
 
 
 DRAFTERS = {"model": draft_model, "ngram": draft_ngram, "ngram+model": draft_combined, "head": draft_head}
@@ -326,7 +335,7 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     """One speculative round (one decode step when K = 0)."""
     K = m.lookahead
     if sampler.greedy:  # nothing is drawn at random: no keys are split (K + 3 threefry hashes per round)
-        keys, accept_keys, draft_keys = s.keys, None, [None] * K
+        keys, accept_keys, draft_keys = s.keys, None, None
     else:
         all_keys = sampling.split_keys(s.keys, K + 3)  # [K+3, B]
         keys, accept_keys, draft_keys = all_keys[0], all_keys[1:3], all_keys[3:]
