@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 
 DUMP_NAME = "mosaic_gpu.dump_basename"
 
@@ -46,6 +47,8 @@ def name_kernel(module) -> None:
     if DUMP_NAME not in attrs:  # jax 0.10: no counted name
         return
     del attrs[DUMP_NAME]
-    digest = hashlib.sha256(str(module).encode()).hexdigest()[:16]  # without debug info: the code alone
+    code = io.BytesIO()
+    module.operation.write_bytecode(code)  # a tenth of the time of printing it
+    digest = hashlib.sha256(code.getvalue()).hexdigest()[:16]
     name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else "kernel"
     attrs[DUMP_NAME] = ir.StringAttr.get(f"{name}_{digest}", module.context)
