@@ -11,9 +11,11 @@ should be near 0). Each reports the import of jspec (and whether torch came with
 Cases: the shipped pair with the README command's shapes, and an 8B-shaped INT2 target alone and with
 a 0.6B-shaped draft at K = 4 (random weights, 2K-token prompt, 256 new tokens). Then the README command
 itself, `python -m jspec.generate "def fibonacci(n):"`, as a whole process: with a new compilation cache
-directory (cold) and again (warm). Then a job of 24 held-out prompts with mixed max_new_tokens through the
-CLI: the programs it compiled against the capacity buckets its batches fell in (told apart by the KV
-bytes of a batch). --small swaps the 8B shapes for tiny ones (a CPU check of the script).
+directory and a new lookahead timing cache (cold: it times lookahead auto's costs, as on a new machine)
+and again (warm), each with the programs it missed in the compilation cache. Then a job of 24 held-out
+prompts with mixed max_new_tokens through the CLI: the programs it compiled against the capacity buckets
+its batches fell in (told apart by the KV bytes of a batch). --small swaps the 8B shapes for tiny ones (a
+CPU check of the script).
 """
 
 from __future__ import annotations
@@ -128,11 +130,14 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
 
 
 def run_readme(cache_dir: Path, timeout: float) -> dict:
-    """The README command as a whole process; its stats line gives compile and decode time."""
+    """The README command as a whole process, with its compilation cache and lookahead timings under
+    cache_dir; its stats line gives compile and decode time, JAX's log the programs missed in the cache."""
+    env = dict(_env(), JSPEC_CACHE_DIR=str(cache_dir / "jspec"), JAX_EXPLAIN_CACHE_MISSES="1")
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, *README, "--compile-cache", str(cache_dir)], cwd=ROOT, env=_env(),
+    p = subprocess.run([sys.executable, *README, "--compile-cache", str(cache_dir / "xla")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
-    out = dict(wall_s=time.perf_counter() - t, returncode=p.returncode)
+    out = dict(wall_s=time.perf_counter() - t, returncode=p.returncode,
+               cache_misses=re.findall(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)'", p.stderr))
     stats = re.search(r"compile ([\d.]+)s, decode ([\d.]+)s", p.stdout)
     if stats:
         out.update(compile_s=float(stats[1]), decode_s=float(stats[2]))
@@ -187,6 +192,7 @@ def table(result: dict) -> str:
                     f"{f('wall_s')} |")
     for name, r in result["readme"].items():
         detail = f"compile {r['compile_s']:.2f} s, decode {r['decode_s']:.2f} s" if "compile_s" in r else r["error"]
+        detail += f", {len(r.get('cache_misses', []))} cache misses"
         rows.append(f"| README command | {name} | {detail} | | | | | | | {r['wall_s']:.2f} |")
     return "\n".join(rows)
 

@@ -155,6 +155,23 @@ def test_schedule_covers_the_union_of_ranges_once():
     assert sched[1, :, 1].sum() == 0
 
 
+@pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
+def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
+    """The kernel module is embedded in the program, so in its persistent compile-cache key. jax 0.11
+    names each kernel "<kernel>_<n>", n counting the kernels lowered so far in the process: the CLI's
+    second run missed the cache because its first had lowered lookahead's timing programs first
+    (issue 14; mosaic_keys). Lowered for CUDA here, on any host."""
+    def lowered(T):
+        shapes = [((1, 2, 8, 128), jnp.bfloat16), ((1, 2, 2, T, 32), jnp.uint8), ((1, 2, 4, T, 1), jnp.bfloat16),
+                  ((1, 8), jnp.int32), ((1, 8), jnp.int32)]
+        f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False))
+        return f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(lowering_platforms=("cuda",)).as_text()
+
+    first = lowered(256)
+    lowered(512)  # another kernel in between
+    assert lowered(256) == first
+
+
 # --- compiled kernel (Hopper) -----------------------------------------------------------------------
 
 GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, empty ranges, M = 4/8/20,

@@ -38,6 +38,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jspec.pallas import mosaic_keys
 from jspec.pallas.int2_attention import int2_attention_reference, merge_lse
 
 try:  # Mosaic GPU pieces: present in jax >= 0.10 builds; import must not need a GPU
@@ -48,6 +49,9 @@ try:  # Mosaic GPU pieces: present in jax >= 0.10 builds; import must not need a
     from jax._src.lib.mlir.dialects import arith, gpu, llvm
 except ImportError:  # pragma: no cover
     plgpu = None
+
+if plgpu is not None:
+    mosaic_keys.install()  # the same kernel, the same cache key, whatever the process lowered before
 
 BLOCK_T = 64  # tokens per block: the wgmma M tile of the score product, K tile of the value product
 STAGES = 4  # blocks in flight per CTA (TMA ring)
