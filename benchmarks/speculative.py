@@ -197,11 +197,11 @@ def jobs(cfg: dict, modes, parts=("auto", "sweep", "fixed")) -> list[tuple]:
 
 
 def grid(cfg: dict, workloads: dict, budget_s: float, head_dir=None, parts=("auto", "sweep", "fixed"),
-         on_row=lambda rows: None) -> tuple[list, list]:
+         on_row=lambda rows: None, modes=MODES) -> tuple[list, list]:
     """Runs every job on every workload; returns (rows, skipped jobs). No head_dir: no head mode. on_row(rows)
     after each row (to keep what was measured if the process is stopped)."""
     t0, rows, skipped, engs, plain = time.perf_counter(), [], [], {}, {}
-    modes = MODES if head_dir is not None else tuple(m for m in MODES if m != "head")
+    modes = tuple(m for m in modes if m != "head" or head_dir is not None)
     for kv, B, mode, K in jobs(cfg, modes, parts):
         if time.perf_counter() - t0 > budget_s:
             skipped.append(dict(kv=kv, batch=B, mode=mode, lookahead=K))
@@ -352,6 +352,7 @@ def main():
     ap.add_argument("--kvs", help="comma-separated KV modes instead of the preset's (e.g. int2)")
     ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
                     "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated draft modes (plain always runs)")
     ap.add_argument("--parts", default="auto,sweep,fixed",
                     help="which rows: auto (each mode at --lookahead auto), sweep (K at batch 1), fixed (K = 4 at the "
                          "other batches); plain rows come with them")
@@ -371,7 +372,8 @@ def main():
                   head=None if head_dir is None else str(head_dir))
     t0 = time.perf_counter()
     result["grid"], result["skipped"] = grid(cfg, workloads, args.budget_s, head_dir, tuple(args.parts.split(",")),
-                                             lambda rows: save(args.out, dict(result, grid=rows, partial=True)))
+                                             lambda rows: save(args.out, dict(result, grid=rows, partial=True)),
+                                             tuple(args.modes.split(",")))
     result["grid_s"] = time.perf_counter() - t0
     save(args.out, result)
     if args.hf:
