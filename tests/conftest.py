@@ -88,6 +88,26 @@ def build_hf_model(family: str, seed: int = 0):
     return model
 
 
+_CACHE_FLAGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                "jax_compilation_cache_max_size")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _persistent_cache_ends_with_its_module():
+    """A module that turns on JAX's persistent compilation cache (test_cli, test_jobs: their programs are
+    shared with subprocesses) turns it off when it ends. Left on, every later compile of the worker, each
+    eager op of the tests that follow, is written to it, and each write scans the whole directory for
+    eviction: minutes over a suite."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    before = {name: getattr(jax.config, name) for name in _CACHE_FLAGS}
+    yield
+    if any(getattr(jax.config, name) != value for name, value in before.items()):
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
     """One persistent compilation cache for the session, shared by xdist workers and subprocesses."""

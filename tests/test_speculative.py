@@ -500,17 +500,20 @@ def _round_dist(kind, ctx):
     """{emitted tokens of one round at ctx: probability}, over every draft the drafter may propose, with
     the real acceptance probabilities and residual distributions of speculative.py in float64."""
     props = _proposals(kind, ctx)
+    M = len(props)
+    # Padded to V * V rows (copies of the first, never read back): one shape, so the eager ops of
+    # acceptance and residual compile once rather than once per count of proposals.
+    props = props + props[:1] * (V * V - M)
     d = np.array([x[0] for x in props])
     w = np.array([x[1] for x in props])  # probability of drafting d
     q = np.stack([x[2] for x in props])
     p = np.stack([[_p(kind, ctx), _p(kind, ctx + (d1,)), _p(kind, ctx + (d1, d2))] for d1, d2 in d])
-    M = len(props)
     alpha = np.asarray(speculative.acceptance(jnp.asarray(p), jnp.asarray(q), jnp.asarray(d)))
     assert alpha.dtype == np.float64
     reach = [1 - alpha[:, 0], alpha[:, 0] * (1 - alpha[:, 1]), alpha[:, 0] * alpha[:, 1]]  # P(a | d)
     out = {}
     for a in range(3):
-        r = np.asarray(speculative.residual(jnp.asarray(p), jnp.asarray(q), jnp.full(M, a)))
+        r = np.asarray(speculative.residual(jnp.asarray(p), jnp.asarray(q), jnp.full(V * V, a)))
         for m in range(M):
             for x in range(V):
                 seq = tuple(d[m, :a]) + (x,)
