@@ -217,20 +217,14 @@ def _head_step(m: Models, d, h, hc):
     return h[:, -1], h[:, -1], kv
 
 
-def _unroll_model(m: Models) -> bool:
-    """A draft model's K - 1 steps are unrolled when they add no more layers than the target has (the
-    shipped pair: K <= 5); past that one traced step, whatever K, keeps an 8B program's compile time down."""
-    return (m.lookahead - 1) * m.draft_cfg.num_layers <= m.target_cfg.num_layers
-
-
 def _rollout(m: Models, dc: KVCache, x, sampler: Sampler, keys, step_fn=_model_step, aux=None, draw_fn=draw,
              unroll=False):
     """K draft tokens [B, K] and q [B, K, V] (None when greedy) from x at `next` (the logits [B, V] of a draft
     model, the head's output): the first draw, then K - 1 single-token steps of step_fn in a fori_loop. aux is
     what a step passes to the next besides the token: nothing for a draft model, the head's output feature.
-    draw_fn(key, x, sampler); keys [K, B], or None when greedy. unroll: the steps unrolled, as a loop inside
-    the round's loop costs a loop's overhead per step (at batch 1, the sweep of session 5 measured a head
-    losing from K = 2, its first K with a loop trip); see _unroll_model for a draft model."""
+    draw_fn(key, x, sampler); keys [K, B], or None when greedy. unroll: the steps unrolled, for a one-layer
+    head (no loop inside the round's loop); a draft model keeps one traced step whatever K, which keeps an 8B
+    program's compile time down (unrolling the shipped draft's steps measured no gain at batch 1, session 5)."""
     key = lambda i: None if keys is None else keys[i]
     d, q = draw_fn(key(0), x, sampler)
     drafts = jnp.zeros((d.shape[0], m.lookahead), jnp.int32).at[:, 0].set(d)
@@ -257,7 +251,7 @@ def draft_model(m: Models, s: DecodeState, sampler: Sampler, keys):
     may hold rejected tokens, so [last, next] are fed again at positions length - 1 and length."""
     dc = s.draft_cache.replace(length=s.cache.length - 1)
     dc, logits = _resync(m, dc, jnp.stack([s.last, s.next], 1), jnp.ones_like(s.next))
-    return _rollout(m, dc, logits, sampler, keys, unroll=_unroll_model(m))
+    return _rollout(m, dc, logits, sampler, keys)
 
 
 def draft_ngram(m: Models, s: DecodeState, sampler: Sampler, keys):
@@ -281,7 +275,7 @@ def draft_combined(m: Models, s: DecodeState, sampler: Sampler, keys):
     dc, logits = _resync(m, s.draft_cache.replace(length=start), window, length - start)
     V = m.target_cfg.vocab_size
     skip = lambda: (copied, None if sampler.greedy else jnp.zeros((*copied.shape, V), jnp.float32), dc)
-    rollout = lambda: _rollout(m, dc, logits, sampler, keys, unroll=_unroll_model(m))
+    rollout = lambda: _rollout(m, dc, logits, sampler, keys)
     drafted, q, dc = jax.lax.cond((found | s.done).all(), skip, rollout)
     drafts = jnp.where(found[:, None], copied, drafted)
     if q is not None:
