@@ -275,8 +275,7 @@ def draft_combined(m: Models, s: DecodeState, sampler: Sampler, keys):
     dc, logits = _resync(m, s.draft_cache.replace(length=start), window, length - start)
     V = m.target_cfg.vocab_size
     skip = lambda: (copied, None if sampler.greedy else jnp.zeros((*copied.shape, V), jnp.float32), dc)
-    rollout = lambda: _rollout(m, dc, logits, sampler, keys)
-    drafted, q, dc = jax.lax.cond((found | s.done).all(), skip, rollout)
+    drafted, q, dc = jax.lax.cond((found | s.done).all(), skip, lambda: _rollout(m, dc, logits, sampler, keys))
     drafts = jnp.where(found[:, None], copied, drafted)
     if q is not None:
         q = jnp.where(found[:, None, None], point_mass(copied, V, sampler), q)
