@@ -115,13 +115,18 @@ def main():
         for K in map(int, a.ks.split(",")):
             out["counts"][f"{mode} K={K}"] = c = round_counts(eng, K)
             print(f"  {mode} K={K}  {c}")
+    save(a.out, out)  # the counts are kept if the timing is cut short
     if not a.no_time:
         plain, head = tokens_per_s(engs["head"], 0, a.new, a.reps), tokens_per_s(engs["head"], a.k, a.new, a.reps)
         out["timing"] = dict(plain=plain, head=head, K=a.k, speedup=head["tok_s"] / plain["tok_s"])
         print(f"plain {plain['tok_s']:.1f} tok/s; head K={a.k} {head['tok_s']:.1f} tok/s (tau {head['tau']:.2f}): "
               f"{out['timing']['speedup']:.2f}x")
-    if a.out:
-        with open(a.out, "w") as f:
+        save(a.out, out)
+
+
+def save(path, out: dict) -> None:
+    if path:
+        with open(path, "w") as f:
             json.dump(out, f, indent=1)
 
 
