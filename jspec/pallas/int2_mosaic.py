@@ -55,6 +55,7 @@ if plgpu is not None:
 
 BLOCK_T = 64  # tokens per block: the wgmma M tile of the score product, K tile of the value product
 STAGES = 4  # blocks in flight per CTA (TMA ring)
+ROW_BYTES = 128  # the codes' TMA box rows: 128 bytes (4 tokens at D = 128) instead of one token's 32
 APPROX = False  # ex2.approx for exp2: measured no faster (benchmarks/NOTES.md), so exact by default
 _MAGIC = 0x43004300  # two bf16 128.0: a code in the low mantissa bits reads as 128 + code
 _OFFSET = 128.0
@@ -68,6 +69,11 @@ _LN2 = 0.6931471805599453
 # H200's 227 KB, measured). Decode and verify (K <= 16) have a few dozen; a longer prefill chunk goes to
 # the Triton kernel (attention_split).
 MAX_ROWS = 128
+
+# Stages of the block body a timing run may leave out (benchmarks/kernel_diag.py; the results are wrong):
+# the bit tricks of the key / value unpack, the range mask, the cross-warp max, exp2, the whole softmax,
+# the score or value product (with its unpack), or everything but the TMA ring.
+ABLATIONS = ("nokunpack", "novunpack", "nomask", "nomax", "noexp", "nosoft", "noscore", "novalue", "empty")
 
 
 def available() -> bool:
@@ -173,8 +179,9 @@ def _fragment(regs):
     return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
 
 
-def unpack_keys(ref, BT: int, D: int):
-    """Key codes smem [BT, D/4] uint8 -> C_K [BT, D] bf16 (WGMMA layout, columns as key_slots)."""
+def unpack_keys(ref, BT: int, D: int, raw: bool = False):
+    """Key codes smem [BT, D/4] uint8 -> C_K [BT, D] bf16 (WGMMA layout, columns as key_slots).
+    raw: skip the bit tricks (the loaded words as bf16 pairs; only for timing, see ABLATIONS)."""
 
     @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),),
                        return_type=plgpu.ShapeDtypeStruct((BT, D), jnp.bfloat16, layout=plgpu.Layout.WGMMA))
@@ -193,14 +200,15 @@ def unpack_keys(ref, BT: int, D: int):
                 for u, x in enumerate(_asm_load(addr, nw, asm)):
                     for q, y in enumerate((x, arith.shrui(x, _c(8)))):
                         for i in range(4):
-                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(_plane(y, i))
+                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(x if raw else _plane(y, i))
         return _fragment(regs)
 
     return body(ref)
 
 
-def unpack_values(ref, BT: int, D: int):
-    """Value codes smem [BT, D/4] uint8 -> C_V^T [D, BT] bf16 (WGMMA layout, rows as value_slots)."""
+def unpack_values(ref, BT: int, D: int, raw: bool = False):
+    """Value codes smem [BT, D/4] uint8 -> C_V^T [D, BT] bf16 (WGMMA layout, rows as value_slots).
+    raw: skip the bit tricks (only for timing)."""
 
     @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),),
                        return_type=plgpu.ShapeDtypeStruct((D, BT), jnp.bfloat16, layout=plgpu.Layout.WGMMA))
@@ -221,7 +229,9 @@ def unpack_values(ref, BT: int, D: int):
                 y = arith.shrui(x, arith.shli(parity, _c(3)))  # the warp's byte to the low byte of each half
                 for mt in range(D // 64):
                     for hr in range(2):
-                        if D == 128:
+                        if raw:
+                            v = x
+                        elif D == 128:
                             v = _plane(y, 2 * mt + hr)
                         else:
                             v = _plane_shifted(y, arith.addi(arith.shli(arith.shrui(w, _c(1)), _c(1)), _c(hr)))
@@ -245,7 +255,7 @@ def _load(ref, layout):
 
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
             q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
-            BT: int, D: int, N: int, S: int, scale2: float):
+            BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = ()):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 2] int32: first token, blocks
     # codes_gmem [BH, 2, T, D/4] uint8 | par_gmem [BH, 4, T] key scale/zero, value scale/zero
@@ -261,7 +271,9 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
 
     def fetch(j, slot):
         start = first + j * BT
-        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start, BT), :], c_smem.at[slot], bars.at[slot])
+        rows = c_smem.shape[2]  # a block's codes per plane as TMA rows of `wide` tokens
+        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
+                                bars.at[slot])
         plgpu.copy_gmem_to_smem(par_gmem.at[bh, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
 
     plgpu.copy_gmem_to_smem(q_gmem.at[bh], q_smem, q_bar)
@@ -279,8 +291,12 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
         m, l_t, w_t, z_t, acc = carry
         slot = lax.rem(j, S)
         plgpu.barrier_wait(bars.at[slot])
-        ck = unpack_keys(c_smem.at[slot, 0], BT, D)
-        cv = unpack_values(c_smem.at[slot, 1], BT, D)  # both loaded up front: the slot is refilled below
+        if "empty" in ablate:  # the TMA ring alone
+            plgpu.commit_smem()
+            pl.when(j + S < n_blocks)(lambda: fetch(j + S, slot))
+            return carry
+        ck = None if "noscore" in ablate else unpack_keys(c_smem.at[slot, 0], BT, D, "nokunpack" in ablate)
+        cv = None if "novalue" in ablate else unpack_values(c_smem.at[slot, 1], BT, D, "novunpack" in ablate)
         ks = _load(p_smem.at[slot, 0], row).astype(f32) * scale2
         kz, vs, vz = (_load(p_smem.at[slot, i], row).astype(f32) for i in (1, 2, 3))
 
@@ -288,24 +304,36 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
             plgpu.wgmma(acc_ref, ck, q_smem.T)
             return acc_ref[...]
 
-        s_raw = pl.run_scoped(scores, plgpu.ACC((BT, N), f32))  # [BT, N]: Q' . (128 + f c)
-        s = brow(ks) * (s_raw - bcol(qoff) - brow(kz) * bcol(qsum))
-        tok = tok0 + (first + j * BT).astype(f32)
-        s = jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
-        m_new = jnp.maximum(m, s.max(axis=0))
-        alpha = jnp.exp2(m - m_new)
-        p = jnp.exp2(s - bcol(m_new))
-        wv = (p * brow(vs)).astype(jnp.bfloat16)
-        wf = wv.astype(f32)
-        a2 = bcol(alpha)
-        l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
-        w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+        if ck is None:
+            s_raw = plgpu.layout_cast(jnp.zeros((BT, N), f32), plgpu.Layout.WGMMA)
+        else:
+            s_raw = pl.run_scoped(scores, plgpu.ACC((BT, N), f32))  # [BT, N]: Q' . (128 + f c)
+        if "nosoft" in ablate:
+            m_new, alpha, wv = m, m, s_raw.astype(jnp.bfloat16)
+        else:
+            s = brow(ks) * (s_raw - bcol(qoff) - brow(kz) * bcol(qsum))
+            if "nomask" not in ablate:
+                tok = tok0 + (first + j * BT).astype(f32)
+                s = jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
+            m_new = m if "nomax" in ablate else jnp.maximum(m, s.max(axis=0))
+            alpha = jnp.exp2(m - m_new)
+            p = s - bcol(m_new) if "noexp" in ablate else jnp.exp2(s - bcol(m_new))
+            wv = (p * brow(vs)).astype(jnp.bfloat16)
+            wf = wv.astype(f32)
+            a2 = bcol(alpha)
+            l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
+        if cv is not None:
+            w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+        else:
+            l_t = l_t + wv.astype(f32)
         plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
 
         @pl.when(j + S < n_blocks)
         def _refill():
             fetch(j + S, slot)
 
+        if cv is None:
+            return m_new, l_t, w_t, z_t, acc
         acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
 
         def values(acc_ref):
@@ -360,15 +388,18 @@ def _tma_ready(x, T_axis: int, multiple: int):
     return jnp.pad(x, pad)
 
 
-@functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge"))
+@functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
+                                             "row_bytes", "ablate"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=STAGES,
-                          block_t=BLOCK_T, approx=APPROX, merge=True):
+                          block_t=BLOCK_T, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=()):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
     [B, M] int32. Returns out [B, H, M, D] f32 and lse [B, H, M] (merge=True) or the splits'
     partials out [B, H, splits, M, D], lse [B, H, splits, M] (merge=False). block_t: tokens per
     block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA.
+    row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
+    ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -392,19 +423,22 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
     f32 = jnp.float32
     par = _tma_ready(qparams.reshape(B * H, 4, T), 2, 16 // qparams.dtype.itemsize)
-    cod = codes.reshape(B * H, 2, T, D // 4)
-    if T < BT:  # the TMA box must fit the array
-        cod, par = _tma_ready(cod, 2, BT), _tma_ready(par, 2, BT)
+    # The codes as TMA rows of `wide` tokens (same bytes, same order; wider rows move faster).
+    wide = row_bytes // (D // 4)
+    cod = _tma_ready(codes.reshape(B * H, 2, T, D // 4), 2, max(BT, wide) if T < BT else wide)
+    par = _tma_ready(par, 2, BT) if T < BT else par
+    cod = cod.reshape(B * H, 2, cod.shape[2] // wide, row_bytes)
 
     swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-    kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E)
+    kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
+                               ablate=tuple(ablate))
     raw, stats = plgpu.kernel(
         kernel,
         out_type=(jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32)),
         scratch_types=dict(
             q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
             colv_smem=plgpu.SMEM((4, N), f32),
-            c_smem=plgpu.SMEM((stages, 2, BT, D // 4), jnp.uint8),
+            c_smem=plgpu.SMEM((stages, 2, BT // wide, row_bytes), jnp.uint8),
             p_smem=plgpu.SMEM((stages, 4, BT), par.dtype),
             w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()),
             o_smem=plgpu.SMEM((D, N), f32),
