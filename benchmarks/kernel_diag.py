@@ -33,7 +33,7 @@ def parse_variant(v: str) -> dict:
             ablate.append(part)
         elif "=" in part:
             k, x = part.split("=")
-            opts[k] = x == "True" if x in ("True", "False") else int(x)
+            opts[k] = x == "True" if x in ("True", "False") else int(x) if x.isdigit() else x
         elif part != "base":
             raise ValueError(f"variant part {part!r}: an ablation {im.ABLATIONS} or key=value")
     return dict(opts, ablate=tuple(ablate)) if ablate else opts

@@ -130,6 +130,88 @@ def test_register_slots_hold_the_advertised_codes(D):
     assert sorted(kdims) == list(range(D)) and sorted(vdims) == list(range(D))
 
 
+def _model_warp_values(tile, D):
+    """What the per-warp body's ldmatrix.trans leaves in C_V^T [D, 64] (rows as warp_value_slots): warp w,
+    thread (g, c), matrix (kh, h) -> 16-bit column g + 8 h of tokens t, t + 1 (t = 16 w + 8 kh + 2 c)."""
+    u16 = np.ascontiguousarray(tile).view("<u2").astype(np.uint32)  # [64, D/8]
+    out = np.zeros((D, 64), np.float32)
+    for w, g, c, kh, h in np.ndindex(4, 8, 4, 2, D // 64):
+        t = 16 * w + 8 * kh + 2 * c
+        x = u16[t, g + 8 * h] | (u16[t + 1, g + 8 * h] << 16)
+        for e in range(2):
+            for i in range(4):
+                mt, hr = (4 * e + i, h) if D == 128 else (i, e)
+                r = 16 * mt + 8 * hr + g
+                out[r, t], out[r, t + 1] = _bf16_lanes(_plane(x >> (8 * e), i))
+    return out
+
+
+def _model_warp(q, codes, qparams, lo, hi, splits, sm_scale=None):
+    """The per-warp body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the
+    range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish."""
+    B, H, M, D = q.shape
+    T, BT = codes.shape[3], 64
+    sm_scale = D**-0.5 if sm_scale is None else sm_scale
+    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT))
+    sched = np.asarray(im.prepare_warp(q, lo, hi, T, splits, BT)[2]).astype(np.int64)
+    N = qp.shape[2]
+    cod = np.pad(np.asarray(codes), ((0, 0),) * 3 + ((0, BT),) + ((0, 0),))
+    par = np.pad(np.asarray(qparams, np.float32)[..., 0], ((0, 0),) * 3 + ((0, BT),))
+    raw, stats = np.zeros((B, H, splits, D, N), np.float32), np.zeros((B, H, splits, 4, N), np.float32)
+    for b, h, sp in np.ndindex(B, H, splits):
+        qoff, qsum, rlo, rhi = colv[b, h]
+        first, nb, lo_max, hi_min = sched[b, sp]
+        m, acc = np.full((4, N), -1e30, np.float32), np.zeros((4, D, N), np.float32)
+        lt, wt, zt = (np.zeros((4, N), np.float32) for _ in range(3))
+        for j in range(nb):
+            t0 = first + j * BT
+            ck, cv = _model_keys(cod[b, h, 0, t0:t0 + BT], D), _model_warp_values(cod[b, h, 1, t0:t0 + BT], D)
+            for w in range(4):
+                rows = slice(16 * w, 16 * w + 16)
+                ks, kz, vs, vz = (par[b, h, i, t0:t0 + BT][rows, None] for i in range(4))
+                sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T - qoff - kz * qsum)
+                if not (t0 >= lo_max and t0 + BT <= hi_min):
+                    tok = t0 + np.arange(BT)[rows, None]
+                    sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
+                if np.any(sc > m[w] + im.TAU):
+                    m_new = np.maximum(m[w], sc.max(0))
+                    alpha = np.exp2(m[w] - m_new)
+                    lt[w], wt[w], zt[w], acc[w], m[w] = lt[w] * alpha, wt[w] * alpha, zt[w] * alpha, acc[w] * alpha, m_new
+                p = np.exp2(sc - m[w])
+                wv = (p * vs).astype(jnp.bfloat16).astype(np.float32)
+                lt[w], wt[w], zt[w] = lt[w] + p.sum(0), wt[w] + wv.sum(0), zt[w] + (wv * vz).sum(0)
+                acc[w] += cv[:, rows] @ wv
+        big = m.max(0)
+        a = np.exp2(m - big)  # [4, N]
+        raw[b, h, sp] = (acc * a[:, None]).sum(0)
+        stats[b, h, sp] = [big, (lt * a).sum(0), (wt * a).sum(0), (zt * a).sum(0)]
+    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, True)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_warp_value_slots_hold_the_advertised_codes(D):
+    tile = np.random.default_rng(D + 1).integers(0, 256, (64, D // 4)).astype(np.uint8)
+    vdims, vf = im.warp_value_slots(D)
+    np.testing.assert_array_equal(_model_warp_values(tile, D), 128 + vf[:, None] * _codes(tile, D)[:, vdims].T)
+    assert sorted(vdims) == list(range(D))
+
+
+@pytest.mark.parametrize("B,H,M,D,T,sdt,splits", [(2, 1, 4, 128, 300, jnp.bfloat16, 2),
+                                                  (1, 1, 20, 64, 150, jnp.float32, 3),
+                                                  (1, 1, 4, 128, 700, jnp.bfloat16, 1)])
+def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits):
+    """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge."""
+    args = _inputs(B + M + D + T + 1, B, H, M, D, T, sdt, empty_rows=B > 1)
+    if T == 700:  # one row's range ends early: interior and boundary blocks in one split
+        args = (*args[:3], jnp.zeros_like(args[3]), jnp.asarray([[700, 700, 300, 700]], jnp.int32))
+    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*_model_warp(*args, splits), axis=2)
+    ref_out, ref_lse = jax.jit(ia.int2_attention_reference)(*args)
+    live = np.isfinite(np.asarray(ref_lse))
+    np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), live)
+    assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(np.asarray(lse)[live], np.asarray(ref_lse)[live], atol=2e-2, rtol=1e-3)
+
+
 # (B, H, M, D, T, scale dtype, splits, tokens per block)
 MODEL_CASES = [(2, 1, 4, 128, 200, jnp.bfloat16, 2, 64), (1, 1, 20, 64, 150, jnp.float32, 3, 128)]
 
@@ -182,6 +264,10 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (1, 2, 4, 128, 40, jnp.float32, None, dict(block_t=128)), (2, 4, 20, 128, 1500, jnp.bfloat16, 2,
                                                                   dict(block_t=128, stages=2)),
     (2, 4, 4, 128, 3001, jnp.bfloat16, 3, dict(block_t=64, approx=False, stages=2)),
+    # the wgmma body where auto picks the per-warp one (block_t 64, up to 24 rows)
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="wgmma")), (2, 2, 20, 64, 777, jnp.float32, 2,
+                                                                     dict(body="wgmma")),
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None, {}),  # many blocks per split: lazy rescales, interior blocks
 ]
 
 

@@ -46,7 +46,7 @@ try:  # Mosaic GPU pieces: present in jax >= 0.10 builds; import must not need a
     from jax.experimental.mosaic.gpu import fragmented_array as mfa
     from jax.experimental.mosaic.gpu import utils as mu
     from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, gpu, llvm
+    from jax._src.lib.mlir.dialects import arith, gpu, llvm, vector
 except ImportError:  # pragma: no cover
     plgpu = None
 
@@ -356,6 +356,351 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
 
 
 # ----------------------------------------------------------------------------------------------
+# Per-warp body (mma.sync): no cross-warp synchronisation inside a block
+# ----------------------------------------------------------------------------------------------
+# Warp w owns tokens 16 w .. 16 w + 15 of each 64-token block and keeps its own softmax state and output.
+# Scores^T [16 tokens, 8 columns] per column tile: mma.m16n8k16 over D (A: the unpacked key codes, the same
+# fragments unpack_keys builds; B: Q' from shared memory, stored in fragment order by prepare_warp).
+# P (as bf16 W = p * value scale) becomes the B operand of the value product by two movmatrix.trans,
+# and out^T [D, 8] += C_V^T [D, 16 tokens] @ W with C_V^T from ldmatrix.trans (rows as warp_value_slots).
+# The running max is lazy: a warp rescales only when a score exceeds its reference by more than TAU
+# (one vote per block), so p <= 2^TAU. The 4 warps' partials are merged once, through shared memory.
+
+TAU = 8.0  # log2 headroom of the lazy max (p <= 256: far from bf16/f32 overflow)
+WARP_MAX_ROWS = 24  # query rows per KV head the per-warp body takes (decode, verify K <= 4 at GQA 4)
+
+
+def warp_value_slots(D: int):
+    """(dim, factor) per row r = 16 mt + 8 hr + g of the per-warp value accumulator out^T [D, N].
+
+    ldmatrix.trans gives thread (g, c) 16-bit column g + 8 h of tokens 2c, 2c + 1 (and + 8): bytes
+    2 (g + 8 h) + e, e = 0/1, each with 4 planes i. D = 128: mt = 4 e + i, hr = h; D = 64: mt = i, hr = e."""
+    dims, factor = np.zeros(D, np.int64), np.zeros(D, np.float64)
+    for h in range(D // 64):
+        for e in range(2):
+            for i in range(4):
+                mt, hr = (4 * e + i, h) if D == 128 else (i, e)
+                for g in range(8):
+                    dims[16 * mt + 8 * hr + g] = 2 * (g + 8 * h) + e + (D // 4) * i
+                    factor[16 * mt + 8 * hr + g] = _FACTOR[i]
+    return dims, factor
+
+
+def _asm(types, args, asm, constraints, side_effects=False):
+    """Inline PTX with len(types) results."""
+    if len(types) == 1:
+        return [llvm.inline_asm(types[0], args, asm, constraints, has_side_effects=side_effects)]
+    st = llvm.inline_asm(llvm.StructType.get_literal(types), args, asm, constraints, has_side_effects=side_effects)
+    return [llvm.extractvalue(t, st, [k]) for k, t in enumerate(types)]
+
+
+def _if(cond, then, vals):
+    """scf.if: then() when cond (warp-uniform i1) else vals."""
+    from jax._src.lib.mlir.dialects import scf
+
+    try:
+        op = scf.IfOp(cond, [v.type for v in vals], has_else=True)
+    except TypeError:  # older bindings
+        op = scf.IfOp(cond, [v.type for v in vals], hasElse=True)
+    with ir.InsertionPoint(op.then_block):
+        scf.yield_(then())
+    with ir.InsertionPoint(op.else_block):
+        scf.yield_(vals)
+    return list(op.results)
+
+
+def _pairs(arr, rows: int, N: int):
+    """A (rows, N) f32 WGMMA fragment's registers as [rows / 64][N / 8][hr] -> [v0, v1] (f32 scalars)."""
+    regs = arr.registers.reshape(rows // 64, N // 8, 2)
+    get = lambda v, i: vector.extract(v, dynamic_position=[], static_position=ir.DenseI64ArrayAttr.get([i]))
+    return [[[[get(regs[a, b, h], 0), get(regs[a, b, h], 1)] for h in range(2)] for b in range(N // 8)]
+            for a in range(rows // 64)]
+
+
+def _unpairs(vals, rows: int, N: int):
+    f32 = ir.F32Type.get()
+    regs = np.empty(mfa.WGMMA_LAYOUT.registers_shape((rows, N)), dtype=object)
+    flat = regs.reshape(rows // 64, N // 8, 2)
+    for a, b, h in np.ndindex(rows // 64, N // 8, 2):
+        flat[a, b, h] = vector.from_elements(ir.VectorType.get((2,), f32), vals[a][b][h])
+    return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
+
+
+def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z, *, BT, D, N, scale2):
+    """One block of BT tokens for each warp's state: (acc [64 D/16, N], m, l, w, z [64, N]) -> new state.
+
+    The state arrays are WGMMA-layout containers of per-thread registers: acc (mt, nt, hr) holds out^T rows
+    16 mt + 8 hr + g, columns 8 nt + 2 c (+1); m holds each column's reference (both rows alike); l, w, z hold
+    per-thread partial sums of p, W and W * value zero for the thread's token rows g, g + 8."""
+    MT, NT = D // 16, N // 8
+    spec = lambda shape: plgpu.ShapeDtypeStruct(shape, jnp.float32, layout=plgpu.Layout.WGMMA)
+    small = spec((64, N))
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * 11,
+                       return_type=(spec((64 * MT, N)), small, small, small, small))
+    def body(ctx, c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z):
+        del ctx
+        i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
+        fc = lambda v: mu.c(float(v), f32)
+        add, sub, mul = arith.addf, arith.subf, arith.mulf
+        ex2 = lambda x: _asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
+        wid, g, c = _thread()
+        lane = arith.andi(arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x)), _c(31))
+        acc_v = _pairs(acc, 64 * MT, N)  # [MT][NT][hr] -> [column 2c, column 2c + 1]
+        m_v, l_v, w_v, z_v = (_pairs(x, 64, N)[0] for x in (m, l, w, z))  # [NT][hr][2]
+        tok_v = [x[0] for x in _pairs(tok, 64, 8)[0][0]]  # rows g, g + 8 -> token index (f32)
+        inner = arith.cmpf(arith.CmpFPredicate.OGT, _pairs(interior, 64, 8)[0][0][0][0], fc(0.5))
+        col = {k: _pairs(x, 64, N)[0] for k, x in (("qoff", qoff), ("qsum", qsum), ("lo", lo), ("hi", hi))}
+        isz = mu.bitwidth(ir.MemRefType(p_ref.type).element_type) // 8
+        pbase, cbase, qbase = _smem_addr(p_ref), _smem_addr(c_ref), _smem_addr(q_ref)
+        tokrow = [arith.addi(arith.shli(wid, _c(4)), arith.addi(g, _c(8 * hr))) for hr in range(2)]
+
+        def param(i, hr):
+            addr = arith.addi(pbase, arith.muli(arith.addi(tokrow[hr], _c(i * BT)), _c(isz)))
+            if isz == 2:
+                v = _asm_load(addr, 1, "ld.shared.u16 $0, [$1];")[0]
+                return mu.bitcast(arith.shli(v, _c(16)), f32)
+            return mu.bitcast(_asm_load(addr, 1, "ld.shared.b32 $0, [$1];")[0], f32)
+
+        ks = [mul(param(0, hr), fc(scale2)) for hr in range(2)]
+        kz, vs, vz = ([param(i, hr) for hr in range(2)] for i in (1, 2, 3))
+
+        # Key codes of rows g, g + 8 of this warp: A fragments per 16-dim chunk (key_slots order).
+        kregs = {}
+        for hr in range(2):
+            addr = arith.addi(cbase, arith.addi(arith.muli(tokrow[hr], _c(D // 4)), arith.muli(c, _c(D // 16))))
+            nw = D // 64
+            asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
+            for u, x in enumerate(_asm_load(addr, nw, asm)):
+                for q, y in enumerate((x, arith.shrui(x, _c(8)))):
+                    for i in range(4):
+                        kregs[8 * u + 2 * i + q, hr] = _plane(y, i)
+        mma = lambda a, b, acc4: _asm([f32] * 4, [*a, *b, *acc4],
+                                      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                                      "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                                      "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+
+        # Value codes: ldmatrix.trans over the warp's 16 token rows -> A fragments per m-tile.
+        lrow = arith.addi(arith.shli(wid, _c(4)), arith.addi(arith.andi(lane, _c(7)),
+                                                              arith.shli(arith.andi(arith.shrui(lane, _c(3)), _c(1)), _c(3))))
+        vaddr = arith.addi(arith.addi(cbase, _c(BT * D // 4)), arith.muli(lrow, _c(D // 4)))
+        if D == 128:
+            vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, _c(4)), _c(4)))
+            mats = _asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
+        else:
+            mats = _asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
+        vslots = {}  # (mt, hr, k-half) -> bf16x2 register
+        for mi, x in enumerate(mats):
+            kh, h = mi % 2, mi // 2
+            for e, y in enumerate((x, arith.shrui(x, _c(8)))):
+                for i in range(4):
+                    mt, hr = (4 * e + i, h) if D == 128 else (i, e)
+                    vslots[mt, hr, kh] = _plane(y, i)
+        va = [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(MT)]
+
+        tau = fc(TAU)
+        ninf = fc(-float("inf"))
+        for nt in range(NT):
+            # Scores^T for column tile nt: rows (g, g + 8) x columns (2c, 2c + 1).
+            qaddr = arith.addi(qbase, arith.muli(arith.addi(arith.muli(arith.addi(_c(8 * nt), g), _c(4)), c),
+                                                 _c(D // 2)))
+            qf = []
+            for k in range(D // 32):  # D / 2 bytes: this thread's B fragments for every 16-dim chunk
+                qf += _asm_load(arith.addi(qaddr, _c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
+            s4 = [fc(0.0)] * 4
+            for kc in range(D // 16):
+                a = [kregs[2 * kc, 0], kregs[2 * kc, 1], kregs[2 * kc + 1, 0], kregs[2 * kc + 1, 1]]
+                s4 = mma(a, qf[2 * kc:2 * kc + 2], s4)
+            cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
+            s = [[mul(ks[hr], sub(sub(s4[2 * hr + e], cq[e]), mul(kz[hr], cs[e]))) for e in range(2)]
+                 for hr in range(2)]
+
+            def masked(s=s, nt=nt):
+                clo, chi = col["lo"][nt][0], col["hi"][nt][0]
+                out = []
+                for hr in range(2):
+                    for e in range(2):
+                        ok = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, tok_v[hr], clo[e]),
+                                        arith.cmpf(arith.CmpFPredicate.OLT, tok_v[hr], chi[e]))
+                        out.append(arith.select(ok, s[hr][e], ninf))
+                return out
+
+            flat = _if(inner, lambda s=s: [s[0][0], s[0][1], s[1][0], s[1][1]], masked())
+            s = [[flat[0], flat[1]], [flat[2], flat[3]]]
+            mref = m_v[nt][0]
+            over = None
+            for hr in range(2):
+                for e in range(2):
+                    o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], add(mref[e], tau))
+                    over = o if over is None else arith.ori(over, o)
+            vote = _asm([i32], [arith.extui(i32, over)],
+                        "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
+                        "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
+            rescale = arith.cmpi(arith.CmpIPredicate.ne, vote, _c(0))
+            state = [mref[0], mref[1], *[x for hr in range(2) for x in (*l_v[nt][hr], *w_v[nt][hr], *z_v[nt][hr])],
+                     *[x for mt in range(MT) for hr in range(2) for x in acc_v[mt][nt][hr]]]
+
+            def do_rescale(s=s, mref=mref, state=state):
+                new_m = []
+                for e in range(2):
+                    bm = arith.maximumf(s[0][e], s[1][e])
+                    for d in (4, 8, 16):
+                        bm = arith.maximumf(bm, mu.shfl_bfly(bm, d))
+                    new_m.append(arith.maximumf(mref[e], bm))
+                alpha = [ex2(sub(mref[e], new_m[e])) for e in range(2)]
+                rest = state[2:]
+                return new_m + [mul(v, alpha[k % 2]) for k, v in enumerate(rest)]
+
+            state = _if(rescale, do_rescale, state)
+            mref = state[0:2]
+            m_v[nt] = [mref, mref]
+            k = 2
+            for hr in range(2):
+                l_v[nt][hr], w_v[nt][hr], z_v[nt][hr] = state[k:k + 2], state[k + 2:k + 4], state[k + 4:k + 6]
+                k += 6
+            for mt in range(MT):
+                for hr in range(2):
+                    acc_v[mt][nt][hr] = state[k:k + 2]
+                    k += 2
+            # p, W = p * value scale (bf16), its sums, and W as the value product's B fragment.
+            wb = []
+            for hr in range(2):
+                p = [ex2(sub(s[hr][e], mref[e])) for e in range(2)]
+                wv = [mul(p[e], vs[hr]) for e in range(2)]
+                packed = _asm([i32], [wv[1], wv[0]], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]
+                wr = [mu.bitcast(arith.shli(packed, _c(16)), f32), mu.bitcast(arith.andi(packed, _c(-65536)), f32)]
+                l_v[nt][hr] = [add(l_v[nt][hr][e], p[e]) for e in range(2)]
+                w_v[nt][hr] = [add(w_v[nt][hr][e], wr[e]) for e in range(2)]
+                z_v[nt][hr] = [arith.addf(z_v[nt][hr][e], mul(wr[e], vz[hr])) for e in range(2)]
+                wb.append(_asm([i32], [packed], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
+                               side_effects=True)[0])
+            for mt in range(MT):
+                acc4 = mma(va[mt], wb, [*acc_v[mt][nt][0], *acc_v[mt][nt][1]])
+                acc_v[mt][nt] = [acc4[0:2], acc4[2:4]]
+        pack_small = lambda v: _unpairs([v], 64, N)
+        return (_unpairs(acc_v, 64 * MT, N), pack_small(m_v), pack_small(l_v), pack_small(w_v), pack_small(z_v))
+
+    return body(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z)
+
+
+def _st(addr, v, pred=None):
+    """st.shared.f32 (predicated on an i32 != 0 if pred is given)."""
+    if pred is None:
+        args, asm, cons = [addr, v], "st.shared.f32 [$0], $1;", "r,f"
+    else:
+        args, asm, cons = [addr, v, pred], "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p st.shared.f32 [$0], $1; }", "r,f,r"
+    llvm.inline_asm(ir.Type.parse("!llvm.void"), args, asm, cons, has_side_effects=True)
+
+
+def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
+    """The 4 warps' partials -> o_ref [D, N] (rows as warp_value_slots) and st_ref [4, N] (reference max,
+    sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory and one barrier."""
+    MT, NT = D // 16, N // 8
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * 5)
+    def body(ctx, red_ref, o_ref, st_ref, acc, m, l, w, z):
+        del ctx
+        i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
+        ex2 = lambda x: _asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
+        ld = lambda addr: mu.bitcast(_asm_load(addr, 1, "ld.shared.b32 $0, [$1];")[0], f32)
+        wid, g, c = _thread()
+        tid = arith.remui(arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x)), _c(128))
+        rbase, obase, sbase = _smem_addr(red_ref), _smem_addr(o_ref), _smem_addr(st_ref)
+        stride = 4 * (D * N + 4 * N)  # bytes per warp in red_ref
+        wbase = arith.addi(rbase, arith.muli(wid, _c(stride)))
+        acc_v = _pairs(acc, 64 * MT, N)
+        m_v, l_v, w_v, z_v = (_pairs(x, 64, N)[0] for x in (m, l, w, z))
+        for nt in range(NT):
+            for e in range(2):
+                colx = arith.addi(_c(8 * nt + e), arith.shli(c, _c(1)))
+                for mt in range(MT):
+                    for hr in range(2):
+                        r = arith.addi(_c(16 * mt + 8 * hr), g)
+                        _st(arith.addi(wbase, arith.shli(arith.addi(arith.muli(r, _c(N)), colx), _c(2))),
+                            acc_v[mt][nt][hr][e])
+                sums = []
+                for v in (l_v, w_v, z_v):  # the thread's two rows, then the warp's 8 row groups
+                    x = arith.addf(v[nt][0][e], v[nt][1][e])
+                    for d in (4, 8, 16):
+                        x = arith.addf(x, mu.shfl_bfly(x, d))
+                    sums.append(x)
+                for k, x in enumerate((m_v[nt][0][e], *sums)):  # all 8 row groups store the same value
+                    _st(arith.addi(wbase, arith.shli(arith.addi(_c(D * N + k * N), colx), _c(2))), x)
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
+        live = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.ult, tid, _c(D)))  # thread t: output row t
+        row = arith.remui(tid, _c(D))
+        for colx in range(N):
+            mw = [ld(arith.addi(rbase, _c(k * stride + 4 * (D * N + colx)))) for k in range(4)]
+            big = arith.maximumf(arith.maximumf(mw[0], mw[1]), arith.maximumf(mw[2], mw[3]))
+            a = [ex2(arith.subf(mw[k], big)) for k in range(4)]
+            total = lambda offs: functools.reduce(arith.addf, [arith.mulf(ld(arith.addi(rbase, o)), a[k])
+                                                               for k, o in enumerate(offs)])
+            val = total([arith.addi(_c(k * stride + 4 * colx), arith.muli(row, _c(4 * N))) for k in range(4)])
+            _st(arith.addi(obase, arith.shli(arith.addi(arith.muli(row, _c(N)), _c(colx)), _c(2))), val, live)
+            for j in range(4):  # every thread stores the same column statistics
+                x = big if j == 0 else total([_c(k * stride + 4 * (D * N + j * N + colx)) for k in range(4)])
+                _st(arith.addi(sbase, _c(4 * (j * N + colx))), x)
+
+
+    body(red_ref, o_ref, st_ref, acc, m, l, w, z)
+
+
+def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
+                 q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, *,
+                 BT: int, D: int, N: int, S: int, scale2: float):
+    # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
+    # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
+    f32 = jnp.float32
+    bh, sp = lax.axis_index("bh"), lax.axis_index("split")
+    b = lax.div(bh, q_gmem.shape[0] // sched_gmem.shape[0])
+    first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
+    lo_max, hi_min = sched_gmem[b, sp, 2], sched_gmem[b, sp, 3]
+
+    def fetch(j, slot):
+        start = first + j * BT
+        rows = c_smem.shape[2]
+        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
+                                bars.at[slot])
+        plgpu.copy_gmem_to_smem(par_gmem.at[bh, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
+
+    plgpu.copy_gmem_to_smem(q_gmem.at[bh], q_smem, q_bar)
+    plgpu.copy_gmem_to_smem(colv_gmem.at[bh], colv_smem, q_bar)
+    for s in range(S):
+        pl.when(s < n_blocks)(functools.partial(fetch, s, s))
+    plgpu.barrier_wait(q_bar)
+    col = plgpu.Layout.WGMMA.reduce(0)
+    tile = lambda x: lax.broadcast_in_dim(x, (64, N), [1])
+    qoff, qsum, lo, hi = (tile(_load(colv_smem.at[i], col)) for i in range(4))
+    tok0 = plgpu.broadcasted_iota(jnp.int32, (64, 8), 0, layout=plgpu.Layout.WGMMA).astype(f32)
+    wgmma = lambda x: plgpu.layout_cast(x, plgpu.Layout.WGMMA)
+
+    def body(j, carry):
+        slot = lax.rem(j, S)
+        start = first + j * BT
+        plgpu.barrier_wait(bars.at[slot])
+        inner = ((start >= lo_max) & (start + BT <= hi_min)).astype(f32)
+        carry = warp_block(c_smem.at[slot], p_smem.at[slot], q_smem, tok0 + start.astype(f32),
+                           wgmma(jnp.full((64, 8), inner, f32)), qoff, qsum, lo, hi, *carry,
+                           BT=BT, D=D, N=N, scale2=scale2)
+        plgpu.commit_smem()  # every warp is done reading this slot
+
+        @pl.when(j + S < n_blocks)
+        def _refill():
+            fetch(j + S, slot)
+
+        return carry
+
+    zeros = lambda rows: wgmma(jnp.zeros((rows, N), f32))
+    init = (zeros(4 * D), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64), zeros(64), zeros(64))
+    acc, m, l, w, z = lax.fori_loop(0, n_blocks, body, init)
+    warp_merge(red_smem, o_smem, st_smem, acc, m, l, w, z, D=D, N=N)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(o_smem, raw_gmem.at[bh, sp])
+    plgpu.copy_smem_to_gmem(st_smem, stats_gmem.at[bh, sp])
+    plgpu.wait_smem_to_gmem(0)
+
+
+# ----------------------------------------------------------------------------------------------
 # Wrapper
 # ----------------------------------------------------------------------------------------------
 
@@ -389,9 +734,9 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
-                                             "row_bytes", "ablate"))
+                                             "row_bytes", "ablate", "body"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=STAGES,
-                          block_t=BLOCK_T, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=()):
+                          block_t=BLOCK_T, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto"):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -400,6 +745,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA.
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
+    body: "warp" (per-warp mma.sync, up to WARP_MAX_ROWS rows, 64-token blocks), "wgmma", or "auto".
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -419,8 +765,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     if block_t not in (64, 128):
         raise ValueError(f"block_t {block_t}: 64 or 128")
     BT, N = block_t, -(-M // 8) * 8
+    warp = body == "warp" or (body == "auto" and N <= WARP_MAX_ROWS and BT == 64 and not ablate)
     ns = num_splits or default_splits(B, H, T, BT)
-    qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
     f32 = jnp.float32
     par = _tma_ready(qparams.reshape(B * H, 4, T), 2, 16 // qparams.dtype.itemsize)
     # The codes as TMA rows of `wide` tokens (same bytes, same order; wider rows move faster).
@@ -429,29 +775,31 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     par = _tma_ready(par, 2, BT) if T < BT else par
     cod = cod.reshape(B * H, 2, cod.shape[2] // wide, row_bytes)
 
-    swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-    kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
-                               ablate=tuple(ablate))
-    raw, stats = plgpu.kernel(
-        kernel,
-        out_type=(jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32)),
-        scratch_types=dict(
-            q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
-            colv_smem=plgpu.SMEM((4, N), f32),
-            c_smem=plgpu.SMEM((stages, 2, BT // wide, row_bytes), jnp.uint8),
-            p_smem=plgpu.SMEM((stages, 4, BT), par.dtype),
-            w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()),
-            o_smem=plgpu.SMEM((D, N), f32),
-            st_smem=plgpu.SMEM((4, N), f32),
-            bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
-            q_bar=plgpu.Barrier(num_arrivals=2),  # queries, row vectors
-        ),
-        grid=(B * H, ns),
-        grid_names=("bh", "split"),
-        compiler_params=plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane),
-        kernel_name="int2_attention_mosaic",
-    )(qp.reshape(B * H, N, D), colv.reshape(B * H, 4, N), sched, cod, par)
-    out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M)
+    scratch = dict(colv_smem=plgpu.SMEM((4, N), f32),
+                   c_smem=plgpu.SMEM((stages, 2, BT // wide, row_bytes), jnp.uint8),
+                   p_smem=plgpu.SMEM((stages, 4, BT), par.dtype),
+                   o_smem=plgpu.SMEM((D, N), f32),
+                   st_smem=plgpu.SMEM((4, N), f32),
+                   bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
+                   q_bar=plgpu.Barrier(num_arrivals=2))  # queries, row vectors
+    params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane)
+    out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
+    if warp:
+        qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT)
+        kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E)
+        scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
+    else:
+        qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
+        swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+        kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
+                                   ablate=tuple(ablate))
+        scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
+                       w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
+    raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
+                              grid_names=("bh", "split"), compiler_params=params,
+                              kernel_name="int2_attention_mosaic")(
+        qp.reshape(B * H, N, D), colv.reshape(B * H, 4, N), sched, cod, par)
+    out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M, warp)
     return merge_lse(out, lse, axis=2) if merge else (out, lse)
 
 
@@ -472,10 +820,22 @@ def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T):
     return qp, colv, schedule(lo, hi, T, splits, BT)
 
 
-@functools.partial(jax.jit, static_argnames=("M",))
-def finish(raw, stats, M: int):
+@functools.partial(jax.jit, static_argnames=("T", "splits", "BT"))
+def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T):
+    """prepare for the per-warp body: Q' in mma B-fragment order ([N/8, g, c, D/16, 2, 2] per head: thread
+    (g, c) reads its fragments of column tile nt contiguously) and the schedule with each batch row's
+    [max lo, min hi) (no range mask needed inside)."""
+    qp, colv, sched = prepare(q, lo, hi, T, splits, BT)
+    B, H, N, D = qp.shape
+    frag = qp.reshape(B, H, N // 8, 8, D // 16, 2, 4, 2).transpose(0, 1, 2, 3, 6, 4, 5, 7).reshape(B, H, N, D)
+    inside = jnp.stack([jnp.max(lo, 1), jnp.min(hi, 1)], -1).astype(jnp.int32)  # [B, 2]
+    return frag, colv, jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
+
+
+@functools.partial(jax.jit, static_argnames=("M", "warp"))
+def finish(raw, stats, M: int, warp: bool = False):
     """Kernel partials -> normalised out [B, H, splits, M, D] f32 and lse [B, H, splits, M] (natural log)."""
-    vdims, vf = value_slots(raw.shape[-2])
+    vdims, vf = (warp_value_slots if warp else value_slots)(raw.shape[-2])
     m, l, sw, zw = (stats[..., i, :] for i in range(4))  # [B, H, ns, N]
     c = (raw - _OFFSET * sw[..., None, :]) * jnp.asarray(1.0 / vf, jnp.float32)[:, None] - zw[..., None, :]
     c = c[..., np.argsort(vdims), :]  # value_slots order -> head dimension order
