@@ -11,7 +11,7 @@ kernels, kernel time and idle time per round, the kernel kinds by time, the memc
 loop copies its predicate to the host: one MemcpyD2H per round, more for loops inside a round), the stretch
 between consecutive device-to-host copies (one loop trip, prefill excluded), and the largest gaps on the
 device timeline with the events on both sides. The HLO of each round (the rounds loop's body, as executed)
-is counted too, and with --hlo each program's text is written beside the JSON.
+is counted too, and with --hlo each program's text is written beside the JSON (<mode>_<variant>.hlo.txt.gz).
 
 Variants (--variants, one compile each): "default" is the library's compile; "nocmdbuf" compiles with XLA's
 command buffers (CUDA graphs) off, and "cmdbuf-traced" keeps them while profiling. XLA runs a program's
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import os
 import re
@@ -284,8 +285,9 @@ def profile_variant(eng, K: int, variant: str, a, out_dir: Path, tag: str, rec: 
     rec["compile_s"] = time.perf_counter() - t0
     hlo = program.as_text()
     rec["hlo"] = round_hlo(hlo)
-    if a.hlo:
-        (out_dir / f"{tag}.hlo.txt").write_text(hlo)
+    if a.hlo:  # gzipped: a few MB of text each, mostly metadata
+        with gzip.open(out_dir / f"{tag}.hlo.txt.gz", "wt") as f:
+            f.write(hlo)
     del args, hlo
     if over("timing"):
         return
@@ -373,7 +375,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="untraced calls timed (median)")
     ap.add_argument("--top", type=int, default=25, help="kernel kinds listed per mode")
     ap.add_argument("--out", default="/tmp/profile_round/profile_round.json", help="JSON path")
-    ap.add_argument("--hlo", action="store_true", help="write each program's compiled HLO beside the JSON")
+    ap.add_argument("--hlo", action="store_true", help="write each program's compiled HLO beside the JSON (gzipped)")
     ap.add_argument("--no-trace", action="store_true", help="timings and HLO counts only")
     ap.add_argument("--trace-dir", default=os.path.join(tempfile.gettempdir(), "profile_round_traces"))
     ap.add_argument("--budget-s", type=float, default=110.0, help="no new step starts after this many seconds")
