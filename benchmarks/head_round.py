@@ -44,8 +44,9 @@ def _computations(hlo: str) -> dict:
     return comps
 
 
-def executed(hlo: str) -> dict:
-    """Kernels, fusions, scatters and while loops one run of the program executes (see the module doc)."""
+def executed(hlo: str, root: str = "ENTRY") -> dict:
+    """Kernels, fusions, scatters and while loops one run of the program executes (see the module doc); root:
+    the computation to start from (a loop body: what one trip executes)."""
     comps = _computations(hlo)
     ref = lambda key, rest: re.search(rf"{key}=%([\w.-]+)", rest).group(1)
 
@@ -72,7 +73,7 @@ def executed(hlo: str) -> dict:
                     n[k] += counts[k] * times
         return n
 
-    return walk("ENTRY")
+    return walk(root)
 
 
 def round_counts(eng, K: int) -> dict:
