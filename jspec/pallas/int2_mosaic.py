@@ -367,7 +367,7 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
 # (one vote per block), so p <= 2^TAU. The 4 warps' partials are merged once, through shared memory.
 
 TAU = 8.0  # log2 headroom of the lazy max (p <= 256: far from bf16/f32 overflow)
-WARP_MAX_ROWS = 24  # query rows per KV head the per-warp body takes (decode, verify K <= 4 at GQA 4)
+WARP_MAX_ROWS = 8  # query rows per KV head "auto" gives the per-warp body (decode; at 24 rows it spills)
 
 
 def warp_value_slots(D: int):
@@ -507,10 +507,11 @@ def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l
             qf = []
             for k in range(D // 32):  # D / 2 bytes: this thread's B fragments for every 16-dim chunk
                 qf += _asm_load(arith.addi(qaddr, _c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
-            s4 = [fc(0.0)] * 4
+            chains = [[fc(0.0)] * 4, [fc(0.0)] * 4]  # two accumulators: half the dependent mma chain
             for kc in range(D // 16):
                 a = [kregs[2 * kc, 0], kregs[2 * kc, 1], kregs[2 * kc + 1, 0], kregs[2 * kc + 1, 1]]
-                s4 = mma(a, qf[2 * kc:2 * kc + 2], s4)
+                chains[kc % 2] = mma(a, qf[2 * kc:2 * kc + 2], chains[kc % 2])
+            s4 = [add(x, y) for x, y in zip(*chains)]
             cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
             s = [[mul(ks[hr], sub(sub(s4[2 * hr + e], cq[e]), mul(kz[hr], cs[e]))) for e in range(2)]
                  for hr in range(2)]
@@ -745,7 +746,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA.
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
-    body: "warp" (per-warp mma.sync, up to WARP_MAX_ROWS rows, 64-token blocks), "wgmma", or "auto".
+    body: "warp" (per-warp mma.sync; 64-token blocks), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -765,6 +766,9 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     if block_t not in (64, 128):
         raise ValueError(f"block_t {block_t}: 64 or 128")
     BT, N = block_t, -(-M // 8) * 8
+    if body not in ("auto", "warp", "wgmma") or (body == "warp" and (BT != 64 or ablate)):
+        raise ValueError(f"body {body!r} (block_t {BT}, ablate {ablate}): 'auto', 'wgmma', or 'warp' with "
+                         "64-token blocks and no ablations")
     warp = body == "warp" or (body == "auto" and N <= WARP_MAX_ROWS and BT == 64 and not ablate)
     ns = num_splits or default_splits(B, H, T, BT)
     f32 = jnp.float32
