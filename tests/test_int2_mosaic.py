@@ -146,11 +146,11 @@ def _model_warp_values(tile, D):
     return out
 
 
-def _model_warp(q, codes, qparams, lo, hi, splits, sm_scale=None):
+def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
     """The per-warp body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the
     range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish."""
     B, H, M, D = q.shape
-    T, BT = codes.shape[3], 64
+    T = codes.shape[3]
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
     qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT))
     sched = np.asarray(im.prepare_warp(q, lo, hi, T, splits, BT)[2]).astype(np.int64)
@@ -163,15 +163,16 @@ def _model_warp(q, codes, qparams, lo, hi, splits, sm_scale=None):
         first, nb, lo_max, hi_min = sched[b, sp]
         m, acc = np.full((4, N), -1e30, np.float32), np.zeros((4, D, N), np.float32)
         lt, wt, zt = (np.zeros((4, N), np.float32) for _ in range(3))
-        for j in range(nb):
-            t0 = first + j * BT
-            ck, cv = _model_keys(cod[b, h, 0, t0:t0 + BT], D), _model_warp_values(cod[b, h, 1, t0:t0 + BT], D)
+        for j, sb in np.ndindex(nb, BT // 64):  # each warp takes 16 of every 64 tokens of a block
+            t0 = first + j * BT + 64 * sb
+            inner = first + j * BT >= lo_max and first + (j + 1) * BT <= hi_min
+            ck, cv = _model_keys(cod[b, h, 0, t0:t0 + 64], D), _model_warp_values(cod[b, h, 1, t0:t0 + 64], D)
             for w in range(4):
                 rows = slice(16 * w, 16 * w + 16)
-                ks, kz, vs, vz = (par[b, h, i, t0:t0 + BT][rows, None] for i in range(4))
+                ks, kz, vs, vz = (par[b, h, i, t0:t0 + 64][rows, None] for i in range(4))
                 sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T - qoff - kz * qsum)
-                if not (t0 >= lo_max and t0 + BT <= hi_min):
-                    tok = t0 + np.arange(BT)[rows, None]
+                if not inner:
+                    tok = t0 + np.arange(64)[rows, None]
                     sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
                 if np.any(sc > m[w] + im.TAU):
                     m_new = np.maximum(m[w], sc.max(0))
@@ -196,15 +197,15 @@ def test_warp_value_slots_hold_the_advertised_codes(D):
     assert sorted(vdims) == list(range(D))
 
 
-@pytest.mark.parametrize("B,H,M,D,T,sdt,splits", [(2, 1, 4, 128, 300, jnp.bfloat16, 2),
-                                                  (1, 1, 20, 64, 150, jnp.float32, 3),
-                                                  (1, 1, 4, 128, 700, jnp.bfloat16, 1)])
-def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits):
+@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),
+                                                     (1, 1, 20, 64, 150, jnp.float32, 3, 128),
+                                                     (1, 1, 4, 128, 700, jnp.bfloat16, 1, 128)])
+def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
     """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge."""
     args = _inputs(B + M + D + T + 1, B, H, M, D, T, sdt, empty_rows=B > 1)
     if T == 700:  # one row's range ends early: interior and boundary blocks in one split
         args = (*args[:3], jnp.zeros_like(args[3]), jnp.asarray([[700, 700, 300, 700]], jnp.int32))
-    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*_model_warp(*args, splits), axis=2)
+    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*_model_warp(*args, splits, BT), axis=2)
     ref_out, ref_lse = jax.jit(ia.int2_attention_reference)(*args)
     live = np.isfinite(np.asarray(ref_lse))
     np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), live)
@@ -268,6 +269,8 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="wgmma")), (2, 2, 20, 64, 777, jnp.float32, 2,
                                                                      dict(body="wgmma")),
     (1, 8, 4, 128, 70000, jnp.bfloat16, None, {}),  # many blocks per split: lazy rescales, interior blocks
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(block_t=128, body="warp")),  # two 64-token halves per block
+    (3, 2, 8, 64, 777, jnp.float32, 2, dict(block_t=128, body="warp")),
 ]
 
 

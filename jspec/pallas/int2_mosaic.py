@@ -462,122 +462,125 @@ def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l
                 return mu.bitcast(arith.shli(v, _c(16)), f32)
             return mu.bitcast(_asm_load(addr, 1, "ld.shared.b32 $0, [$1];")[0], f32)
 
-        ks = [mul(param(0, hr), fc(scale2)) for hr in range(2)]
-        kz, vs, vz = ([param(i, hr) for hr in range(2)] for i in (1, 2, 3))
-
-        # Key codes of rows g, g + 8 of this warp: A fragments per 16-dim chunk (key_slots order).
-        kregs = {}
-        for hr in range(2):
-            addr = arith.addi(cbase, arith.addi(arith.muli(tokrow[hr], _c(D // 4)), arith.muli(c, _c(D // 16))))
-            nw = D // 64
-            asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
-            for u, x in enumerate(_asm_load(addr, nw, asm)):
-                for q, y in enumerate((x, arith.shrui(x, _c(8)))):
-                    for i in range(4):
-                        kregs[8 * u + 2 * i + q, hr] = _plane(y, i)
         mma = lambda a, b, acc4: _asm([f32] * 4, [*a, *b, *acc4],
                                       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                                       "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
                                       "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+        tau, ninf = fc(TAU), fc(-float("inf"))
+        tok_blk, row_blk = tok_v, tokrow
+        for sb in range(BT // 64):  # each warp's 16 tokens of every 64 in the block
+            tok_v = [add(t, fc(64 * sb)) for t in tok_blk]
+            tokrow = [arith.addi(r, _c(64 * sb)) for r in row_blk]
+            ks = [mul(param(0, hr), fc(scale2)) for hr in range(2)]
+            kz, vs, vz = ([param(i, hr) for hr in range(2)] for i in (1, 2, 3))
 
-        # Value codes: ldmatrix.trans over the warp's 16 token rows -> A fragments per m-tile.
-        lrow = arith.addi(arith.shli(wid, _c(4)), arith.addi(arith.andi(lane, _c(7)),
-                                                              arith.shli(arith.andi(arith.shrui(lane, _c(3)), _c(1)), _c(3))))
-        vaddr = arith.addi(arith.addi(cbase, _c(BT * D // 4)), arith.muli(lrow, _c(D // 4)))
-        if D == 128:
-            vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, _c(4)), _c(4)))
-            mats = _asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
-        else:
-            mats = _asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
-        vslots = {}  # (mt, hr, k-half) -> bf16x2 register
-        for mi, x in enumerate(mats):
-            kh, h = mi % 2, mi // 2
-            for e, y in enumerate((x, arith.shrui(x, _c(8)))):
-                for i in range(4):
-                    mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-                    vslots[mt, hr, kh] = _plane(y, i)
-        va = [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(MT)]
+            # Key codes of rows g, g + 8 of this warp: A fragments per 16-dim chunk (key_slots order).
+            kregs = {}
+            for hr in range(2):
+                addr = arith.addi(cbase, arith.addi(arith.muli(tokrow[hr], _c(D // 4)), arith.muli(c, _c(D // 16))))
+                nw = D // 64
+                asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
+                for u, x in enumerate(_asm_load(addr, nw, asm)):
+                    for q, y in enumerate((x, arith.shrui(x, _c(8)))):
+                        for i in range(4):
+                            kregs[8 * u + 2 * i + q, hr] = _plane(y, i)
 
-        tau = fc(TAU)
-        ninf = fc(-float("inf"))
-        for nt in range(NT):
-            # Scores^T for column tile nt: rows (g, g + 8) x columns (2c, 2c + 1).
-            qaddr = arith.addi(qbase, arith.muli(arith.addi(arith.muli(arith.addi(_c(8 * nt), g), _c(4)), c),
-                                                 _c(D // 2)))
-            qf = []
-            for k in range(D // 32):  # D / 2 bytes: this thread's B fragments for every 16-dim chunk
-                qf += _asm_load(arith.addi(qaddr, _c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
-            chains = [[fc(0.0)] * 4, [fc(0.0)] * 4]  # two accumulators: half the dependent mma chain
-            for kc in range(D // 16):
-                a = [kregs[2 * kc, 0], kregs[2 * kc, 1], kregs[2 * kc + 1, 0], kregs[2 * kc + 1, 1]]
-                chains[kc % 2] = mma(a, qf[2 * kc:2 * kc + 2], chains[kc % 2])
-            s4 = [add(x, y) for x, y in zip(*chains)]
-            cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
-            s = [[mul(ks[hr], sub(sub(s4[2 * hr + e], cq[e]), mul(kz[hr], cs[e]))) for e in range(2)]
-                 for hr in range(2)]
+            # Value codes: ldmatrix.trans over the warp's 16 token rows -> A fragments per m-tile.
+            lrow = arith.addi(_c(64 * sb), arith.addi(arith.shli(wid, _c(4)), arith.addi(
+                arith.andi(lane, _c(7)), arith.shli(arith.andi(arith.shrui(lane, _c(3)), _c(1)), _c(3)))))
+            vaddr = arith.addi(arith.addi(cbase, _c(BT * D // 4)), arith.muli(lrow, _c(D // 4)))
+            if D == 128:
+                vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, _c(4)), _c(4)))
+                mats = _asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
+            else:
+                mats = _asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
+            vslots = {}  # (mt, hr, k-half) -> bf16x2 register
+            for mi, x in enumerate(mats):
+                kh, h = mi % 2, mi // 2
+                for e, y in enumerate((x, arith.shrui(x, _c(8)))):
+                    for i in range(4):
+                        mt, hr = (4 * e + i, h) if D == 128 else (i, e)
+                        vslots[mt, hr, kh] = _plane(y, i)
+            va = [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(MT)]
 
-            def masked(s=s, nt=nt):
-                clo, chi = col["lo"][nt][0], col["hi"][nt][0]
-                out = []
+            for nt in range(NT):
+                # Scores^T for column tile nt: rows (g, g + 8) x columns (2c, 2c + 1).
+                qaddr = arith.addi(qbase, arith.muli(arith.addi(arith.muli(arith.addi(_c(8 * nt), g), _c(4)), c),
+                                                     _c(D // 2)))
+                qf = []
+                for k in range(D // 32):  # D / 2 bytes: this thread's B fragments for every 16-dim chunk
+                    qf += _asm_load(arith.addi(qaddr, _c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
+                chains = [[fc(0.0)] * 4, [fc(0.0)] * 4]  # two accumulators: half the dependent mma chain
+                for kc in range(D // 16):
+                    a = [kregs[2 * kc, 0], kregs[2 * kc, 1], kregs[2 * kc + 1, 0], kregs[2 * kc + 1, 1]]
+                    chains[kc % 2] = mma(a, qf[2 * kc:2 * kc + 2], chains[kc % 2])
+                s4 = [add(x, y) for x, y in zip(*chains)]
+                cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
+                s = [[mul(ks[hr], sub(sub(s4[2 * hr + e], cq[e]), mul(kz[hr], cs[e]))) for e in range(2)]
+                     for hr in range(2)]
+
+                def masked(s=s, nt=nt):
+                    clo, chi = col["lo"][nt][0], col["hi"][nt][0]
+                    out = []
+                    for hr in range(2):
+                        for e in range(2):
+                            ok = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, tok_v[hr], clo[e]),
+                                            arith.cmpf(arith.CmpFPredicate.OLT, tok_v[hr], chi[e]))
+                            out.append(arith.select(ok, s[hr][e], ninf))
+                    return out
+
+                flat = _if(inner, lambda s=s: [s[0][0], s[0][1], s[1][0], s[1][1]], masked())
+                s = [[flat[0], flat[1]], [flat[2], flat[3]]]
+                mref = m_v[nt][0]
+                over = None
                 for hr in range(2):
                     for e in range(2):
-                        ok = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, tok_v[hr], clo[e]),
-                                        arith.cmpf(arith.CmpFPredicate.OLT, tok_v[hr], chi[e]))
-                        out.append(arith.select(ok, s[hr][e], ninf))
-                return out
+                        o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], add(mref[e], tau))
+                        over = o if over is None else arith.ori(over, o)
+                vote = _asm([i32], [arith.extui(i32, over)],
+                            "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
+                            "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
+                rescale = arith.cmpi(arith.CmpIPredicate.ne, vote, _c(0))
+                state = [mref[0], mref[1], *[x for hr in range(2) for x in (*l_v[nt][hr], *w_v[nt][hr], *z_v[nt][hr])],
+                         *[x for mt in range(MT) for hr in range(2) for x in acc_v[mt][nt][hr]]]
 
-            flat = _if(inner, lambda s=s: [s[0][0], s[0][1], s[1][0], s[1][1]], masked())
-            s = [[flat[0], flat[1]], [flat[2], flat[3]]]
-            mref = m_v[nt][0]
-            over = None
-            for hr in range(2):
-                for e in range(2):
-                    o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], add(mref[e], tau))
-                    over = o if over is None else arith.ori(over, o)
-            vote = _asm([i32], [arith.extui(i32, over)],
-                        "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
-                        "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
-            rescale = arith.cmpi(arith.CmpIPredicate.ne, vote, _c(0))
-            state = [mref[0], mref[1], *[x for hr in range(2) for x in (*l_v[nt][hr], *w_v[nt][hr], *z_v[nt][hr])],
-                     *[x for mt in range(MT) for hr in range(2) for x in acc_v[mt][nt][hr]]]
+                def do_rescale(s=s, mref=mref, state=state):
+                    new_m = []
+                    for e in range(2):
+                        bm = arith.maximumf(s[0][e], s[1][e])
+                        for d in (4, 8, 16):
+                            bm = arith.maximumf(bm, mu.shfl_bfly(bm, d))
+                        new_m.append(arith.maximumf(mref[e], bm))
+                    alpha = [ex2(sub(mref[e], new_m[e])) for e in range(2)]
+                    rest = state[2:]
+                    return new_m + [mul(v, alpha[k % 2]) for k, v in enumerate(rest)]
 
-            def do_rescale(s=s, mref=mref, state=state):
-                new_m = []
-                for e in range(2):
-                    bm = arith.maximumf(s[0][e], s[1][e])
-                    for d in (4, 8, 16):
-                        bm = arith.maximumf(bm, mu.shfl_bfly(bm, d))
-                    new_m.append(arith.maximumf(mref[e], bm))
-                alpha = [ex2(sub(mref[e], new_m[e])) for e in range(2)]
-                rest = state[2:]
-                return new_m + [mul(v, alpha[k % 2]) for k, v in enumerate(rest)]
-
-            state = _if(rescale, do_rescale, state)
-            mref = state[0:2]
-            m_v[nt] = [mref, mref]
-            k = 2
-            for hr in range(2):
-                l_v[nt][hr], w_v[nt][hr], z_v[nt][hr] = state[k:k + 2], state[k + 2:k + 4], state[k + 4:k + 6]
-                k += 6
-            for mt in range(MT):
+                state = _if(rescale, do_rescale, state)
+                mref = state[0:2]
+                m_v[nt] = [mref, mref]
+                k = 2
                 for hr in range(2):
-                    acc_v[mt][nt][hr] = state[k:k + 2]
-                    k += 2
-            # p, W = p * value scale (bf16), its sums, and W as the value product's B fragment.
-            wb = []
-            for hr in range(2):
-                p = [ex2(sub(s[hr][e], mref[e])) for e in range(2)]
-                wv = [mul(p[e], vs[hr]) for e in range(2)]
-                packed = _asm([i32], [wv[1], wv[0]], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]
-                wr = [mu.bitcast(arith.shli(packed, _c(16)), f32), mu.bitcast(arith.andi(packed, _c(-65536)), f32)]
-                l_v[nt][hr] = [add(l_v[nt][hr][e], p[e]) for e in range(2)]
-                w_v[nt][hr] = [add(w_v[nt][hr][e], wr[e]) for e in range(2)]
-                z_v[nt][hr] = [arith.addf(z_v[nt][hr][e], mul(wr[e], vz[hr])) for e in range(2)]
-                wb.append(_asm([i32], [packed], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
-                               side_effects=True)[0])
-            for mt in range(MT):
-                acc4 = mma(va[mt], wb, [*acc_v[mt][nt][0], *acc_v[mt][nt][1]])
-                acc_v[mt][nt] = [acc4[0:2], acc4[2:4]]
+                    l_v[nt][hr], w_v[nt][hr], z_v[nt][hr] = state[k:k + 2], state[k + 2:k + 4], state[k + 4:k + 6]
+                    k += 6
+                for mt in range(MT):
+                    for hr in range(2):
+                        acc_v[mt][nt][hr] = state[k:k + 2]
+                        k += 2
+                # p, W = p * value scale (bf16), its sums, and W as the value product's B fragment.
+                wb = []
+                for hr in range(2):
+                    p = [ex2(sub(s[hr][e], mref[e])) for e in range(2)]
+                    wv = [mul(p[e], vs[hr]) for e in range(2)]
+                    packed = _asm([i32], [wv[1], wv[0]], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]
+                    wr = [mu.bitcast(arith.shli(packed, _c(16)), f32), mu.bitcast(arith.andi(packed, _c(-65536)), f32)]
+                    l_v[nt][hr] = [add(l_v[nt][hr][e], p[e]) for e in range(2)]
+                    w_v[nt][hr] = [add(w_v[nt][hr][e], wr[e]) for e in range(2)]
+                    z_v[nt][hr] = [arith.addf(z_v[nt][hr][e], mul(wr[e], vz[hr])) for e in range(2)]
+                    wb.append(_asm([i32], [packed], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
+                                   side_effects=True)[0])
+                for mt in range(MT):
+                    acc4 = mma(va[mt], wb, [*acc_v[mt][nt][0], *acc_v[mt][nt][1]])
+                    acc_v[mt][nt] = [acc4[0:2], acc4[2:4]]
         pack_small = lambda v: _unpairs([v], 64, N)
         return (_unpairs(acc_v, 64 * MT, N), pack_small(m_v), pack_small(l_v), pack_small(w_v), pack_small(z_v))
 
@@ -746,7 +749,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA.
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
-    body: "warp" (per-warp mma.sync; 64-token blocks), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
+    body: "warp" (per-warp mma.sync), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -766,10 +769,9 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     if block_t not in (64, 128):
         raise ValueError(f"block_t {block_t}: 64 or 128")
     BT, N = block_t, -(-M // 8) * 8
-    if body not in ("auto", "warp", "wgmma") or (body == "warp" and (BT != 64 or ablate)):
-        raise ValueError(f"body {body!r} (block_t {BT}, ablate {ablate}): 'auto', 'wgmma', or 'warp' with "
-                         "64-token blocks and no ablations")
-    warp = body == "warp" or (body == "auto" and N <= WARP_MAX_ROWS and BT == 64 and not ablate)
+    if body not in ("auto", "warp", "wgmma") or (body == "warp" and ablate):
+        raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or 'warp' without ablations")
+    warp = body == "warp" or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
     ns = num_splits or default_splits(B, H, T, BT)
     f32 = jnp.float32
     par = _tma_ready(qparams.reshape(B * H, 4, T), 2, 16 // qparams.dtype.itemsize)
