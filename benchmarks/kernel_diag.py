@@ -53,10 +53,9 @@ def kernel_share(fn, args, trace_dir) -> dict:
 
 
 def mosaic_call(B, T, n, **opts):
-    ns = opts.pop("num_splits", None) or im.default_splits(B, ab.HKV, T, opts.get("block_t", im.BLOCK_T))
-    lo = jnp.zeros((B, n * ab.G), jnp.int32)
+    lo = jnp.zeros((B, n * ab.G), jnp.int32)  # the wrapper's default splits for the options' block size
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
-    return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, num_splits=ns, merge=False, **opts)
+    return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, merge=False, **opts)
 
 
 def time_point(B, T, n, variants, reps, copy_gbps, deadline, trace=False):

@@ -55,6 +55,7 @@ if plgpu is not None:
 
 BLOCK_T = 64  # tokens per block: the wgmma M tile of the score product, K tile of the value product
 STAGES = 4  # blocks in flight per CTA (TMA ring)
+WARP_BLOCK_T, WARP_STAGES = 128, 3  # the per-warp body's defaults (measured best: benchmarks/NOTES.md)
 ROW_BYTES = 128  # the codes' TMA box rows: 128 bytes (4 tokens at D = 128) instead of one token's 32
 APPROX = False  # ex2.approx for exp2: measured no faster (benchmarks/NOTES.md), so exact by default
 _MAGIC = 0x43004300  # two bf16 128.0: a code in the low mantissa bits reads as 128 + code
@@ -739,14 +740,15 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
                                              "row_bytes", "ablate", "body"))
-def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=STAGES,
-                          block_t=BLOCK_T, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto"):
+def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
+                          block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto"):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
     [B, M] int32. Returns out [B, H, M, D] f32 and lse [B, H, M] (merge=True) or the splits'
     partials out [B, H, splits, M, D], lse [B, H, splits, M] (merge=False). block_t: tokens per
-    block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA.
+    block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA (both
+    default per body: WARP_BLOCK_T / WARP_STAGES, else BLOCK_T / STAGES).
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
     body: "warp" (per-warp mma.sync), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
@@ -766,12 +768,14 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         out, lse = int2_attention_reference(q, codes, qparams, lo, hi, sm_scale=sm_scale)
         return (out, lse) if merge else (out[:, :, None], lse[:, :, None])
 
-    if block_t not in (64, 128):
-        raise ValueError(f"block_t {block_t}: 64 or 128")
-    BT, N = block_t, -(-M // 8) * 8
+    N = -(-M // 8) * 8
     if body not in ("auto", "warp", "wgmma") or (body == "warp" and ablate):
         raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or 'warp' without ablations")
     warp = body == "warp" or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
+    BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
+    stages = stages or (WARP_STAGES if warp else STAGES)
+    if BT not in (64, 128):
+        raise ValueError(f"block_t {BT}: 64 or 128")
     ns = num_splits or default_splits(B, H, T, BT)
     f32 = jnp.float32
     par = _tma_ready(qparams.reshape(B * H, 4, T), 2, 16 // qparams.dtype.itemsize)
