@@ -198,6 +198,11 @@ def gpu_summary(events: list, wall: float, rounds: int, top: int) -> dict:
         k[0] += 1
         k[1] += dur
     kinds = sorted(by_kind.items(), key=lambda kv: -kv[1][1])
+    by_name = collections.defaultdict(lambda: [0, 0.0])  # the instance (HLO fusion name) behind a kind's time
+    for name, _, dur, _ in kernels:
+        by_name[name][0] += 1
+        by_name[name][1] += dur
+    names = sorted(by_name.items(), key=lambda kv: -kv[1][1])
     span = (max(e[1] + e[2] for e in events) - events[0][1]) * 1e-9
     return dict(
         rounds=rounds, traced_wall_ms=wall * 1e3, device_span_ms=span * 1e3,
@@ -207,6 +212,8 @@ def gpu_summary(events: list, wall: float, rounds: int, top: int) -> dict:
         copy_ms_per_round=sum(e[2] for e in copies) * 1e-6 / r,
         kinds=[dict(kind=k, per_round=n / r, us_per_round=d * 1e-3 / r, us_each=d * 1e-3 / n)
                for k, (n, d) in kinds[:top]],
+        kernels=[dict(name=k, per_round=n / r, us_per_round=d * 1e-3 / r, us_each=d * 1e-3 / n)
+                 for k, (n, d) in names[:top]],
         gaps=gaps(events, r), loop_trips=loop_trips(events),
         stat_keys=sorted(events[0][3]) if events else [],
     )
@@ -324,6 +331,9 @@ def print_variant(tag: str, rec: dict) -> None:
                   f"{lt['median_events']:.0f} events, {lt['median_kernel_us']:.1f} us of kernels", flush=True)
         for k in p["kinds"][:15]:
             print(f"   {k['us_per_round']:8.1f} us {k['per_round']:6.1f}x  {k['kind'][:80]}")
+        print("   the slowest kernels by name:")
+        for k in p["kernels"][:10]:
+            print(f"   {k['us_per_round']:8.1f} us {k['per_round']:6.1f}x  {k['us_each']:7.1f} us each  {k['name'][:70]}")
         g = p["gaps"]
         print(f"   gaps {g['us_per_round']:.1f} us/round ({g['count_per_round']:.1f} per round), "
               "by the kinds around them:")
