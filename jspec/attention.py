@@ -55,6 +55,11 @@ def attend_reference(q, k, v, layer, length, kv):
             s = jnp.where(use_bf, s, dot_scores(qg, kq))
         scores.append(jnp.where(valid, s * D**-0.5, -jnp.inf))
         values.append((use_bf, vb, vq))
+    if len(scores) > 1:
+        # Without the barrier XLA:GPU fused the chunk's score reduction (and its RoPE) into the concatenation
+        # below, as one badly parallel kernel: 255 us per single-token step of the EAGLE-3 head on the H200,
+        # against ~3 us for the rest of its attention (benchmarks/RESULTS.md, session 6). Numerics unchanged.
+        scores[-1] = jax.lax.optimization_barrier(scores[-1])
     p = jax.nn.softmax(jnp.concatenate(scores, -1), axis=-1)
     out, start = 0.0, 0
     for (use_bf, vb, vq), s in zip(values, scores):
