@@ -427,6 +427,42 @@ def _unpairs(vals, rows: int, N: int):
     return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
 
 
+def _warp_keys(base, rows, c, D: int):
+    """Key codes of this thread's token rows (g, g + 8) -> {(column tile, row half): bf16x2} (key_slots order):
+    the A fragments of the score product, two column tiles per 16-dim chunk."""
+    kregs = {}
+    for hr in range(2):
+        addr = arith.addi(base, arith.addi(arith.muli(rows[hr], _c(D // 4)), arith.muli(c, _c(D // 16))))
+        nw = D // 64
+        asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
+        for u, x in enumerate(_asm_load(addr, nw, asm)):
+            for q, y in enumerate((x, arith.shrui(x, _c(8)))):
+                for i in range(4):
+                    kregs[8 * u + 2 * i + q, hr] = _plane(y, i)
+    return kregs
+
+
+def _warp_values(base, offset: int, wid, lane, sb: int, D: int):
+    """Value codes (at base + offset) of the warp's 16 tokens (half sb of a 128-token block) -> the value
+    product's A fragments per m-tile (rows as warp_value_slots), by ldmatrix.trans over the token rows."""
+    lrow = arith.addi(_c(64 * sb), arith.addi(arith.shli(wid, _c(4)), arith.addi(
+        arith.andi(lane, _c(7)), arith.shli(arith.andi(arith.shrui(lane, _c(3)), _c(1)), _c(3)))))
+    vaddr = arith.addi(arith.addi(base, _c(offset)), arith.muli(lrow, _c(D // 4)))
+    if D == 128:
+        vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, _c(4)), _c(4)))
+        mats = _asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
+    else:
+        mats = _asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
+    vslots = {}  # (mt, hr, k-half) -> bf16x2 register
+    for mi, x in enumerate(mats):
+        kh, h = mi % 2, mi // 2
+        for e, y in enumerate((x, arith.shrui(x, _c(8)))):
+            for i in range(4):
+                mt, hr = (4 * e + i, h) if D == 128 else (i, e)
+                vslots[mt, hr, kh] = _plane(y, i)
+    return [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(D // 16)]
+
+
 def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z, *, BT, D, N, scale2):
     """One block of BT tokens for each warp's state: (acc [64 D/16, N], m, l, w, z [64, N]) -> new state.
 
@@ -475,34 +511,8 @@ def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l
             ks = [mul(param(0, hr), fc(scale2)) for hr in range(2)]
             kz, vs, vz = ([param(i, hr) for hr in range(2)] for i in (1, 2, 3))
 
-            # Key codes of rows g, g + 8 of this warp: A fragments per 16-dim chunk (key_slots order).
-            kregs = {}
-            for hr in range(2):
-                addr = arith.addi(cbase, arith.addi(arith.muli(tokrow[hr], _c(D // 4)), arith.muli(c, _c(D // 16))))
-                nw = D // 64
-                asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
-                for u, x in enumerate(_asm_load(addr, nw, asm)):
-                    for q, y in enumerate((x, arith.shrui(x, _c(8)))):
-                        for i in range(4):
-                            kregs[8 * u + 2 * i + q, hr] = _plane(y, i)
-
-            # Value codes: ldmatrix.trans over the warp's 16 token rows -> A fragments per m-tile.
-            lrow = arith.addi(_c(64 * sb), arith.addi(arith.shli(wid, _c(4)), arith.addi(
-                arith.andi(lane, _c(7)), arith.shli(arith.andi(arith.shrui(lane, _c(3)), _c(1)), _c(3)))))
-            vaddr = arith.addi(arith.addi(cbase, _c(BT * D // 4)), arith.muli(lrow, _c(D // 4)))
-            if D == 128:
-                vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, _c(4)), _c(4)))
-                mats = _asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
-            else:
-                mats = _asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
-            vslots = {}  # (mt, hr, k-half) -> bf16x2 register
-            for mi, x in enumerate(mats):
-                kh, h = mi % 2, mi // 2
-                for e, y in enumerate((x, arith.shrui(x, _c(8)))):
-                    for i in range(4):
-                        mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-                        vslots[mt, hr, kh] = _plane(y, i)
-            va = [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(MT)]
+            kregs = _warp_keys(cbase, tokrow, c, D)
+            va = _warp_values(cbase, BT * D // 4, wid, lane, sb, D)
 
             for nt in range(NT):
                 # Scores^T for column tile nt: rows (g, g + 8) x columns (2c, 2c + 1).
