@@ -86,17 +86,27 @@ def _codes(tile, D):
     return np.concatenate([(tile >> (2 * i)) & 3 for i in range(4)], axis=1).astype(np.float32)
 
 
-def _model(q, codes, qparams, lo, hi, splits, BT, sm_scale=None):
-    """The kernel's per-CTA loop in numpy (f32, W rounded to bf16 as in the kernel), then im.finish."""
+def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False):
+    """What a model kernel reads (Q', row vectors, schedule; codes and scales padded by a block) and its
+    zeroed outputs (raw, stats)."""
     B, H, M, D = q.shape
     T = codes.shape[3]
-    sm_scale = D**-0.5 if sm_scale is None else sm_scale
     qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT))
-    sched = sched.astype(np.int64)
+    if warp:  # the per-warp schedule also carries each batch row's mask-free range
+        sched = np.asarray(im.prepare_warp(q, lo, hi, T, splits, BT)[2])
     N = qp.shape[2]
     cod = np.pad(np.asarray(codes), ((0, 0),) * 3 + ((0, BT),) + ((0, 0),))
     par = np.pad(np.asarray(qparams, np.float32)[..., 0], ((0, 0),) * 3 + ((0, BT),))
     raw, stats = np.zeros((B, H, splits, D, N), np.float32), np.zeros((B, H, splits, 4, N), np.float32)
+    return qp, colv, sched.astype(np.int64), cod, par, raw, stats
+
+
+def _model(q, codes, qparams, lo, hi, splits, BT, sm_scale=None):
+    """The kernel's per-CTA loop in numpy (f32, W rounded to bf16 as in the kernel), then im.finish."""
+    B, H, M, D = q.shape
+    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT)
+    sm_scale = D**-0.5 if sm_scale is None else sm_scale
+    N = qp.shape[2]
     for b, h, s in np.ndindex(B, H, splits):
         qoff, qsum, rlo, rhi = colv[b, h]
         m, acc = np.full(N, -1e30, np.float32), np.zeros((D, N), np.float32)
@@ -150,14 +160,9 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
     """The per-warp body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the
     range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish."""
     B, H, M, D = q.shape
-    T = codes.shape[3]
+    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=True)
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
-    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT))
-    sched = np.asarray(im.prepare_warp(q, lo, hi, T, splits, BT)[2]).astype(np.int64)
     N = qp.shape[2]
-    cod = np.pad(np.asarray(codes), ((0, 0),) * 3 + ((0, BT),) + ((0, 0),))
-    par = np.pad(np.asarray(qparams, np.float32)[..., 0], ((0, 0),) * 3 + ((0, BT),))
-    raw, stats = np.zeros((B, H, splits, D, N), np.float32), np.zeros((B, H, splits, 4, N), np.float32)
     for b, h, sp in np.ndindex(B, H, splits):
         qoff, qsum, rlo, rhi = colv[b, h]
         first, nb, lo_max, hi_min = sched[b, sp]
@@ -189,6 +194,16 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
     return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, True)
 
 
+def _check_partials(partials, args):
+    """A model's split partials, merged, against the reference: same live rows, out within 1%, lse close."""
+    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*partials, axis=2)
+    ref_out, ref_lse = jax.jit(ia.int2_attention_reference)(*args)
+    live = np.isfinite(np.asarray(ref_lse))
+    np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), live)
+    assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(np.asarray(lse)[live], np.asarray(ref_lse)[live], atol=2e-2, rtol=1e-3)
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_warp_value_slots_hold_the_advertised_codes(D):
     tile = np.random.default_rng(D + 1).integers(0, 256, (64, D // 4)).astype(np.uint8)
@@ -205,12 +220,7 @@ def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
     args = _inputs(B + M + D + T + 1, B, H, M, D, T, sdt, empty_rows=B > 1)
     if T == 700:  # one row's range ends early: interior and boundary blocks in one split
         args = (*args[:3], jnp.zeros_like(args[3]), jnp.asarray([[700, 700, 300, 700]], jnp.int32))
-    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*_model_warp(*args, splits, BT), axis=2)
-    ref_out, ref_lse = jax.jit(ia.int2_attention_reference)(*args)
-    live = np.isfinite(np.asarray(ref_lse))
-    np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), live)
-    assert _rel(out, ref_out) <= 1e-2
-    np.testing.assert_allclose(np.asarray(lse)[live], np.asarray(ref_lse)[live], atol=2e-2, rtol=1e-3)
+    _check_partials(_model_warp(*args, splits, BT), args)
 
 
 # (B, H, M, D, T, scale dtype, splits, tokens per block)
@@ -221,12 +231,7 @@ MODEL_CASES = [(2, 1, 4, 128, 200, jnp.bfloat16, 2, 64), (1, 1, 20, 64, 150, jnp
 def test_kernel_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
     """The kernel's algebra (offset 128, plane factors, folded scale/zero, slot order, split schedule)."""
     args = _inputs(B + M + D + T, B, H, M, D, T, sdt)
-    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*_model(*args, splits, BT), axis=2)
-    ref_out, ref_lse = jax.jit(ia.int2_attention_reference)(*args)
-    live = np.isfinite(np.asarray(ref_lse))
-    np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), live)
-    assert _rel(out, ref_out) <= 1e-2
-    np.testing.assert_allclose(np.asarray(lse)[live], np.asarray(ref_lse)[live], atol=2e-2, rtol=1e-3)
+    _check_partials(_model(*args, splits, BT), args)
 
 
 def test_schedule_covers_the_union_of_ranges_once():

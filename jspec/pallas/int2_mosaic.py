@@ -254,6 +254,26 @@ def _load(ref, layout):
         return plgpu.load(ref, (), layout=layout)
 
 
+def _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem, p_smem,
+                bars, q_bar, *, BT: int, S: int):
+    """Loads the queries and row vectors, primes the TMA ring with the first S blocks of this CTA's split and
+    returns fetch(j, slot), which loads block j (codes and scales) into a slot of the ring."""
+
+    def fetch(j, slot):
+        start = first + j * BT
+        rows = c_smem.shape[2]  # a block's codes per plane as TMA rows of `wide` tokens
+        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
+                                bars.at[slot])
+        plgpu.copy_gmem_to_smem(par_gmem.at[bh, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
+
+    plgpu.copy_gmem_to_smem(q_gmem.at[bh], q_smem, q_bar)
+    plgpu.copy_gmem_to_smem(colv_gmem.at[bh], colv_smem, q_bar)
+    for s in range(S):
+        pl.when(s < n_blocks)(functools.partial(fetch, s, s))
+    plgpu.barrier_wait(q_bar)
+    return fetch
+
+
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
             q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
             BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = ()):
@@ -270,18 +290,8 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
     b = lax.div(bh, H)
     first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
 
-    def fetch(j, slot):
-        start = first + j * BT
-        rows = c_smem.shape[2]  # a block's codes per plane as TMA rows of `wide` tokens
-        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
-                                bars.at[slot])
-        plgpu.copy_gmem_to_smem(par_gmem.at[bh, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
-
-    plgpu.copy_gmem_to_smem(q_gmem.at[bh], q_smem, q_bar)
-    plgpu.copy_gmem_to_smem(colv_gmem.at[bh], colv_smem, q_bar)
-    for s in range(S):
-        pl.when(s < n_blocks)(functools.partial(fetch, s, s))
-    plgpu.barrier_wait(q_bar)
+    fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
+                        p_smem, bars, q_bar, BT=BT, S=S)
     qoff, qsum = _load(colv_smem.at[0], col), _load(colv_smem.at[1], col)
     lo, hi = _load(colv_smem.at[2], col), _load(colv_smem.at[3], col)
     bcol = lambda x: lax.broadcast_in_dim(x, (BT, N), [1])
@@ -671,18 +681,8 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
     first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
     lo_max, hi_min = sched_gmem[b, sp, 2], sched_gmem[b, sp, 3]
 
-    def fetch(j, slot):
-        start = first + j * BT
-        rows = c_smem.shape[2]
-        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
-                                bars.at[slot])
-        plgpu.copy_gmem_to_smem(par_gmem.at[bh, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
-
-    plgpu.copy_gmem_to_smem(q_gmem.at[bh], q_smem, q_bar)
-    plgpu.copy_gmem_to_smem(colv_gmem.at[bh], colv_smem, q_bar)
-    for s in range(S):
-        pl.when(s < n_blocks)(functools.partial(fetch, s, s))
-    plgpu.barrier_wait(q_bar)
+    fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
+                        p_smem, bars, q_bar, BT=BT, S=S)
     col = plgpu.Layout.WGMMA.reduce(0)
     tile = lambda x: lax.broadcast_in_dim(x, (64, N), [1])
     qoff, qsum, lo, hi = (tile(_load(colv_smem.at[i], col)) for i in range(4))
