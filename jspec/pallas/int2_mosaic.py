@@ -1,7 +1,9 @@
-"""Split-K attention over the OSCAR INT2 history on Hopper (Pallas Mosaic GPU, wgmma).
+"""Split-K attention over the OSCAR INT2 history on Hopper (Pallas Mosaic GPU: mma.sync and wgmma).
 
 Same contract as int2_attention.int2_attention (rows [B, H, M, D], the cache's codes and qparams,
-per-row INT2 key ranges [lo, hi)), built for the H200's wgmma instead of Triton's small dots.
+per-row INT2 key ranges [lo, hi)), built for the H200's tensor cores instead of Triton's small dots.
+Two block bodies share the TMA ring, the unpacking and the algebra below: the per-warp body (decode,
+up to WARP_MAX_ROWS rows; see "Per-warp body") and the wgmma body described here (verification).
 
 Tokens are the wgmma M side (swap A and B): decode has only M = 4-8 query rows per KV head (20 when
 verifying K = 4), while wgmma needs 64 rows on M and allows N = 8..256 on the other side. Per
