@@ -668,7 +668,6 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
                 x = big if j == 0 else total([_c(k * stride + 4 * (D * N + j * N + colx)) for k in range(4)])
                 _st(arith.addi(sbase, _c(4 * (j * N + colx))), x)
 
-
     body(red_ref, o_ref, st_ref, acc, m, l, w, z)
 
 
