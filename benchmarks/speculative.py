@@ -15,7 +15,9 @@ Modes (jspec.load's draft): none (plain decoding), model (the shipped draft), ng
 ngram+model (both), head (an EAGLE-3 head: --head DIR, default checkpoints/code-head when it exists;
 "random" for a random one of the trained shape, which only checks the plumbing: its tau is ~1).
 Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
-each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others).
+each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others). Batch 1 runs
+the first `singles` prompts (8) one call each, in turn, and counts all their tokens over all their time:
+one prompt's tau swings with K by chance (session 6: 3.02 at K = 4, 3.63 at 6, 3.53 at 8).
 
 tokens/s = new tokens / decode_s (the compiled program's time, without compilation), median of `reps`
 calls after a warm-up; speed-up = over plain decoding of the same workload, KV and batch in this run: the
@@ -60,8 +62,9 @@ QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_no
 LLAMA3_8B_EAGLE3 = head.HeadConfig(head.layer_config(LLAMA3_8B, 32, 8, 14336), 32000, (2, 16, 29))
 MODES = ("model", "ngram", "ngram+model", "head")  # the draft modes; "none" is the plain baseline
 SWEEP = {"model": (1, 2, 4, 8), "ngram": (1, 2, 4, 8, 16), "ngram+model": (1, 2, 4, 8), "head": (1, 2, 4, 6, 8)}
-FULL = dict(kvs=("bf16", "int2"), batches=(1, 8, 32), sweep=SWEEP, fixed=4, max_new=128, reps=5)
-SMALL = dict(kvs=("bf16",), batches=(1,), sweep={m: (2,) for m in MODES}, fixed=None, max_new=24, reps=1)
+FULL = dict(kvs=("bf16", "int2"), batches=(1, 8, 32), sweep=SWEEP, fixed=4, max_new=128, reps=5, singles=8)
+SMALL = dict(kvs=("bf16",), batches=(1,), sweep={m: (2,) for m in MODES}, fixed=None, max_new=24, reps=1,
+             singles=2)
 DEFAULT_HEAD = engine.CHECKPOINTS / "code-head"
 PROMPT_TOKENS = (130, 250)  # both workloads in the 256-token bucket: one program serves both
 
@@ -114,35 +117,42 @@ def edit_prompts(tok, n: int) -> list[str]:
 # ------------------------------------------------------------------------------------------ timing
 
 
-def _summary(results) -> dict:
-    """tokens/s (of the program, compile excluded), tau and accept rate of one generate call."""
-    st = [r.stats for r in results]
+def _summary(calls) -> dict:
+    """tokens/s (of the programs, compile excluded), tau and accept rate of generate calls run in turn (each
+    a list of results): all their new tokens over all their decode time. K is the one most calls ran."""
+    st = [r.stats for results in calls for r in results]
     new, rounds = sum(s["new_tokens"] for s in st), sum(s["rounds"] for s in st)
-    K = st[0]["lookahead"]
-    out = dict(K=K, tok_s=new / st[0]["decode_s"], new_tokens=new, compile_s=st[0]["compile_s"],
+    Ks = [results[0].stats["lookahead"] for results in calls]
+    drafted = sum(s["lookahead"] * s["rounds"] for s in st)
+    out = dict(K=max(Ks, key=Ks.count), tok_s=new / sum(results[0].stats["decode_s"] for results in calls),
+               new_tokens=new, compile_s=sum(results[0].stats["compile_s"] for results in calls),
                tau=(new - len(st)) / rounds if rounds else 1.0,
-               accept_rate=sum(s["accepted"] for s in st) / (K * rounds) if K and rounds else 0.0)
+               accept_rate=sum(s["accepted"] for s in st) / drafted if drafted else 0.0)
+    if len(set(Ks)) > 1:
+        out["Ks"] = Ks
     if "lookahead_auto" in st[0]:
         out["auto"] = st[0]["lookahead_auto"]
     return out
 
 
-def measure(eng, prompts, gen, reps: int, plain=None) -> dict:
+def measure(eng, groups, gen, reps: int, plain=None) -> dict:
     """The median call of `reps` after a warm-up (which compiles when needed); for auto, after the
-    chosen K settles. Auto rows also keep their first call's choice. With `plain` (the plain engine), each
-    timed call follows a plain call of the same prompts: "speedup" is the median of the per-pair ratios, so
-    that a drift of the GPU's speed during the run does not show as a gain or a loss."""
-    first = _summary(eng.generate(prompts, gen))
+    chosen K settles. A call is one generate per group of prompts, in turn (batch 1 over several prompts:
+    one prompt per group). Auto rows also keep their first call's choice. With `plain` (the plain engine),
+    each timed call follows a plain call of the same prompts: "speedup" is the median of the per-pair
+    ratios, so that a drift of the GPU's speed during the run does not show as a gain or a loss."""
+    call = lambda e, g: _summary([e.generate(prompts, g) for prompts in groups])
+    first = call(eng, gen)
     calls = [first]
     while gen.lookahead == "auto" and len(calls) < 4:  # until the online estimate repeats its choice
-        calls.append(_summary(eng.generate(prompts, gen)))
-        if calls[-1]["K"] == calls[-2]["K"]:
+        calls.append(call(eng, gen))
+        if calls[-1].get("Ks", calls[-1]["K"]) == calls[-2].get("Ks", calls[-2]["K"]):
             break
     timed, ratios, base = [], [], dataclasses.replace(gen, lookahead=0)
     for _ in range(reps):
         if plain is not None:
-            p = _summary(plain.generate(prompts, base))["tok_s"]
-        timed.append(_summary(eng.generate(prompts, gen)))
+            p = call(plain, base)["tok_s"]
+        timed.append(call(eng, gen))
         if plain is not None:
             ratios.append((timed[-1]["tok_s"] / p, p))
     row = dict(sorted(timed, key=lambda r: r["tok_s"])[len(timed) // 2])
@@ -211,8 +221,9 @@ def grid(cfg: dict, workloads: dict, budget_s: float, head_dir=None, parts=("aut
         for name, prompts in workloads.items():
             eng._seen.clear()  # auto starts from the prior on each workload (a fresh engine's state)
             base = None if mode == "none" else engs[kv]["none"]
-            r = dict(workload=name, kv=kv, batch=B, mode=mode, lookahead=K,
-                     **measure(eng, prompts[:B], gen, cfg["reps"], base))
+            groups = [[p] for p in prompts[: cfg["singles"]]] if B == 1 else [prompts[:B]]
+            r = dict(workload=name, kv=kv, batch=B, mode=mode, lookahead=K, prompts=len(groups) * len(groups[0]),
+                     **measure(eng, groups, gen, cfg["reps"], base))
             if mode == "none":
                 plain[name, kv, B] = r["tok_s"]
             r["speedup_vs_plain_row"] = r["tok_s"] / plain[name, kv, B]
@@ -350,6 +361,8 @@ def main():
                     "head part runs at a CPU-sized stand-in shape)")
     ap.add_argument("--batches", help="comma-separated batch sizes instead of the preset's (e.g. 32,64)")
     ap.add_argument("--kvs", help="comma-separated KV modes instead of the preset's (e.g. int2)")
+    ap.add_argument("--singles", type=int, help="batch-1 rows run this many prompts, one call each, in turn "
+                    "(preset: 8; 1 is the first prompt alone, as before session 7)")
     ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
                     "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated draft modes (plain always runs)")
@@ -364,8 +377,10 @@ def main():
         cfg = dict(cfg, batches=tuple(int(b) for b in args.batches.split(",")))
     if args.kvs:
         cfg = dict(cfg, kvs=tuple(args.kvs.split(",")))
+    if args.singles:
+        cfg = dict(cfg, singles=args.singles)
     tok = jspec.load(draft=None, kv=KVConfig("bf16")).tokenizer
-    n = max(cfg["batches"])
+    n = max(*cfg["batches"], cfg["singles"])
     workloads = {"held_out": held_out_prompts(tok, n), "edit": edit_prompts(tok, n)}
     result = dict(device=str(jax.devices()[0]), device_kind=jax.devices()[0].device_kind, jax=jax.__version__,
                   config={k: v for k, v in cfg.items()}, prompts={k: len(v) for k, v in workloads.items()},

@@ -26,12 +26,14 @@ which sample a seed gives depends on K (fix `lookahead` to reproduce a sample ac
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
 import os
 import statistics
 import time
+import typing
 from pathlib import Path
 
 import jax
@@ -55,8 +57,8 @@ PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
 # the mean (the expected maximum of B normals). Fitted to the shipped pair at batch 32 on the H200 (mean
 # alpha 0.59-0.61, effective 0.27-0.37).
 ROW_SPREAD = 0.07
-_VERSION = 2  # bump when what is timed changes: old files on disk are then ignored (2: the head step got
-# faster, session 6)
+_VERSION = 3  # bump when what is timed or stored changes: old files on disk are then ignored (2: the head step
+# got faster, session 6; 3: every part stores a list of times)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,19 +177,50 @@ def estimate(mode: str, seen: tuple[float, float], B: int = 1) -> tuple[float, s
 # --------------------------------------------------------------------------------------- measuring
 
 
-def _per_step(step, m: decode.Models, carry, steps: int, reps: int = 3, budget_s: float = 1.0) -> float:
-    """Median seconds of one step(m, carry) -> carry, timed as jitted loops of `steps` steps: a warm-up call,
-    then up to `reps` timed calls while they fit in budget_s (a slow device needs fewer to average)."""
+@dataclasses.dataclass
+class _Loop:
+    """A jitted loop of `steps` steps of step(m, carry) -> carry, lowered for the shapes of make()'s carry.
+    make() builds the carry again for timing: loops are lowered and compiled together (compile_all), and
+    their carries (caches as large as the caller's) are alive one at a time."""
+
+    lowered: jax.stages.Lowered
+    m: decode.Models
+    make: typing.Callable
+    steps: int
+
+
+def _loop(step, m: decode.Models, make, steps: int) -> _Loop:
     run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
-    run = run.lower(m, carry).compile()
-    times = []
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), make())
+    return _Loop(run.lower(m, shapes), m, make, steps)
+
+
+def compile_all(loops: list[_Loop]) -> list:
+    """The loops' programs, compiled side by side: XLA compiles without holding the GIL, so a cold start's
+    cost measurement waits for its slowest program rather than for the sum of them."""
+    if len(loops) < 2:
+        return [loop.lowered.compile() for loop in loops]
+    with concurrent.futures.ThreadPoolExecutor(len(loops)) as pool:
+        return list(pool.map(lambda loop: loop.lowered.compile(), loops))
+
+
+def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
+    """Median seconds of one step of a compiled loop: a warm-up call, then up to `reps` timed calls while
+    they fit in budget_s (a slow device needs fewer to average)."""
+    carry, times = loop.make(), []
     for _ in range(reps + 1):
         t0 = time.perf_counter()
-        carry = jax.block_until_ready(run(m, carry))
+        carry = jax.block_until_ready(run(loop.m, carry))
         times.append(time.perf_counter() - t0)
         if sum(times) > budget_s and len(times) >= 2:
             break
-    return statistics.median(times[1:]) / steps
+    return statistics.median(times[1:]) / loop.steps
+
+
+def _per_step(step, m: decode.Models, carry, steps: int) -> float:
+    """Median seconds of one step(m, carry) -> carry, timed as jitted loops of `steps` steps (one loop alone)."""
+    loop = _loop(step, m, lambda: carry, steps)
+    return _time(loop.lowered.compile(), loop)
 
 
 def _forward_step(forward):
@@ -209,21 +242,21 @@ def _at(cache, context: int, tok, mesh, heads: bool = True):
     return tok, cache
 
 
-def _target_cost(m: decode.Models, kv: KVConfig, B, capacity, context, n: int, dtype, mesh, steps) -> float:
-    cache = kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1)
-    carry = _at(cache, context, jnp.zeros((B, n), jnp.int32), mesh)
+def _target_loop(m: decode.Models, kv: KVConfig, B, capacity, context, n: int, dtype, mesh, steps) -> _Loop:
+    make = lambda: _at(kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1), context,
+                       jnp.zeros((B, n), jnp.int32), mesh)
     step = _forward_step(lambda m, tok, cache: m.target_forward(tok, cache))
-    return _per_step(step, m.replace(draft=None), carry, steps)
+    return _loop(step, m.replace(draft=None), make, steps)
 
 
-def _draft_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> float:
-    cache = kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype)
-    carry = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
+def _draft_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    make = lambda: _at(kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype), context,
+                       jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
     step = _forward_step(lambda m, tok, cache: m.draft_forward(tok, cache))
-    return _per_step(step, m.replace(target=None), carry, steps)
+    return _loop(step, m.replace(target=None), make, steps)
 
 
-def _head_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> float:
+def _head_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
     """One head token: a forward on the token and the head's own last feature, the commit, the greedy draw."""
     def step(m, carry):
         tok, h, cache = carry
@@ -231,49 +264,52 @@ def _head_cost(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> fl
         cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
         return decode.draw_head(m, None, h, Sampler.make(tok.shape[0]))[0], h, cache
 
-    cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
-    tok, cache = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
-    h = jnp.zeros((B, 1, m.target_cfg.hidden_size), dtype)
-    h = h if mesh is None else sharding.shard_batch(h, mesh)
-    return _per_step(step, m.replace(draft=None), (tok, h, cache), steps)
+    def make():
+        cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
+        tok, cache = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
+        h = jnp.zeros((B, 1, m.target_cfg.hidden_size), dtype)
+        return tok, h if mesh is None else sharding.shard_batch(h, mesh), cache
+
+    return _loop(step, m.replace(draft=None), make, steps)
 
 
-def _ngram_cost(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> float:
+def _ngram_loop(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> _Loop:
     """One lookup of K drafts over a [B, capacity] history and their write into it."""
     def step(m, history):
         end = jnp.full((B,), context, jnp.int32)
         drafts, _ = ngram.propose(history, end, K)
         return decode.write_tokens(history, end - K, drafts, jnp.full((B,), K))  # the next lookup reads them
 
-    history = jax.random.randint(jax.random.key(0), (B, capacity), 0, 64, jnp.int32)
-    history = history if mesh is None else sharding.shard_batch(history, mesh)
-    return _per_step(step, m.replace(target=None, draft=None), history, steps)
+    def make():
+        history = jax.random.randint(jax.random.key(0), (B, capacity), 0, 64, jnp.int32)
+        return history if mesh is None else sharding.shard_batch(history, mesh)
+
+    return _loop(step, m.replace(target=None, draft=None), make, steps)
 
 
 def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int, k_max: int, dtype, mesh=None,
             memo: dict | None = None, steps: int = 8) -> Costs:
     """Times what a round of m.draft_mode costs at these shapes (see the module docstring). Each part is
-    kept in memo and on disk by what it depends on: the verify times serve every draft mode."""
+    kept in memo and on disk by what it depends on: the verify times serve every draft mode. The parts not
+    kept are compiled side by side, then timed one at a time."""
     memo = {} if memo is None else memo
     shapes = dict(B=B, capacity=capacity, context=context, dtype=str(dtype),
                   mesh=None if mesh is None else dict(mesh.shape))
     points = sorted({n for n in VERIFY_POINTS if n <= k_max + 1} | {k_max + 1})
+    parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points),
+                        lambda: [_target_loop(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])}
+    if m.draft is not None:
+        parts["draft"] = dict(model=m.draft_cfg), lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)]
+    if m.head is not None:
+        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg),
+                         lambda: [_head_loop(m, B, capacity, context, dtype, mesh, steps)])
+    if m.ngram:
+        parts["ngram"] = dict(K=k_max), lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
     with sharding.context(mesh):
-        verify = _cached(memo, dict(part="verify", model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **shapes),
-                         lambda: [_target_cost(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])
-        draft = 0.0
-        if m.draft is not None:
-            draft = _cached(memo, dict(part="draft", model=m.draft_cfg, **shapes),
-                            lambda: _draft_cost(m, B, capacity, context, dtype, mesh, steps))
-        head = 0.0
-        if m.head is not None:
-            head = _cached(memo, dict(part="head", draw="draft vocabulary", model=m.head_cfg, **shapes),
-                           lambda: _head_cost(m, B, capacity, context, dtype, mesh, steps))
-        lookup = 0.0
-        if m.ngram:
-            lookup = _cached(memo, dict(part="ngram", K=k_max, **shapes),
-                             lambda: _ngram_cost(m, B, capacity, context, k_max, mesh, steps))
-    return Costs(tuple(zip(points, verify)), draft, lookup, head)
+        seconds = _cached(memo, {name: (dict(part=name, **what, **shapes), loops)
+                                 for name, (what, loops) in parts.items()})
+    one = lambda name: seconds[name][0] if name in seconds else 0.0
+    return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"))
 
 
 # ----------------------------------------------------------------------------------- the disk cache
@@ -286,21 +322,29 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jspec"
 
 
-def _cached(memo: dict, parts: dict, timed):
-    """timed()'s result for what `parts` describes on this device and JAX: from memo, else from its file
-    under cache_root()/lookahead, else timed() (then kept in both)."""
+def _cached(memo: dict, parts: dict) -> dict:
+    """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loops)} on this
+    device and JAX: from memo, else from its file under cache_root()/lookahead, else measured (then kept in
+    both): the missing parts' loops are compiled together (compile_all), then timed one at a time."""
     dev = jax.devices()[0]
-    parts = dict(parts, device=dev.device_kind, platform=dev.platform, devices=jax.device_count(),
-                 jax=jax.__version__, version=_VERSION)
-    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
-    if key not in memo:
-        path = cache_root() / "lookahead" / f"{parts['part']}-{key}.json"
-        try:
-            memo[key] = json.loads(path.read_text())["value"]
-        except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: measure
-            memo[key] = timed()
-            _save(path, dict(parts, value=memo[key]))
-    return memo[key]
+    out, missing = {}, []
+    for name, (what, loops) in parts.items():
+        record = dict(what, device=dev.device_kind, platform=dev.platform, devices=jax.device_count(),
+                      jax=jax.__version__, version=_VERSION)
+        key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:32]
+        path = cache_root() / "lookahead" / f"{name}-{key}.json"
+        if key not in memo:
+            try:
+                memo[key] = json.loads(path.read_text())["value"]
+            except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: measure
+                missing.append((name, key, path, record, loops()))
+                continue
+        out[name] = memo[key]
+    runs = compile_all([loop for *_, loops in missing for loop in loops]) if missing else []
+    for name, key, path, record, loops in missing:
+        memo[key] = out[name] = [_time(runs.pop(0), loop) for loop in loops]
+        _save(path, dict(record, value=memo[key]))
+    return out
 
 
 def _save(path: Path, record: dict) -> None:

@@ -82,7 +82,10 @@ PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
 
 
 def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeypatch):
+    batches, compile_all = [], lookahead.compile_all
+    monkeypatch.setattr(lookahead, "compile_all", lambda loops: batches.append(len(loops)) or compile_all(loops))
     [r] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
+    assert batches == [4]  # verify at 1, 5 and 17 tokens and the n-gram lookup: compiled side by side
     auto = r.stats["lookahead_auto"]
     assert auto["K"] == r.stats["lookahead"] and auto["mode"] == "ngram" and auto["alpha_from"] == "prior"
     ms = auto["costs_ms"]
@@ -94,7 +97,7 @@ def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeyp
     def fail(*args, **kw):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(lookahead, "_per_step", fail)  # a new engine (a new process) reads the files back
+    monkeypatch.setattr(lookahead, "compile_all", fail)  # a new engine (a new process) reads the files back
     [again] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
     assert again.stats["lookahead_auto"]["costs_ms"] == ms
 
