@@ -194,7 +194,7 @@ def jobs(cfg: dict, modes, parts=("auto", "sweep", "fixed")) -> list[tuple]:
     batch 1, then the fixed K at the others; `parts` keeps some of the three (and the plain rows they need)."""
     first = [(kv, B, mode, "auto" if mode != "none" else 0) for B in cfg["batches"] for kv in cfg["kvs"]
              for mode in ("none",) + modes]
-    if "head" in modes and cfg["fixed"]:  # the head at K = 4, batch 1: the tau part B derives from
+    if "head" in modes and cfg["fixed"] and 1 in cfg["batches"]:  # the head at K = 4, batch 1: part B's tau
         first += [(kv, 1, "head", cfg["fixed"]) for kv in cfg["kvs"]]
     sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in modes for K in cfg["sweep"][mode]
              if 1 in cfg["batches"] and (kv, 1, mode, K) not in first]
