@@ -67,7 +67,11 @@ def compiled(jitted, *args):
     except Exception:  # noqa: BLE001  absent, torn or from another runtime: compile (a store never breaks a run)
         pass
     program = jitted.lower(*args).compile()
-    _write(path, pickle.dumps(serialize_executable.serialize(program)))
+    try:
+        blob = pickle.dumps(serialize_executable.serialize(program))
+    except Exception:  # noqa: BLE001  a program this runtime cannot serialize is not kept (JAX's cache still is)
+        return program
+    _write(path, blob)
     return program
 
 
