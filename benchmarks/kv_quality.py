@@ -1,11 +1,16 @@
 """KV cache quality of the shipped target: perplexity and top-1 agreement with BF16 under INT2 KV.
 
     PYTHONPATH=. python benchmarks/kv_quality.py [--windows 4] [--out benchmarks/results/kv_quality.json]
+        [--extra NAME=ROTATION_FILE ...] [--sr 64,256] [--clip on]
 
 Validation split of the shipped corpus (data/code/val.npy; build it with `python -m jspec.data`),
 cut into consecutive 2048-token windows (jspec.data.eval_windows); a fixed, evenly spaced subset of
 them keeps the CPU run short. Float32 weights and compute. Variants: BF16, and INT2 with rotation
-{none, hadamard, oscar} x clip {on (K 0.96, V 0.92), off} x (sink, recent) {(64, 256), (16, 64)}.
+{none, hadamard, oscar} x clip {on (K 0.96, V 0.92), off} x (sink, recent) {(64, 256), (16, 64)};
+--extra adds other rotation files as rotations of their own (a calibration variant beside the shipped
+file, in the same run), --sr / --clip keep one window pair / clip setting. Every summary carries the
+per-window perplexities, and every INT2 one the mean and spread over windows of its paired per-window
+gap to BF16 (the figure to compare two rotations by: most of the window-to-window variance is shared).
 
 One full forward per window with an empty int2 cache applies the attention rule exactly as decoding
 would (key p is read from INT2 for query t iff S <= p <= t - R; tests/test_cache.py pins cached
@@ -58,26 +63,28 @@ class Variant:
         return f"int2/{self.rotation}/clip-{self.clip}/S{self.kv.sink}-R{self.kv.recent}"
 
 
-def variants(rotations=ROTATIONS, windows=WINDOWS) -> list[Variant]:
+def variants(rotations=ROTATIONS, windows=WINDOWS, clips=tuple(CLIPS)) -> list[Variant]:
     """BF16 first (it is the reference), then every INT2 combination."""
     out = [Variant("none", KVConfig("bf16"))]
     for (S, R) in windows:
         for rot in rotations:
-            for clip, (ck, cv) in CLIPS.items():
+            for clip in clips:
+                ck, cv = CLIPS[clip]
                 out.append(Variant(rot, KVConfig("int2", sink=S, recent=R, clip_k=ck, clip_v=cv), clip))
     return out
 
 
-def rotated_params(params: model.Params, cfg: ModelConfig, rotation_file: Path) -> dict:
-    """{rotation mode: params} with R_K set and R_V folded into W_v / W_o (float32)."""
-    out = {"none": params}
-    for mode in ("hadamard", "oscar"):
-        if mode == "oscar":
-            rk, rv, _ = rotation.load_rotations(rotation_file, cfg)
-        else:
-            rk, rv = rotation.hadamard_rotations(cfg)
-        out[mode] = rotation.apply_rotations(params, cfg, rk, rv)
-    return out
+def rotation_sets(cfg: ModelConfig, rotation_file: Path, extra: dict | None = None) -> dict:
+    """{name: (rot_k, rot_v)} for none, hadamard, oscar (rotation_file) and each extra {name: file}."""
+    files = {"oscar": rotation_file, **(extra or {})}
+    return {"none": rotation.data_free_rotations(cfg, "none"), "hadamard": rotation.hadamard_rotations(cfg),
+            **{name: rotation.load_rotations(f, cfg)[:2] for name, f in files.items()}}
+
+
+def rotated_params(params: model.Params, cfg: ModelConfig, rots: dict) -> dict:
+    """{rotation name: params} with R_K set and R_V folded into W_v / W_o (float32)."""
+    return {name: params if name == "none" else rotation.apply_rotations(params, cfg, *rk_rv)
+            for name, rk_rv in rots.items()}
 
 
 def window_logp(params, cfg: ModelConfig, kv: KVConfig, tokens, capacity: int = CACHE_SLOTS):
@@ -111,7 +118,20 @@ def summarize(nll: np.ndarray, agree: np.ndarray, kl: np.ndarray, tail_from: int
         "kl": float(kl.mean()),
         "ppl_tail": float(np.exp(nll[tail].mean())),
         "top1_agree_tail": float(agree[tail].mean()),
+        "ppl_windows": np.exp(nll.mean(1)).round(5).tolist(),
     }
+
+
+def paired_gaps(results: dict) -> None:
+    """Adds to each INT2 summary its per-window PPL gap to BF16 in percent: mean, std, standard error."""
+    base = np.asarray(results["bf16"]["ppl_windows"])
+    for name, r in results.items():
+        if name == "bf16":
+            continue
+        gap = 100 * (np.asarray(r["ppl_windows"]) / base - 1)
+        sem = gap.std(ddof=1) / np.sqrt(len(gap)) if len(gap) > 1 else float("nan")
+        r["gap_windows"] = {"mean": float(gap.mean()), "std": float(gap.std(ddof=1)) if len(gap) > 1 else float("nan"),
+                            "sem": float(sem)}
 
 
 def evaluate(params_by_rot: dict, cfg: ModelConfig, windows: np.ndarray, vs: list[Variant], log=print,
@@ -128,7 +148,9 @@ def evaluate(params_by_rot: dict, cfg: ModelConfig, windows: np.ndarray, vs: lis
             for lst, x in zip(acc[v.name], token_metrics(logp, ref, targets)):
                 lst.append(np.asarray(x))
         log(f"window {i + 1}/{len(windows)}: {time.perf_counter() - t0:.1f} s")
-    return {name: summarize(*(np.stack(x) for x in lists), tail_from) for name, lists in acc.items()}
+    results = {name: summarize(*(np.stack(x) for x in lists), tail_from) for name, lists in acc.items()}
+    paired_gaps(results)
+    return results
 
 
 def rotation_fit(params, cfg: ModelConfig, tokens, rots: dict, clip=CLIPS["on"]) -> dict:
@@ -182,10 +204,15 @@ def bytes_table(cfg: ModelConfig, vs: list[Variant]) -> dict:
     return out
 
 
+def _gap(r: dict) -> str:
+    g = r.get("gap_windows")
+    return "-" if g is None else f"{g['mean']:+.2f}% +- {g['sem']:.2f}"
+
+
 def markdown(results: dict, kvb: dict, vs: list[Variant]) -> str:
     base = results["bf16"]["ppl"]
-    rows = ["| KV | rotation | clip | (S, R) | PPL | vs BF16 | PPL pos >= 1024 | top-1 agree | KL (nats) "
-            "| B/token @2K | B/token @32K |", "|" + " --- |" * 11]
+    rows = ["| KV | rotation | clip | (S, R) | PPL | vs BF16 | per-window gap (mean +- s.e.) | PPL pos >= 1024 "
+            "| top-1 agree | KL (nats) | B/token @2K | B/token @32K |", "|" + " --- |" * 12]
     for v in vs:
         r = results[v.name]
         key = "bf16" if not v.kv.int2 else f"S{v.kv.sink}-R{v.kv.recent}"
@@ -193,7 +220,7 @@ def markdown(results: dict, kvb: dict, vs: list[Variant]) -> str:
         b = kvb[key]
         rows.append(
             f"| {v.kv.mode.upper()} | {v.rotation if v.kv.int2 else '-'} | {v.clip} | {sr} | {r['ppl']:.3f} "
-            f"| {100 * (r['ppl'] / base - 1):+.2f}% | {r['ppl_tail']:.3f} | {r['top1_agree']:.4f} | {r['kl']:.4f} "
+            f"| {100 * (r['ppl'] / base - 1):+.2f}% | {_gap(r)} | {r['ppl_tail']:.3f} | {r['top1_agree']:.4f} | {r['kl']:.4f} "
             f"| {b['2048']:.0f} | {b['32768']:.0f} |"
         )
     return "\n".join(rows)
@@ -206,6 +233,11 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=Path("data/code"), help="corpus directory (val.npy)")
     ap.add_argument("--windows", type=int, default=4, help="evenly spaced validation windows (0: all)")
     ap.add_argument("--only", nargs="*", choices=ROTATIONS, default=list(ROTATIONS), help="rotations to run")
+    ap.add_argument("--extra", nargs="*", default=[], metavar="NAME=FILE",
+                    help="more rotation files, each run as rotation NAME (e.g. a calibration variant)")
+    ap.add_argument("--sr", nargs="*", default=[f"{S},{R}" for S, R in WINDOWS], metavar="S,R",
+                    help="(sink, recent) pairs to run")
+    ap.add_argument("--clip", nargs="*", choices=tuple(CLIPS), default=list(CLIPS), help="clip settings to run")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality.json"))
     args = ap.parse_args(argv)
 
@@ -215,12 +247,13 @@ def main(argv=None) -> int:
     all_windows = data.eval_windows(data.load_split(args.data, "val"), SEQ_LEN)  # [N, 2049]
     n = len(all_windows) if args.windows <= 0 else min(args.windows, len(all_windows))
     picked = np.linspace(0, len(all_windows) - 1, n).round().astype(int)
-    vs = variants(args.only)
-    results = evaluate(rotated_params(params, cfg, rot_file), cfg, all_windows[picked], vs)
+    extra = dict(e.split("=", 1) for e in args.extra)
+    sr = [tuple(int(x) for x in p.split(",")) for p in args.sr]
+    vs = variants(list(args.only) + list(extra), sr, args.clip)
+    rots = rotation_sets(cfg, rot_file, {k: Path(f) for k, f in extra.items()})
+    results = evaluate(rotated_params(params, cfg, rots), cfg, all_windows[picked], vs)
     kvb = bytes_table(cfg, vs)
     # Diagnostic (middle picked window, clip on): how well INT2 codes the keys/values under each rotation.
-    rots = {"none": rotation.data_free_rotations(cfg, "none"), "hadamard": rotation.hadamard_rotations(cfg),
-            "oscar": rotation.load_rotations(rot_file, cfg)[:2]}
     fit = rotation_fit(params, cfg, all_windows[picked[n // 2]][None, :-1], rots)
     wall = time.perf_counter() - t0
     table = markdown(results, kvb, vs)
@@ -228,6 +261,7 @@ def main(argv=None) -> int:
     _, _, meta = rotation.load_rotations(rot_file, cfg)
     report = {
         "model": str(args.model), "rotation_file": str(rot_file), "rotation_meta": meta,
+        "extra_rotations": {k: {"file": f, "meta": rotation.load_rotations(f, cfg)[2]} for k, f in extra.items()},
         "split": "val", "seq_len": SEQ_LEN, "windows_total": len(all_windows), "windows_used": picked.tolist(),
         "scored_positions": int(n * SEQ_LEN), "tail_from": TAIL_FROM, "compute": "float32",
         "clips": CLIPS, "results": results, "kv_bytes_per_token": kvb,

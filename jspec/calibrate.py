@@ -7,8 +7,12 @@ Per (layer, KV head h), in float64 on the host (oscar.md 2.2, 2.3, the released 
 The model runs layer by layer over all batches, so the weights e_t can use the finished C_Q of the
 layer while the keys and values of that one layer are still at hand.
 
+Rotations R = U . H . P_br with U's columns in descending eigenvalue order by default (--order desc):
+the top eigen-direction lands on H's constant row, which the asymmetric INT2 code absorbs in its zero
+point (jspec/rotation.py); --order asc is the released code's order and jspec's before issue 18.
+
 CLI: python -m jspec.calibrate --model DIR [--data PATH_OR_GLOB ...] [--tokens N] [--seq-len L]
-     [--mode oscar|hadamard|none] [--per-layer] [--out FILE]
+     [--mode oscar|hadamard|none] [--per-layer] [--order desc|asc] [--out FILE]
 """
 
 from __future__ import annotations
@@ -87,12 +91,14 @@ def collect_targets(params: Params, cfg: ModelConfig, batches) -> tuple[np.ndarr
     return np.stack(cqs), np.stack(css)
 
 
-def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "oscar", per_head: bool = True):
+def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "oscar", per_head: bool = True,
+              order: str = "desc"):
     """Fits rotations for params (un-rotated weights) -> (rot_k, rot_v lists of [Hkv, D, D] f32, meta).
 
     token_batches: an iterable of int token arrays [B, n] (read more than once; only "oscar" uses it).
+    order: U's column order (rotation.ORDERS).
     """
-    meta = rotation.make_meta(cfg, mode, per_head, 0)
+    meta = rotation.make_meta(cfg, mode, per_head, 0, order)
     if mode != "oscar":
         return (*rotation.data_free_rotations(cfg, mode), meta)
     rotation.check_head_dim(cfg.head_dim)
@@ -103,8 +109,8 @@ def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "osca
     if tokens == 0:
         raise ConfigError("oscar calibration needs at least one token of calibration data")
     cq, cs = collect_targets(params, cfg, batches)
-    rot_k, rot_v = rotation.rotations_from_covariances(cq, cs, per_head)
-    return rot_k, rot_v, rotation.make_meta(cfg, mode, per_head, tokens)
+    rot_k, rot_v = rotation.rotations_from_covariances(cq, cs, per_head, order)
+    return rot_k, rot_v, rotation.make_meta(cfg, mode, per_head, tokens, order)
 
 
 def data_files(model_dir: Path, data: list[str] | None) -> list[Path]:
@@ -150,6 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=4, help="windows per forward")
     ap.add_argument("--mode", choices=rotation.MODES, default="oscar")
     ap.add_argument("--per-layer", action="store_true", help="one rotation per layer shared by its KV heads")
+    ap.add_argument("--order", choices=rotation.ORDERS, default="desc",
+                    help="U's column order: which eigen-direction H maps to the constant row (default desc)")
     ap.add_argument("--out", help="rotation file (default: DIR/rotations.safetensors)")
     args = ap.parse_args(argv)
 
@@ -162,7 +170,8 @@ def main(argv=None) -> int:
         if args.mode == "oscar":
             files = data_files(model_dir, args.data)
             batches = token_windows(tokenizer, files, args.tokens, args.seq_len, args.batch_size)
-        rot_k, rot_v, meta = calibrate(params, cfg, batches, args.mode, per_head=not args.per_layer)
+        rot_k, rot_v, meta = calibrate(params, cfg, batches, args.mode, per_head=not args.per_layer,
+                                       order=args.order)
     except (FileNotFoundError, ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -7,6 +7,14 @@ Convention (oscar.md section 2.5): rows are rotated on the right, x_rot = x @ R 
 U: eigenvectors of the target covariance; H: normalized Walsh-Hadamard; P_br: eigenvalue-sorted
 bit-reversal permutation. All math in float64 numpy; rotations are stored as float32.
 
+The order of U's columns matters for the codec although the design's formula leaves it open. Column j
+of U is spread along row j of H, and row 0 of H is the constant vector 1/sqrt(D): a row's component
+along U's first column becomes the same offset on every coordinate, which the asymmetric min-max code
+absorbs in its zero point for free (it does not widen the range). ORDERS: "desc" (the default; the
+OSCAR website's convention) puts the largest eigen-direction there, so the most energetic direction of
+the target costs nothing; "asc" (the released code's `eigh` order, and jspec's before issue 18) puts
+the smallest there. P_br is the same partition either way (oscar.md 2.4), and a no-op when G = D.
+
 A rotation file is safetensors with `rot_k.{layer}` and `rot_v.{layer}` of shape [Hkv, D, D] (a
 per-layer rotation is stored replicated over heads) plus string metadata (see save_rotations).
 """
@@ -27,6 +35,7 @@ from jspec.model import Params
 
 FORMAT_VERSION = "1"
 MODES = ("none", "hadamard", "oscar")
+ORDERS = ("desc", "asc")  # U's column order: which eigen-direction lands on H's constant row 0
 # what each mode fits keys / values from (oscar.md 2.2, 2.3: the released code's qqt and sst)
 OBJECTIVES = {"none": "identity", "hadamard": "hadamard", "oscar": "qqt_r_h_pbr/sst_r_h_pbr"}
 
@@ -77,13 +86,17 @@ def eigen(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lam, U * np.sign(U[top, np.arange(len(lam))])
 
 
-def oscar_rotation(C: np.ndarray) -> np.ndarray:
-    """R = U . H . P_br for the covariance C [D, D] (float64)."""
+def oscar_rotation(C: np.ndarray, order: str = "desc") -> np.ndarray:
+    """R = U . H . P_br for the covariance C [D, D] (float64), U's columns in `order` of eigenvalue."""
+    if order not in ORDERS:
+        raise ConfigError(f"unknown eigenvector order {order!r}; use one of {', '.join(ORDERS)}")
     lam, U = eigen(C)
+    if order == "desc":
+        lam, U = lam[::-1], U[:, ::-1]
     return U @ hadamard(len(lam)) @ permutation_br(lam)
 
 
-def rotations_from_covariances(cq: np.ndarray, cs: np.ndarray, per_head: bool = True):
+def rotations_from_covariances(cq: np.ndarray, cs: np.ndarray, per_head: bool = True, order: str = "desc"):
     """cq, cs [L, Hkv, D, D] (query / score-weighted value targets) -> rot_k, rot_v lists of [Hkv, D, D].
 
     per_head=False pools the heads of a layer (oscar.md format v1: mean over KV heads) and
@@ -92,7 +105,7 @@ def rotations_from_covariances(cq: np.ndarray, cs: np.ndarray, per_head: bool = 
     def fit(c):  # [Hkv, D, D] -> [Hkv, D, D] float32
         if not per_head:
             c = np.broadcast_to(c.mean(0), c.shape)
-        return np.stack([oscar_rotation(ch) for ch in c]).astype(np.float32)
+        return np.stack([oscar_rotation(ch, order) for ch in c]).astype(np.float32)
 
     return [fit(c) for c in cq], [fit(c) for c in cs]
 
@@ -129,10 +142,12 @@ def config_hash(cfg: ModelConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def make_meta(cfg: ModelConfig, mode: str, per_head: bool, tokens: int) -> dict:
+def make_meta(cfg: ModelConfig, mode: str, per_head: bool, tokens: int, order: str = "desc") -> dict:
+    """The rotation file's metadata; eigen_order (U's column order, ORDERS) only for OSCAR."""
     if mode not in MODES:
         raise ConfigError(f"unknown rotation mode {mode!r}; use one of {', '.join(MODES)}")
     return {
+        **({"eigen_order": order} if mode == "oscar" else {}),
         "format_version": FORMAT_VERSION,
         "mode": mode,
         "objective": OBJECTIVES[mode],

@@ -66,14 +66,24 @@ def test_kv_bytes_per_token_match_the_layout():
         assert np.isclose(kvq.kv_bytes_per_token(CFG, KV, T), int2 + windows / T)
 
 
-def test_evaluate_table():
+def test_evaluate_table(tmp_path):
     params, tokens = _setup()
-    vs = kvq.variants(rotations=("hadamard",), windows=((2, 4),))
-    by_rot = {"none": params, "hadamard": rotation.apply_rotations(params, CFG, *rotation.hadamard_rotations(CFG))}
-    res = kvq.evaluate(by_rot, CFG, tokens[:2], vs, log=lambda *_: None, tail_from=N // 2)
+    extra = tmp_path / "rot.safetensors"  # an extra rotation file runs beside the built-in rotations
+    rotation.save_rotations(extra, *rotation.hadamard_rotations(CFG), rotation.make_meta(CFG, "hadamard", True, 0))
+    rots = kvq.rotation_sets(CFG, extra, {"variant": extra})
+    vs = kvq.variants(rotations=("hadamard", "variant"), windows=((2, 4),), clips=("on",))
+    assert [v.name for v in vs] == ["bf16", "int2/hadamard/clip-on/S2-R4", "int2/variant/clip-on/S2-R4"]
+    res = kvq.evaluate(kvq.rotated_params(params, CFG, rots), CFG, tokens[:2], vs, log=lambda *_: None,
+                       tail_from=N // 2)
     assert set(res) == {v.name for v in vs}
     assert res["bf16"]["top1_agree"] == 1.0 and abs(res["bf16"]["kl"]) < 1e-6
     for r in res.values():
         assert np.isfinite(r["ppl"]) and np.isfinite(r["ppl_tail"]) and r["kl"] >= -1e-6
+        assert len(r["ppl_windows"]) == 2
+    hada, same = res["int2/hadamard/clip-on/S2-R4"], res["int2/variant/clip-on/S2-R4"]
+    assert hada["ppl_windows"] == same["ppl_windows"]  # the same rotations, loaded from the file
+    gaps = 100 * (np.asarray(hada["ppl_windows"]) / np.asarray(res["bf16"]["ppl_windows"]) - 1)
+    np.testing.assert_allclose(hada["gap_windows"]["mean"], gaps.mean(), rtol=1e-6)
+    assert "gap_windows" not in res["bf16"]
     table = kvq.markdown(res, kvq.bytes_table(CFG, vs), vs)
     assert table.count("\n") == len(vs) + 1

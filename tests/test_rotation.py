@@ -81,14 +81,51 @@ def test_qk_invariance():
     np.testing.assert_allclose((q @ R) @ (k @ R).T, q @ k.T, atol=1e-10)
 
 
-def test_oscar_rotation_factors():
-    # R = U . H . P_br: undoing P and H gives back the eigenbasis, which diagonalizes C
+@pytest.mark.parametrize("order", rotation.ORDERS)
+def test_oscar_rotation_factors(order):
+    # R = U . H . P_br: undoing P and H gives back the eigenbasis, which diagonalizes C, in `order`
     rng = np.random.default_rng(3)
     C = _random_cov(rng, 16)
     lam, _ = rotation.eigen(C)
-    R = rotation.oscar_rotation(C)
+    lam = lam[::-1] if order == "desc" else lam
+    R = rotation.oscar_rotation(C, order)
     U = R @ rotation.permutation_br(lam).T @ rotation.hadamard(16)
     np.testing.assert_allclose(U.T @ C @ U, np.diag(lam), atol=1e-10)
+
+
+@pytest.mark.parametrize("order", rotation.ORDERS)
+def test_constant_row_takes_the_ordered_first_eigen_direction(order):
+    # x R is constant over the coordinates exactly for x along R 1: U's first column (H's row 0 is
+    # 1/sqrt(D), P_br leaves a constant vector constant); desc: the top eigen-direction, asc: the bottom
+    rng = np.random.default_rng(12)
+    C = _random_cov(rng, 16)
+    lam, U = rotation.eigen(C)
+    R = rotation.oscar_rotation(C, order)
+    free = R @ np.ones(16) / 4.0
+    want = U[:, -1] if order == "desc" else U[:, 0]
+    np.testing.assert_allclose(np.abs(free @ want), 1.0, atol=1e-10)
+    np.testing.assert_allclose(np.ptp(want @ R), 0.0, atol=1e-10)
+    with pytest.raises(ConfigError, match="eigenvector order"):
+        rotation.oscar_rotation(C, "random")
+
+
+def test_desc_order_codes_the_dominant_direction_in_the_zero_point():
+    # rows with one dominant direction (a large mean plus spread along it) and a small isotropic
+    # rest: under desc the dominant part is a per-row offset the asymmetric INT2 code absorbs, so the
+    # error is the rest's; under asc it widens every row's range (here the error triples)
+    from jspec import quant
+
+    rng = np.random.default_rng(13)
+    D, N = 32, 2000
+    u = _random_orthogonal(rng, D)[:, 0]
+    x = (3.0 + rng.standard_normal((N, 1))) * u + 0.3 * rng.standard_normal((N, D))
+    C = x.T @ x / N
+    err = {}
+    for order in rotation.ORDERS:
+        R = rotation.oscar_rotation(C, order)
+        xr = jnp.asarray(x @ R, jnp.float32)
+        err[order] = float(jnp.mean((quant.fake_quantize(xr, D) - xr) ** 2))
+    assert err["desc"] < err["asc"] / 2, err
 
 
 def _planted(rng, D, lam):
@@ -183,6 +220,7 @@ def test_calibrate_end_to_end_and_file_round_trip(tmp_path):
     batches = [_tokens(8), _tokens(9)]
     rot_k, rot_v, meta = cal.calibrate(params, TINY, batches, mode="oscar")
     assert meta["calibration_tokens"] == "48" and meta["grouping"] == "per_head" and meta["mode"] == "oscar"
+    assert meta["eigen_order"] == "desc"
     for R in rot_k + rot_v:
         assert R.shape == (2, 16, 16)
         _assert_orthogonal(R)
@@ -199,6 +237,19 @@ def test_calibrate_end_to_end_and_file_round_trip(tmp_path):
     ref, _ = forward(params, TINY, tokens)
     out, _ = forward(rotation.apply_rotations(params, TINY, k2, v2), TINY, tokens)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-4)
+
+
+def test_calibrate_order_is_recorded_and_applied():
+    params = _params(TINY, 3)
+    batches = [_tokens(14)]
+    cq, cs = cal.collect_targets(params, TINY, batches)
+    for order in rotation.ORDERS:
+        rot_k, rot_v, meta = cal.calibrate(params, TINY, batches, order=order)
+        assert meta["eigen_order"] == order
+        want_k, want_v = rotation.rotations_from_covariances(cq, cs, True, order)
+        for got, want in zip(rot_k + rot_v, want_k + want_v):
+            np.testing.assert_allclose(got, want, atol=1e-6)
+    assert "eigen_order" not in cal.calibrate(params, TINY, [], mode="hadamard")[2]
 
 
 def test_calibrate_per_layer_and_data_free_modes():
