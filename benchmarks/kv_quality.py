@@ -147,7 +147,10 @@ def evaluate(params_by_rot: dict, cfg: ModelConfig, windows: np.ndarray, vs: lis
             ref = logp if ref is None else ref  # vs[0] is BF16
             for lst, x in zip(acc[v.name], token_metrics(logp, ref, targets)):
                 lst.append(np.asarray(x))
-        log(f"window {i + 1}/{len(windows)}: {time.perf_counter() - t0:.1f} s")
+        ppl = {name: np.exp(lists[0][-1].mean()) for name, lists in acc.items()}  # this window's, for the log
+        base = ppl.pop(vs[0].name)
+        gaps = " ".join(f"{name}:{100 * (p / base - 1):+.2f}%" for name, p in ppl.items())
+        log(f"window {i + 1}/{len(windows)}: {time.perf_counter() - t0:.1f} s; BF16 PPL {base:.3f}; {gaps}")
     results = {name: summarize(*(np.stack(x) for x in lists), tail_from) for name, lists in acc.items()}
     paired_gaps(results)
     return results
@@ -220,8 +223,8 @@ def markdown(results: dict, kvb: dict, vs: list[Variant]) -> str:
         b = kvb[key]
         rows.append(
             f"| {v.kv.mode.upper()} | {v.rotation if v.kv.int2 else '-'} | {v.clip} | {sr} | {r['ppl']:.3f} "
-            f"| {100 * (r['ppl'] / base - 1):+.2f}% | {_gap(r)} | {r['ppl_tail']:.3f} | {r['top1_agree']:.4f} | {r['kl']:.4f} "
-            f"| {b['2048']:.0f} | {b['32768']:.0f} |"
+            f"| {100 * (r['ppl'] / base - 1):+.2f}% | {_gap(r)} | {r['ppl_tail']:.3f} | {r['top1_agree']:.4f} "
+            f"| {r['kl']:.4f} | {b['2048']:.0f} | {b['32768']:.0f} |"
         )
     return "\n".join(rows)
 
