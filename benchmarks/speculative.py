@@ -197,7 +197,7 @@ def jobs(cfg: dict, modes, parts=("auto", "sweep", "fixed")) -> list[tuple]:
     if "head" in modes and cfg["fixed"] and 1 in cfg["batches"]:  # the head at K = 4, batch 1: part B's tau
         first += [(kv, 1, "head", cfg["fixed"]) for kv in cfg["kvs"]]
     sweep = [(kv, 1, mode, K) for kv in cfg["kvs"] for mode in modes for K in cfg["sweep"][mode]
-             if 1 in cfg["batches"] and (kv, 1, mode, K) not in first]
+             if 1 in cfg["batches"]]
     fixed = [(kv, B, mode, cfg["fixed"]) for B in cfg["batches"] if B > 1 and cfg["fixed"]
              for kv in cfg["kvs"] for mode in modes]
     chosen = (first if "auto" in parts else []) + (sweep if "sweep" in parts else []) + \
@@ -365,6 +365,8 @@ def main():
                     "(preset: 8; 1 is the first prompt alone, as before session 7)")
     ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
                     "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
+    ap.add_argument("--sweep-ks", help="comma-separated K for every mode's batch-1 sweep instead of the preset's")
+    ap.add_argument("--workloads", default="held_out,edit", help="comma-separated workloads (held_out, edit)")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated draft modes (plain always runs)")
     ap.add_argument("--parts", default="auto,sweep,fixed",
                     help="which rows: auto (each mode at --lookahead auto), sweep (K at batch 1), fixed (K = 4 at the "
@@ -377,11 +379,14 @@ def main():
         cfg = dict(cfg, batches=tuple(int(b) for b in args.batches.split(",")))
     if args.kvs:
         cfg = dict(cfg, kvs=tuple(args.kvs.split(",")))
+    if args.sweep_ks:
+        cfg = dict(cfg, sweep={m: tuple(int(k) for k in args.sweep_ks.split(",")) for m in MODES})
     if args.singles:
         cfg = dict(cfg, singles=args.singles)
     tok = jspec.load(draft=None, kv=KVConfig("bf16")).tokenizer
     n = max(*cfg["batches"], cfg["singles"])
-    workloads = {"held_out": held_out_prompts(tok, n), "edit": edit_prompts(tok, n)}
+    make = {"held_out": held_out_prompts, "edit": edit_prompts}
+    workloads = {name: make[name](tok, n) for name in args.workloads.split(",")}
     result = dict(device=str(jax.devices()[0]), device_kind=jax.devices()[0].device_kind, jax=jax.__version__,
                   config={k: v for k, v in cfg.items()}, prompts={k: len(v) for k, v in workloads.items()},
                   head=None if head_dir is None else str(head_dir))
@@ -392,7 +397,7 @@ def main():
     result["grid_s"] = time.perf_counter() - t0
     save(args.out, result)
     if args.hf:
-        result["hf"] = hf_rows(workloads["held_out"], cfg["max_new"])
+        result["hf"] = hf_rows(next(iter(workloads.values())), cfg["max_new"])
         save(args.out, result)
     tau = next((r["tau"] for r in result["grid"] if (r["workload"], r["kv"], r["mode"], r["batch"], r["lookahead"])
                 == ("held_out", "int2", "model", 1, 4)), None)
