@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import checkpoint, decode, eagle3, kvcache, lookahead, rotation, sharding
+from jspec import checkpoint, decode, eagle3, kvcache, lookahead, programs, rotation, sharding
 from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig, ModelConfig,
                           SamplingConfig)
 from jspec.decode import ProgramArgs
@@ -263,7 +263,7 @@ class Engine:
             return self._compiled[key], 0.0
         t0 = time.perf_counter()
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
-            compiled = decode.generate_program.lower(*args).compile()
+            compiled = programs.compiled(decode.generate_program, *args)
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
 

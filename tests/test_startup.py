@@ -18,7 +18,7 @@ import pytest
 from conftest import VOCAB
 from safetensors import safe_open
 
-from jspec import batch, checkpoint, decode, engine, model, tokenizer
+from jspec import batch, checkpoint, decode, engine, kvcache, model, programs, tokenizer
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig, load_model_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +148,38 @@ def test_one_program_serves_a_bucket(eng):
     assert [len(t) for t, _ in again] == [10, 4] and [len(t) for t, _ in first] == [6, 3]
     _run(eng, (12, 1), (3, 1))  # 12 + 3 + 3 = 18: the next bucket, a second program
     assert len(eng._compiled) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="the program store is on GPUs only")
+def test_a_warm_start_loads_the_program_kept_on_disk_without_tracing(eng, tmp_path, monkeypatch):
+    """The engine keeps its generate programs on disk by a key known before tracing (jspec.programs): an
+    engine with no program in memory (a new process) loads it from there, traces nothing and gives the same
+    tokens."""
+    monkeypatch.setattr(programs, "directory", lambda: tmp_path)
+    first = _run(eng, (5, 9), (6, 3))
+    assert len(list(tmp_path.glob("*.program"))) == 1
+    monkeypatch.setattr(decode, "generate_program", types.SimpleNamespace(lower=None))  # tracing would fail
+    eng._compiled.clear()
+    warm = _run(eng, (5, 9), (6, 3))
+    assert [t for t, _ in warm] == [t for t, _ in first] and warm[0][1]["compile_s"] > 0
+
+
+def test_program_keys_and_unreadable_entries(tmp_path, monkeypatch):
+    """A key changes with any leaf's shape or dtype and with static fields; an entry that cannot be read back
+    is compiled again and replaced. The store is off on the CPU (programs.directory)."""
+    assert jax.default_backend() == "gpu" or programs.directory() is None
+    monkeypatch.setattr(programs, "directory", lambda: tmp_path)
+    x = jnp.arange(4.0)
+    cache = lambda sink: kvcache.init_cache(CFG, KVConfig("int2", sink=sink, recent=8), 1, 32)
+    keys = {programs.key((x, cache(4))), programs.key((x, cache(2))), programs.key((x.astype(jnp.bfloat16), cache(4))),
+            programs.key((x[:3], cache(4)))}
+    assert len(keys) == 4 and programs.key((x, cache(4))) in keys
+    f = jax.jit(lambda x: x * 2 + 1)
+    assert programs.compiled(f, x)(x).tolist() == [1, 3, 5, 7]
+    [kept] = tmp_path.glob("*.program")
+    kept.write_bytes(b"torn")
+    assert programs.compiled(f, x)(x).tolist() == [1, 3, 5, 7] and kept.stat().st_size > 4
 
 
 def test_capacity_and_prefill_chunks_leave_greedy_tokens_unchanged(eng, f32_matmul, monkeypatch):

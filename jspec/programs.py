@@ -1,0 +1,98 @@
+"""Compiled programs kept on disk under a key known before tracing, so a warm start skips trace and lower.
+
+JAX's persistent compilation cache keys a program by its lowered module: a process that finds it there
+has still traced and lowered the whole program (2 s of a 6 s warm start of the README command on an
+H200 host, session 7), only to learn the key. This store keys the serialized executable
+(jax.experimental.serialize_executable) by what decides the program before tracing: jspec's own source,
+the JAX and jaxlib versions, the devices, the XLA flags, and the arguments' tree (static fields
+included: configs, lookahead, attention path) with each leaf's shape, dtype and sharding. It lives
+beside JAX's cache, in `<jax_compilation_cache_dir>/jspec-programs` (so it is on when JAX's is, on GPUs:
+engine.use_compile_cache, the CLI's --compile-cache; see `directory`), bounded like it: past JAX's size
+limit the least recently used programs go. An entry that cannot be read back (a torn write, another
+jaxlib) is compiled again and replaced.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+import jax
+import jaxlib
+from jax.experimental import serialize_executable
+
+SUFFIX = ".program"
+
+
+def directory() -> Path | None:
+    """Where programs are kept: beside JAX's persistent cache when it is on, on GPUs only, else None.
+
+    Not on the CPU: there a program read back in the process that wrote it failed when run (`NOT_FOUND:
+    Function slice_convert_fusion.11 not found`, session 7): XLA:CPU links its programs into one
+    in-process JIT, where two copies of a program clash. A GPU program is a module of its own."""
+    root = jax.config.jax_compilation_cache_dir
+    return Path(root) / "jspec-programs" if root and jax.default_backend() == "gpu" else None
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of every jspec source file: a program compiled by other code is never read back."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(path.relative_to(Path(__file__).parent).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def key(args) -> str:
+    """The program key of jitted-function arguments `args` (any pytree of arrays and static fields)."""
+    leaves, tree = jax.tree.flatten(args)
+    parts = [source_digest(), jax.__version__, jaxlib.__version__, os.environ.get("XLA_FLAGS", ""),
+             str(jax.config.jax_enable_x64), str(jax.config.jax_default_matmul_precision),
+             repr([(d.platform, d.device_kind, d.id) for d in jax.devices()]), str(tree)]
+    parts += [f"{x.shape}{x.dtype}{getattr(x, 'weak_type', False)}{getattr(x, 'sharding', None)}"
+              if hasattr(x, "shape") else repr(x) for x in leaves]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def compiled(jitted, *args):
+    """jitted compiled for args: read from the store when it holds the program (no trace, no lower),
+    else lowered, compiled and kept there. Without a store (JAX's cache off), compiled as usual."""
+    where = directory()
+    if where is None:
+        return jitted.lower(*args).compile()
+    path = where / f"{key(args)}{SUFFIX}"
+    try:
+        program = serialize_executable.deserialize_and_load(*pickle.loads(path.read_bytes()))
+        os.utime(path)  # recently used
+        return program
+    except Exception:  # noqa: BLE001  absent, torn or from another runtime: compile (a store never breaks a run)
+        pass
+    program = jitted.lower(*args).compile()
+    try:
+        blob = pickle.dumps(serialize_executable.serialize(program))
+    except Exception:  # noqa: BLE001  a program this runtime cannot serialize is not kept (JAX's cache still is)
+        return program
+    _write(path, blob)
+    return program
+
+
+def _write(path: Path, blob: bytes) -> None:
+    """Written atomically (another process may read it), then the oldest programs evicted past JAX's
+    cache size limit; a store that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+        limit = jax.config.jax_compilation_cache_max_size
+        entries = sorted(path.parent.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime, reverse=True)
+        total = 0
+        for entry in entries:
+            total += entry.stat().st_size
+            if 0 < limit < total and entry != path:
+                entry.unlink(missing_ok=True)
+    except OSError:
+        pass
