@@ -95,8 +95,8 @@ def available() -> bool:
 _FACTOR = (1.0, 4.0, 16.0, 1.0)
 
 
-def key_slots(D: int):
-    """(dim, factor) per column k of the key operand C_K [64, D] (k = 8 ct + 2 c + e).
+def key_slots(D: int, factors=_FACTOR):
+    """(dim, factor) per column k of the key operand C_K [64, D] (k = 8 ct + 2 c + e); factors per plane.
 
     Thread column c of a row loads bytes [c D/16, (c+1) D/16); word u, byte pair q (bytes 0/2 or
     1/3 of the word), plane i go to column tile ct = 8u + 2i + q; e picks byte 2e + q of the word."""
@@ -108,7 +108,7 @@ def key_slots(D: int):
             for e in range(2):
                 j = c * (D // 16) + 4 * u + q + 2 * e
                 dims[8 * ct + 2 * c + e] = j + (D // 4) * i
-                factor[8 * ct + 2 * c + e] = _FACTOR[i]
+                factor[8 * ct + 2 * c + e] = factors[i]
     return dims, factor
 
 
@@ -383,8 +383,9 @@ TAU = 8.0  # log2 headroom of the lazy max (p <= 256: far from bf16/f32 overflow
 WARP_MAX_ROWS = 8  # query rows per KV head "auto" gives the per-warp body (decode; at 24 rows it spills)
 
 
-def warp_value_slots(D: int):
-    """(dim, factor) per row r = 16 mt + 8 hr + g of the per-warp value accumulator out^T [D, N].
+def warp_value_slots(D: int, factor_of=lambda e, i: _FACTOR[i]):
+    """(dim, factor) per row r = 16 mt + 8 hr + g of the per-warp value accumulator out^T [D, N]
+    (factor_of(e, i): the factor of plane i of byte e, as the unpack leaves it).
 
     ldmatrix.trans gives thread (g, c) 16-bit column g + 8 h of tokens 2c, 2c + 1 (and + 8): bytes
     2 (g + 8 h) + e, e = 0/1, each with 4 planes i. D = 128: mt = 4 e + i, hr = h; D = 64: mt = i, hr = e."""
@@ -395,7 +396,7 @@ def warp_value_slots(D: int):
                 mt, hr = (4 * e + i, h) if D == 128 else (i, e)
                 for g in range(8):
                     dims[16 * mt + 8 * hr + g] = 2 * (g + 8 * h) + e + (D // 4) * i
-                    factor[16 * mt + 8 * hr + g] = _FACTOR[i]
+                    factor[16 * mt + 8 * hr + g] = factor_of(e, i)
     return dims, factor
 
 
@@ -619,13 +620,16 @@ def _st(addr, v, pred=None):
     llvm.inline_asm(ir.Type.parse("!llvm.void"), args, asm, cons, has_side_effects=True)
 
 
-def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
+def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0):
     """The 4 warps' partials -> o_ref [D, N] (rows as warp_value_slots) and st_ref [4, N] (reference max,
-    sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory and one barrier."""
+    sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory and one barrier.
+    xt > 0 (the lean body): no w, z; acc's xt tiles after the D/16 output tiles hold the warp's sums
+    (row g: sum W z in xt parts, row g + 8 of the first: sum W), already summed over its tokens."""
     MT, NT = D // 16, N // 8
+    arrays = (acc, m, l) if xt else (acc, m, l, w, z)
 
-    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * 5)
-    def body(ctx, red_ref, o_ref, st_ref, acc, m, l, w, z):
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * len(arrays))
+    def body(ctx, red_ref, o_ref, st_ref, acc, m, l, w=None, z=None):
         del ctx
         i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
         ex2 = lambda x: _asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
@@ -635,8 +639,9 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
         rbase, obase, sbase = _smem_addr(red_ref), _smem_addr(o_ref), _smem_addr(st_ref)
         stride = 4 * (D * N + 4 * N)  # bytes per warp in red_ref
         wbase = arith.addi(rbase, arith.muli(wid, _c(stride)))
-        acc_v = _pairs(acc, 64 * MT, N)
-        m_v, l_v, w_v, z_v = (_pairs(x, 64, N)[0] for x in (m, l, w, z))
+        acc_v = _pairs(acc, 64 * (MT + xt), N)
+        m_v, l_v = (_pairs(x, 64, N)[0] for x in (m, l))
+        w_v, z_v = (None, None) if xt else (_pairs(x, 64, N)[0] for x in (w, z))
         for nt in range(NT):
             for e in range(2):
                 colx = arith.addi(_c(8 * nt + e), arith.shli(c, _c(1)))
@@ -646,11 +651,14 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
                         _st(arith.addi(wbase, arith.shli(arith.addi(arith.muli(r, _c(N)), colx), _c(2))),
                             acc_v[mt][nt][hr][e])
                 sums = []
-                for v in (l_v, w_v, z_v):  # the thread's two rows, then the warp's 8 row groups
+                for v in (l_v, w_v, z_v)[:1 if xt else 3]:  # the thread's two rows, then the warp's 8 row groups
                     x = arith.addf(v[nt][0][e], v[nt][1][e])
                     for d in (4, 8, 16):
                         x = arith.addf(x, mu.shfl_bfly(x, d))
                     sums.append(x)
+                if xt:  # summed over the tokens by the tensor core
+                    sums.append(acc_v[MT][nt][1][e])
+                    sums.append(functools.reduce(arith.addf, [acc_v[MT + x][nt][0][e] for x in range(xt)]))
                 for k, x in enumerate((m_v[nt][0][e], *sums)):  # all 8 row groups store the same value
                     _st(arith.addi(wbase, arith.shli(arith.addi(_c(D * N + k * N), colx), _c(2))), x)
         llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
@@ -668,14 +676,15 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
                 x = big if j == 0 else total([_c(k * stride + 4 * (D * N + j * N + colx)) for k in range(4)])
                 _st(arith.addi(sbase, _c(4 * (j * N + colx))), x)
 
-    body(red_ref, o_ref, st_ref, acc, m, l, w, z)
+    body(red_ref, o_ref, st_ref, *arrays)
 
 
 def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
                  q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, *,
-                 BT: int, D: int, N: int, S: int, scale2: float):
+                 BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0):
     # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
     # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
+    # xt > 0: the lean body (int2_mosaic_lean.block; q_gmem f16) with xt tiles of sums after the output's.
     f32 = jnp.float32
     bh, sp = lax.axis_index("bh"), lax.axis_index("split")
     b = lax.div(bh, q_gmem.shape[0] // sched_gmem.shape[0])
@@ -695,9 +704,9 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
         start = first + j * BT
         plgpu.barrier_wait(bars.at[slot])
         inner = ((start >= lo_max) & (start + BT <= hi_min)).astype(f32)
-        carry = warp_block(c_smem.at[slot], p_smem.at[slot], q_smem, tok0 + start.astype(f32),
-                           wgmma(jnp.full((64, 8), inner, f32)), qoff, qsum, lo, hi, *carry,
-                           BT=BT, D=D, N=N, scale2=scale2)
+        carry = block(c_smem.at[slot], p_smem.at[slot], q_smem, tok0 + start.astype(f32),
+                      wgmma(jnp.full((64, 8), inner, f32)), qoff, qsum, lo, hi, *carry,
+                      BT=BT, D=D, N=N, scale2=scale2)
         plgpu.commit_smem()  # every warp is done reading this slot
 
         @pl.when(j + S < n_blocks)
@@ -707,9 +716,15 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
         return carry
 
     zeros = lambda rows: wgmma(jnp.zeros((rows, N), f32))
-    init = (zeros(4 * D), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64), zeros(64), zeros(64))
-    acc, m, l, w, z = lax.fori_loop(0, n_blocks, body, init)
-    warp_merge(red_smem, o_smem, st_smem, acc, m, l, w, z, D=D, N=N)
+    if xt:
+        from jspec.pallas import int2_mosaic_lean as lean
+
+        block = functools.partial(lean.block, XT=xt)
+        init = (zeros(4 * D + 64 * xt), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64))
+    else:
+        block = warp_block
+        init = (zeros(4 * D), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64), zeros(64), zeros(64))
+    warp_merge(red_smem, o_smem, st_smem, *lax.fori_loop(0, n_blocks, body, init), D=D, N=N, xt=xt)
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(o_smem, raw_gmem.at[bh, sp])
     plgpu.copy_smem_to_gmem(st_smem, stats_gmem.at[bh, sp])
@@ -762,7 +777,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     default per body: WARP_BLOCK_T / WARP_STAGES, else BLOCK_T / STAGES).
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
-    body: "warp" (per-warp mma.sync), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
+    body: "warp" (per-warp mma.sync), "lean" (the per-warp body with fewer integer instructions per code,
+    int2_mosaic_lean), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -780,9 +796,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         return (out, lse) if merge else (out[:, :, None], lse[:, :, None])
 
     N = -(-M // 8) * 8
-    if body not in ("auto", "warp", "wgmma") or (body == "warp" and ablate):
-        raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or 'warp' without ablations")
-    warp = body == "warp" or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
+    if body not in ("auto", "warp", "lean", "wgmma") or (body in ("warp", "lean") and ablate):
+        raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or 'warp'/'lean' without ablations")
+    warp = body in ("warp", "lean") or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
+    lean = body == "lean"
     BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
@@ -806,9 +823,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane)
     out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
-        qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT)
-        kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E)
-        scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
+        qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
+        xt = (1 if par.dtype == jnp.bfloat16 else 2) if lean else 0  # the lean body's tiles of sums
+        kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E, xt=xt)
+        scratch.update(q_smem=plgpu.SMEM((N, D), qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
     else:
         qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
         swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
@@ -820,33 +838,39 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
                               grid_names=("bh", "split"), compiler_params=params,
                               kernel_name="int2_attention_mosaic")(
         qp.reshape(B * H, N, D), colv.reshape(B * H, 4, N), sched, cod, par)
-    out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M, warp)
+    out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M, "lean" if lean else warp)
     return merge_lse(out, lse, axis=2) if merge else (out, lse)
 
 
-@functools.partial(jax.jit, static_argnames=("T", "splits", "BT"))
-def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T):
+@functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
+def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = False):
     """Kernel inputs from the queries and ranges: Q' [B, H, N, D] bf16 (key_slots order, divided by the
-    plane factor: exact), colv [B, H, 4, N] f32 (128 sum(Q'), sum(q), lo, hi) and the split schedule."""
+    plane factor: exact), colv [B, H, 4, N] f32 (128 sum(Q'), sum(q), lo, hi) and the split schedule.
+    lean: Q' f16 with the lean body's factors, and -1024 sum(Q') (int2_mosaic_lean)."""
     B, H, M, D = q.shape
     N = -(-M // 8) * 8
-    kdims, kf = key_slots(D)
     f32 = jnp.float32
+    if lean:
+        from jspec.pallas import int2_mosaic_lean as lm
+
+        (kdims, kf), qdt, offset = lm.key_slots(D), jnp.float16, -lm.KEY_OFFSET
+    else:
+        (kdims, kf), qdt, offset = key_slots(D), jnp.bfloat16, _OFFSET
     qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
-    qp = (qb[..., kdims].astype(f32) / kf).astype(jnp.bfloat16)
+    qp = (qb[..., kdims].astype(f32) / kf).astype(qdt)
     pad_rows = lambda x: jnp.pad(x.astype(f32), ((0, 0), (0, N - M)))  # padded rows: lo = hi = 0, empty
-    colv = jnp.stack([_OFFSET * qp.astype(f32).sum(-1), qb.astype(f32).sum(-1),
+    colv = jnp.stack([offset * qp.astype(f32).sum(-1), qb.astype(f32).sum(-1),
                       jnp.broadcast_to(pad_rows(lo)[:, None], (B, H, N)),
                       jnp.broadcast_to(pad_rows(hi)[:, None], (B, H, N))], 2)
     return qp, colv, schedule(lo, hi, T, splits, BT)
 
 
-@functools.partial(jax.jit, static_argnames=("T", "splits", "BT"))
-def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T):
+@functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
+def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = False):
     """prepare for the per-warp body: Q' in mma B-fragment order ([N/8, g, c, D/16, 2, 2] per head: thread
     (g, c) reads its fragments of column tile nt contiguously) and the schedule with each batch row's
     [max lo, min hi) (no range mask needed inside)."""
-    qp, colv, sched = prepare(q, lo, hi, T, splits, BT)
+    qp, colv, sched = prepare(q, lo, hi, T, splits, BT, lean)
     B, H, N, D = qp.shape
     frag = qp.reshape(B, H, N // 8, 8, D // 16, 2, 4, 2).transpose(0, 1, 2, 3, 6, 4, 5, 7).reshape(B, H, N, D)
     inside = jnp.stack([jnp.max(lo, 1), jnp.min(hi, 1)], -1).astype(jnp.int32)  # [B, 2]
@@ -854,9 +878,15 @@ def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T):
 
 
 @functools.partial(jax.jit, static_argnames=("M", "warp"))
-def finish(raw, stats, M: int, warp: bool = False):
-    """Kernel partials -> normalised out [B, H, splits, M, D] f32 and lse [B, H, splits, M] (natural log)."""
-    vdims, vf = (warp_value_slots if warp else value_slots)(raw.shape[-2])
+def finish(raw, stats, M: int, warp=False):
+    """Kernel partials -> normalised out [B, H, splits, M, D] f32 and lse [B, H, splits, M] (natural log).
+    warp: False (wgmma body), True (per-warp body) or "lean" (its value rows)."""
+    if warp == "lean":
+        from jspec.pallas import int2_mosaic_lean as lm
+
+        vdims, vf = lm.value_slots(raw.shape[-2])
+    else:
+        vdims, vf = (warp_value_slots if warp else value_slots)(raw.shape[-2])
     m, l, sw, zw = (stats[..., i, :] for i in range(4))  # [B, H, ns, N]
     c = (raw - _OFFSET * sw[..., None, :]) * jnp.asarray(1.0 / vf, jnp.float32)[:, None] - zw[..., None, :]
     c = c[..., np.argsort(vdims), :]  # value_slots order -> head dimension order
