@@ -8,6 +8,7 @@ import pytest
 
 from jspec.pallas import int2_attention as ia
 from jspec.pallas import int2_mosaic as im
+from jspec.pallas import int2_mosaic_lean as lean
 
 
 def _rel(a, b):
@@ -86,12 +87,12 @@ def _codes(tile, D):
     return np.concatenate([(tile >> (2 * i)) & 3 for i in range(4)], axis=1).astype(np.float32)
 
 
-def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False):
+def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False, lean=False):
     """What a model kernel reads (Q', row vectors, schedule; codes and scales padded by a block) and its
     zeroed outputs (raw, stats)."""
     B, H, M, D = q.shape
     T = codes.shape[3]
-    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT))
+    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT, lean))
     if warp:  # the per-warp schedule also carries each batch row's mask-free range
         sched = np.asarray(im.prepare_warp(q, lo, hi, T, splits, BT)[2])
     N = qp.shape[2]
@@ -156,11 +157,13 @@ def _model_warp_values(tile, D):
     return out
 
 
-def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
+def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_body=False):
     """The per-warp body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the
-    range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish."""
+    range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish.
+    lean_body: the lean body's f16 keys, value split, -1024 sum(Q') start and value zeros as bf16 hi + lo."""
     B, H, M, D = q.shape
-    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=True)
+    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, True, lean_body)
+    keys, values = (_model_lean_keys, _model_lean_values) if lean_body else (_model_keys, _model_warp_values)
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
     N = qp.shape[2]
     for b, h, sp in np.ndindex(B, H, splits):
@@ -171,11 +174,15 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
         for j, sb in np.ndindex(nb, BT // 64):  # each warp takes 16 of every 64 tokens of a block
             t0 = first + j * BT + 64 * sb
             inner = first + j * BT >= lo_max and first + (j + 1) * BT <= hi_min
-            ck, cv = _model_keys(cod[b, h, 0, t0:t0 + 64], D), _model_warp_values(cod[b, h, 1, t0:t0 + 64], D)
+            ck, cv = keys(cod[b, h, 0, t0:t0 + 64], D), values(cod[b, h, 1, t0:t0 + 64], D)
             for w in range(4):
                 rows = slice(16 * w, 16 * w + 16)
                 ks, kz, vs, vz = (par[b, h, i, t0:t0 + 64][rows, None] for i in range(4))
-                sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T - qoff - kz * qsum)
+                if lean_body:  # the accumulator starts at qoff = -1024 sum(Q'); z in two bf16 parts
+                    vz = _bf16(vz) + _bf16(vz - _bf16(vz))
+                    sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T + qoff - kz * qsum)
+                else:
+                    sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T - qoff - kz * qsum)
                 if not inner:
                     tok = t0 + np.arange(64)[rows, None]
                     sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
@@ -191,7 +198,60 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
         a = np.exp2(m - big)  # [4, N]
         raw[b, h, sp] = (acc * a[:, None]).sum(0)
         stats[b, h, sp] = [big, (lt * a).sum(0), (wt * a).sum(0), (zt * a).sum(0)]
-    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, True)
+    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, "lean" if lean_body else True)
+
+
+def _bf16(x):
+    return np.asarray(x, np.float32).astype(jnp.bfloat16).astype(np.float32)
+
+
+def _f16_lanes(v):
+    """uint32 holding two f16 -> (low, high) as float."""
+    as_f = lambda h: np.asarray(h, np.uint16).view(np.float16).astype(np.float32)
+    return as_f(v & 0xFFFF), as_f(v >> 16)
+
+
+def _model_lean_keys(tile, D):
+    """What the lean body's key unpack leaves in C_K [BT, D] (f16): as _model_keys, each bit pair of a byte
+    masked in place under 0x6400 (plane 3 unshifted)."""
+    BT = tile.shape[0]
+    out = np.zeros((BT, D), np.float32)
+    for c in range(4):
+        words = np.ascontiguousarray(tile[:, c * (D // 16):(c + 1) * (D // 16)]).view("<u4").astype(np.uint64)
+        for u in range(D // 64):
+            for q, y in enumerate((words[:, u], words[:, u] >> 8)):
+                for i in range(4):
+                    ct = 8 * u + 2 * i + q
+                    v = ((y & (0x00030003 << (2 * i))) | 0x64006400).astype(np.uint32)
+                    out[:, 8 * ct + 2 * c], out[:, 8 * ct + 2 * c + 1] = _f16_lanes(v)
+    return out
+
+
+def _model_lean_values(tile, D):
+    """As _model_warp_values, with the lean body's VALUE_SPLIT unpack of each ldmatrix register."""
+    u16 = np.ascontiguousarray(tile).view("<u2").astype(np.uint32)  # [64, D/8]
+    out = np.zeros((D, 64), np.float32)
+    for w, g, c, kh, h in np.ndindex(4, 8, 4, 2, D // 64):
+        t = 16 * w + 8 * kh + 2 * c
+        x = u16[t, g + 8 * h] | (u16[t + 1, g + 8 * h] << 16)
+        for shift, mask, e, i, _ in lean.VALUE_SPLIT:
+            mt, hr = (4 * e + i, h) if D == 128 else (i, e)
+            r = 16 * mt + 8 * hr + g
+            out[r, t], out[r, t + 1] = _bf16_lanes(((x >> shift) & (mask * 0x10001)) | 0x43004300)
+    return out
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_lean_slots_hold_the_advertised_codes(D):
+    """The lean body's key (f16, 1024 + f code) and value (bf16, 128 + f code) registers, as its slot maps say."""
+    tile = np.random.default_rng(D + 2).integers(0, 256, (64, D // 4)).astype(np.uint8)
+    c = _codes(tile, D)
+    kdims, kf = lean.key_slots(D)
+    np.testing.assert_array_equal(_model_lean_keys(tile, D), lean.KEY_OFFSET + kf * c[:, kdims])
+    vdims, vf = lean.value_slots(D)
+    np.testing.assert_array_equal(_model_lean_values(tile, D), 128 + vf[:, None] * c[:, vdims].T)
+    assert sorted(kdims) == list(range(D)) and sorted(vdims) == list(range(D))
+    assert max(kf) * 3 < 1024 and max(vf) * 3 < 128  # exact: every value has an ulp of 1
 
 
 def _check_partials(partials, args):
@@ -215,12 +275,14 @@ def test_warp_value_slots_hold_the_advertised_codes(D):
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),
                                                      (1, 1, 20, 64, 150, jnp.float32, 3, 128),
                                                      (1, 1, 4, 128, 700, jnp.bfloat16, 1, 128)])
-def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
-    """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge."""
+@pytest.mark.parametrize("lean_body", [False, True])
+def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT, lean_body):
+    """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge; and
+    the lean body's (f16 Q', its offset and slots, the value zeros in bf16 parts)."""
     args = _inputs(B + M + D + T + 1, B, H, M, D, T, sdt, empty_rows=B > 1)
     if T == 700:  # one row's range ends early: interior and boundary blocks in one split
         args = (*args[:3], jnp.zeros_like(args[3]), jnp.asarray([[700, 700, 300, 700]], jnp.int32))
-    _check_partials(_model_warp(*args, splits, BT), args)
+    _check_partials(_model_warp(*args, splits, BT, lean_body=lean_body), args)
 
 
 # (B, H, M, D, T, scale dtype, splits, tokens per block)
@@ -260,6 +322,18 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
     assert lowered(256) == first
 
 
+@pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
+@pytest.mark.parametrize("M,D,sdt,BT", [(8, 128, jnp.bfloat16, 128), (20, 64, jnp.float32, 64)])
+def test_lean_body_lowers_for_cuda(M, D, sdt, BT):
+    """The lean body's inline code builds (register maps, tiles of sums, both scale dtypes): lowered for
+    CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU toolchain)."""
+    shapes = [((1, 2, M, D), jnp.bfloat16), ((1, 2, 2, 300, D // 4), jnp.uint8), ((1, 2, 4, 300, 1), sdt),
+              ((1, M), jnp.int32), ((1, M), jnp.int32)]
+    f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body="lean", block_t=BT))
+    assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
+        lowering_platforms=("cuda",)).as_text()
+
+
 # --- compiled kernel (Hopper) -----------------------------------------------------------------------
 
 GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, empty ranges, M = 4/8/20,
@@ -276,6 +350,15 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (1, 8, 4, 128, 70000, jnp.bfloat16, None, {}),  # many blocks per split: lazy rescales, interior blocks
     (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(block_t=128, body="warp")),  # two 64-token halves per block
     (3, 2, 8, 64, 777, jnp.float32, 2, dict(block_t=128, body="warp")),
+    # the lean per-warp body (int2_mosaic_lean): D 64/128, M 4/8/20, bf16/f32 scales, partial and short
+    # blocks, both block sizes, many blocks per split
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean")),
+    (2, 8, 8, 128, 4099, jnp.float32, 4, dict(body="lean")),
+    (3, 2, 4, 64, 777, jnp.float32, 2, dict(body="lean", block_t=64)),
+    (1, 8, 8, 64, 100, jnp.bfloat16, 1, dict(body="lean", block_t=64)),
+    (1, 2, 4, 128, 40, jnp.bfloat16, None, dict(body="lean")),
+    (2, 4, 20, 128, 1500, jnp.bfloat16, 2, dict(body="lean", block_t=64)),
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean")),
 ]
 
 
