@@ -679,8 +679,54 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0)
     body(red_ref, o_ref, st_ref, *arrays)
 
 
+# Releasing ring slots without a block barrier (release=True): every thread arrives on the slot's "empty"
+# mbarrier (128 arrivals) when it is done reading it, and only warp 0, which issues the TMA refill, waits
+# for the other warps; warps 1-3 may run up to S - 1 blocks ahead. The default (commit_smem) is a
+# warpgroup bar.sync per block, which keeps the four warps in lockstep. Raw PTX mbarriers in an int32
+# [S, 2] scratch (8 bytes each, 1024-aligned by Pallas): a Pallas barrier cannot be waited on by one warp.
+
+
+def _empty_init(ref, S: int):
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),))
+    def body(ctx, ref):
+        del ctx
+        tid = arith.index_cast(ir.IntegerType.get_signless(32), gpu.thread_id(gpu.Dimension.x))
+        first = arith.extui(ir.IntegerType.get_signless(32), arith.cmpi(arith.CmpIPredicate.eq, tid, _c(0)))
+        base = _smem_addr(ref)
+        for s in range(S):
+            llvm.inline_asm(ir.Type.parse("!llvm.void"), [arith.addi(base, _c(8 * s)), first],
+                            "{ .reg .pred p; setp.ne.u32 p, $1, 0; @p mbarrier.init.shared::cta.b64 [$0], 128; }",
+                            "r,r", has_side_effects=True)
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
+
+    body(ref)
+
+
+def _release(ref, code):
+    """All threads arrive on the mbarrier at ref; warp 0 then waits for its phase when code (a (64, 8) i32
+    WGMMA array, all equal) has bit 1 set (a refill follows), on parity bit 0."""
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.Layout.WGMMA))
+    def body(ctx, ref, code):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        x = vector.extract(code.registers.flat[0], dynamic_position=[],
+                           static_position=ir.DenseI64ArrayAttr.get([0]))
+        wid, _, _ = _thread()
+        addr = _smem_addr(ref)
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr],
+                        "{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [$0]; }", "r", has_side_effects=True)
+        wait = arith.andi(arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, wid, _c(0))), arith.shrui(x, _c(1)))
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr, wait, arith.andi(x, _c(1))],
+                        "{ .reg .pred p, w; setp.ne.u32 w, $1, 0; @!w bra DONE; WAIT: "
+                        "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $2; @!p bra WAIT; DONE: }",
+                        "r,r,r", has_side_effects=True)
+
+    body(ref, code)
+
+
 def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
-                 q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, *,
+                 q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, empty_smem=None, *,
                  BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0):
     # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
     # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
@@ -691,6 +737,8 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
     first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
     lo_max, hi_min = sched_gmem[b, sp, 2], sched_gmem[b, sp, 3]
 
+    if empty_smem is not None:
+        _empty_init(empty_smem, S)
     fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
                         p_smem, bars, q_bar, BT=BT, S=S)
     col = plgpu.Layout.WGMMA.reduce(0)
@@ -707,7 +755,11 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
         carry = block(c_smem.at[slot], p_smem.at[slot], q_smem, tok0 + start.astype(f32),
                       wgmma(jnp.full((64, 8), inner, f32)), qoff, qsum, lo, hi, *carry,
                       BT=BT, D=D, N=N, scale2=scale2)
-        plgpu.commit_smem()  # every warp is done reading this slot
+        if empty_smem is None:
+            plgpu.commit_smem()  # every warp is done reading this slot
+        else:  # this thread is done reading it; warp 0 waits for all before the refill
+            code = lax.rem(lax.div(j, S), 2) + 2 * (j + S < n_blocks).astype(jnp.int32)
+            _release(empty_smem.at[slot], wgmma(jnp.full((64, 8), code, jnp.int32)))
 
         @pl.when(j + S < n_blocks)
         def _refill():
@@ -765,9 +817,10 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
-                                             "row_bytes", "ablate", "body"))
+                                             "row_bytes", "ablate", "body", "release"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
-                          block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto"):
+                          block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
+                          release=False):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -779,6 +832,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
     body: "warp" (per-warp mma.sync), "lean" (the per-warp body with fewer integer instructions per code,
     int2_mosaic_lean), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
+    release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -800,6 +854,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or 'warp'/'lean' without ablations")
     warp = body in ("warp", "lean") or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
     lean = body == "lean"
+    if release and not warp:
+        raise ValueError("release: only the per-warp bodies ('warp', 'lean')")
     BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
@@ -827,6 +883,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         xt = (1 if par.dtype == jnp.bfloat16 else 2) if lean else 0  # the lean body's tiles of sums
         kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E, xt=xt)
         scratch.update(q_smem=plgpu.SMEM((N, D), qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
+        if release:
+            scratch.update(empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per slot
     else:
         qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
         swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
