@@ -876,7 +876,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
                    st_smem=plgpu.SMEM((4, N), f32),
                    bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
                    q_bar=plgpu.Barrier(num_arrivals=2))  # queries, row vectors
-    params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane)
+    # release: no automatic warpgroup barriers either (Pallas puts one before every TMA copy in Lane
+    # semantics); the per-warp kernel reads no region it writes but in warp_merge, behind its own bar.sync.
+    params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane,
+                                  unsafe_no_auto_barriers=release)
     out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
         qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
