@@ -160,10 +160,15 @@ def _model_warp_values(tile, D):
 def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_body=False):
     """The per-warp body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the
     range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish.
-    lean_body: the lean body's f16 keys, value split, -1024 sum(Q') start and value zeros as bf16 hi + lo."""
+    lean_body: the lean body's f16 keys, value split, -1024 sum(Q') start and value zeros as bf16 hi + lo;
+    "s8": with lean8's integer score product (u8 codes, Q digits decoded from prepare_imma's bytes)."""
     B, H, M, D = q.shape
-    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, True, lean_body)
+    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, True,
+                                                          bool(lean_body))
     keys, values = (_model_lean_keys, _model_lean_values) if lean_body else (_model_keys, _model_warp_values)
+    if lean_body == "s8":
+        qbytes, colv, _ = lean.prepare_imma(q, lo, hi, codes.shape[3], splits, BT)
+        qp, colv, keys = _imma_fixed(qbytes, D).astype(np.float32), np.asarray(colv), _model_imma_keys
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
     N = qp.shape[2]
     for b, h, sp in np.ndindex(B, H, splits):
@@ -178,7 +183,10 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_bo
             for w in range(4):
                 rows = slice(16 * w, 16 * w + 16)
                 ks, kz, vs, vz = (par[b, h, i, t0:t0 + 64][rows, None] for i in range(4))
-                if lean_body:  # the accumulator starts at qoff = -1024 sum(Q'); z in two bf16 parts
+                if lean_body == "s8":  # integer product, times the score scale s_n / 4 (qoff's place)
+                    vz = _bf16(vz) + _bf16(vz - _bf16(vz))
+                    sc = ks * sm_scale * 1.4426950408889634 * ((ck[rows] @ qp[b, h].T) * qoff - kz * qsum)
+                elif lean_body:  # the accumulator starts at qoff = -1024 sum(Q'); z in two bf16 parts
                     vz = _bf16(vz) + _bf16(vz - _bf16(vz))
                     sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T + qoff - kz * qsum)
                 else:
@@ -241,6 +249,44 @@ def _model_lean_values(tile, D):
     return out
 
 
+def _model_imma_keys(tile, D):
+    """What lean8's key unpack leaves in the u8 A operand [BT, D] (k slots of lean.imma_slots): thread column
+    c's words shifted and masked per plane, bytes b -> slot 32 kc + 16 hf + 4 c + b."""
+    BT = tile.shape[0]
+    out = np.zeros((BT, D), np.float32)
+    for c in range(4):
+        words = np.ascontiguousarray(tile[:, c * (D // 16):(c + 1) * (D // 16)]).view("<u4")  # [BT, D/64]
+        for u, i in np.ndindex(D // 64, 4):
+            kc, hf = (i, u) if D == 128 else (i // 2, i % 2)
+            sh = lean.IMMA_SHIFT[i]
+            masked = ((words[:, u] >> sh) & np.uint32(0x03030303 << (2 * i - sh))).view(np.uint8).reshape(BT, 4)
+            out[:, 32 * kc + 16 * hf + 4 * c:32 * kc + 16 * hf + 4 * c + 4] = masked
+    return out
+
+
+def _imma_fixed(qbytes, D):
+    """prepare_imma's bytes [B, H, N, 2 D] -> the int16 fixed-point Q [B, H, N, D] in slot order."""
+    x = np.asarray(qbytes).reshape(*qbytes.shape[:3], 4, D // 32, 2, 2, 4)  # n, c, kc, digit, hf, b
+    fixed = 256 * x[..., 0, :, :].view(np.int8).astype(np.int64) + x[..., 1, :, :]  # n, c, kc, hf, b
+    return fixed.transpose(0, 1, 2, 4, 5, 3, 6).reshape(*qbytes.shape[:3], D)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_lean8_key_operands(D):
+    """lean8: the u8 key registers hold factor x code in the slots lean.imma_slots says, and prepare_imma's
+    digits decode to q * 4 / factor / s_n within half a step (s_n = 4 x the score scale in colv[0])."""
+    tile = np.random.default_rng(D + 3).integers(0, 256, (64, D // 4)).astype(np.uint8)
+    dims, f = lean.imma_slots(D)
+    np.testing.assert_array_equal(_model_imma_keys(tile, D), f * _codes(tile, D)[:, dims])
+    assert sorted(dims) == list(range(D))
+    q, _, _, lo, hi = _inputs(D, 2, 2, 5, D, 300, jnp.bfloat16)
+    qbytes, colv, _ = lean.prepare_imma(q, lo, hi, 300, 2, 64)
+    fixed, step = _imma_fixed(qbytes, D), 4 * np.asarray(colv)[:, :, 0, :5, None]  # s_n
+    want = np.asarray(q, np.float32)[..., dims] * 4 / f / step
+    assert np.abs(fixed[:, :, :5]).max() <= 32767 and np.all(fixed[:, :, 5:] == 0)  # padded rows: zero
+    np.testing.assert_allclose(fixed[:, :, :5], want, atol=0.5 + 1e-3)
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_lean_slots_hold_the_advertised_codes(D):
     """The lean body's key (f16, 1024 + f code) and value (bf16, 128 + f code) registers, as its slot maps say."""
@@ -275,7 +321,7 @@ def test_warp_value_slots_hold_the_advertised_codes(D):
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),
                                                      (1, 1, 20, 64, 150, jnp.float32, 3, 128),
                                                      (1, 1, 4, 128, 700, jnp.bfloat16, 1, 128)])
-@pytest.mark.parametrize("lean_body", [False, True])
+@pytest.mark.parametrize("lean_body", [False, True, "s8"])
 def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT, lean_body):
     """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge; and
     the lean body's (f16 Q', its offset and slots, the value zeros in bf16 parts)."""
@@ -326,7 +372,9 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
 @pytest.mark.parametrize("M,D,sdt,BT,body,release", [(8, 128, jnp.bfloat16, 128, "lean", False),
                                                      (20, 64, jnp.float32, 64, "lean", False),
                                                      (8, 128, jnp.bfloat16, 128, "lean", True),
-                                                     (4, 64, jnp.float32, 64, "warp", True)])
+                                                     (4, 64, jnp.float32, 64, "warp", True),
+                                                     (8, 128, jnp.bfloat16, 128, "lean8", False),
+                                                     (20, 64, jnp.float32, 64, "lean8", True)])
 def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
     dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
@@ -363,6 +411,11 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (1, 2, 4, 128, 40, jnp.bfloat16, None, dict(body="lean")),
     (2, 4, 20, 128, 1500, jnp.bfloat16, 2, dict(body="lean", block_t=64)),
     (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean")),
+    # lean8 (8-bit integer score product): D 64/128, M 4/8/20, bf16/f32 scales, partial blocks
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean8")),
+    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="lean8", block_t=64)),
+    (2, 4, 20, 128, 1500, jnp.float32, 2, dict(body="lean8")),
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean8", release=True)),
     # ring slots released through mbarriers (no block barrier; warps 1-3 run ahead): many blocks per split
     # (the mbarrier phases wrap), 2 stages, both per-warp bodies
     (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean", release=True)),

@@ -727,7 +727,7 @@ def _release(ref, code):
 
 def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
                  q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, empty_smem=None, *,
-                 BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0):
+                 BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0, keys: str = "f16"):
     # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
     # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
     # xt > 0: the lean body (int2_mosaic_lean.block; q_gmem f16) with xt tiles of sums after the output's.
@@ -771,7 +771,7 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
     if xt:
         from jspec.pallas import int2_mosaic_lean as lean
 
-        block = functools.partial(lean.block, XT=xt)
+        block = functools.partial(lean.block, XT=xt, keys=keys)
         init = (zeros(4 * D + 64 * xt), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64))
     else:
         block = warp_block
@@ -831,7 +831,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
     body: "warp" (per-warp mma.sync), "lean" (the per-warp body with fewer integer instructions per code,
-    int2_mosaic_lean), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
+    int2_mosaic_lean), "lean8" (lean with an 8-bit integer score product), "wgmma", or "auto" (warp up to
+    WARP_MAX_ROWS rows).
     release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
     """
     B, H, M, D = q.shape
@@ -850,10 +851,11 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         return (out, lse) if merge else (out[:, :, None], lse[:, :, None])
 
     N = -(-M // 8) * 8
-    if body not in ("auto", "warp", "lean", "wgmma") or (body in ("warp", "lean") and ablate):
-        raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or 'warp'/'lean' without ablations")
-    warp = body in ("warp", "lean") or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
-    lean = body == "lean"
+    per_warp = ("warp", "lean", "lean8")
+    if body not in ("auto", "wgmma", *per_warp) or (body in per_warp and ablate):
+        raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or {per_warp} without ablations")
+    warp = body in per_warp or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
+    lean = body in ("lean", "lean8")
     if release and not warp:
         raise ValueError("release: only the per-warp bodies ('warp', 'lean')")
     BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
@@ -882,10 +884,16 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
                                   unsafe_no_auto_barriers=release)
     out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
-        qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
+        if body == "lean8":
+            from jspec.pallas import int2_mosaic_lean as lm
+
+            qp, colv, sched = lm.prepare_imma(q, lo, hi, T, ns, BT)
+        else:
+            qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
         xt = (1 if par.dtype == jnp.bfloat16 else 2) if lean else 0  # the lean body's tiles of sums
-        kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E, xt=xt)
-        scratch.update(q_smem=plgpu.SMEM((N, D), qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
+        kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E, xt=xt,
+                                   keys="s8" if body == "lean8" else "f16")
+        scratch.update(q_smem=plgpu.SMEM(qp.shape[2:], qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
         if release:
             scratch.update(empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per slot
     else:
@@ -898,7 +906,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
                               grid_names=("bh", "split"), compiler_params=params,
                               kernel_name="int2_attention_mosaic")(
-        qp.reshape(B * H, N, D), colv.reshape(B * H, 4, N), sched, cod, par)
+        qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
     out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M, "lean" if lean else warp)
     return merge_lse(out, lse, axis=2) if merge else (out, lse)
 

@@ -16,6 +16,15 @@ per-warp body bound by the ALU pipe (65% busy: the LOP3/shift unpack, compares, 
   qparams the zeros are split into bf16 hi + lo (two extra tiles), so the sums stay exact to ~2^-17.
 - The range mask is computed inside the branch of edge blocks (int2_mosaic evaluates it before its
   scf.if, so LLVM turns the if into selects and every block pays for the compares).
+
+body="lean8" also moves the score product to 8-bit integers (keys="s8"): mma.sync m16n8k32 with the key
+codes as u8 A operands, 4 codes per register: planes 0/1 masked in place, planes 2/3 after one shift by 4
+(factors 1, 4, 1, 4): 5 instructions per word instead of 9, half the key registers. Q is an int16
+fixed-point number per query row, Q_n[slot] = round(q * 4 / f / s_n) (|Q| <= 32767), in two digits (s8
+high, u8 low: two products per k-chunk, int32 accumulators combined exactly), so q . c = (256 acc_h +
+acc_l) s_n / 4. Q's step is at most 2^-14 max|q_n| (the factor-4 planes; the CPU model: lse within ~5e-5
+of the reference where the bf16 bodies are exact in Q). Masking all four planes in place (factors up
+to 64, no shift) was 16x coarser: lse off by ~7e-4.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ if im.plgpu is not None:
 
 KEY_OFFSET = 1024.0  # f16 0x6400: a code in the mantissa's low bits reads as 1024 + factor * code
 KEY_FACTORS = (1.0, 4.0, 16.0, 64.0)  # bit pair i of a byte, masked in place
+IMMA_SHIFT = (0, 0, 4, 4)  # lean8: bit pair i of each byte shifted down by this, then masked in place
 _F16_MAGIC = 0x64006400
 _ONES = 0x3F803F80  # two bf16 1.0
 
@@ -37,6 +47,36 @@ _ONES = 0x3F803F80  # two bf16 1.0
 VALUE_SPLIT = ((0, 0x3, 0, 0, 1.0), (0, 0xC, 0, 1, 4.0), (0, 0x30, 0, 2, 16.0),
                (6, 0x3, 0, 3, 1.0), (6, 0xC, 1, 0, 4.0), (6, 0x30, 1, 1, 16.0),
                (12, 0x3, 1, 2, 1.0), (12, 0xC, 1, 3, 4.0))
+
+
+def imma_slots(D: int):
+    """(dim, factor) per k slot 32 kc + 16 hf + 4 c + b of the 8-bit score product (chunk kc, half hf,
+    thread column c, byte b): register (word u, plane i) of a token row is chunk/half (i, u) at D = 128,
+    (i // 2, i % 2) at D = 64; factor 4^i / 2^IMMA_SHIFT[i]."""
+    dims, factor = np.zeros(D, np.int64), np.zeros(D, np.float64)
+    for kc, hf, c, b in np.ndindex(D // 32, 2, 4, 4):
+        i, j = (kc, 8 * c + 4 * hf + b) if D == 128 else (2 * kc + hf, 4 * c + b)
+        k = 32 * kc + 16 * hf + 4 * c + b
+        dims[k], factor[k] = j + (D // 4) * i, 4.0**i / 2**IMMA_SHIFT[i]
+    return dims, factor
+
+
+def prepare_imma(q, lo, hi, T: int, splits: int, BT: int):
+    """prepare_warp for keys="s8": Q as two digits per slot, bytes [B, H, N, 2 D] uint8 (row n = 8 nt + g;
+    thread column c reads D / 2 bytes at c D / 2: per chunk kc, digit (s8 high, u8 low), half hf, 4 bytes
+    of k slots 16 hf + 4 c + b), colv[0] = s_n / 4 (the score scale), the rest as prepare_warp."""
+    _, colv, sched = im.prepare_warp(q, lo, hi, T, splits, BT)
+    B, H, M, D = q.shape
+    N = colv.shape[-1]
+    dims, factor = imma_slots(D)
+    qb = jnp.pad(q.astype(jnp.bfloat16).astype(jnp.float32), ((0, 0), (0, 0), (0, N - M), (0, 0)))
+    v = qb[..., dims] * jnp.asarray(4.0 / factor, jnp.float32)  # [B, H, N, D] slot order
+    big = jnp.max(jnp.abs(v), -1, keepdims=True)
+    s = jnp.where(big > 0, big / 32767.0, 1.0)
+    fixed = jnp.round(v / s).astype(jnp.int32)  # in [-32767, 32767]
+    digits = jnp.stack([(fixed >> 8).astype(jnp.int8).view(jnp.uint8), (fixed & 255).astype(jnp.uint8)], -1)
+    digits = digits.reshape(B, H, N, D // 32, 2, 4, 4, 2).transpose(0, 1, 2, 5, 3, 7, 4, 6)  # n, c, kc, dig, hf, b
+    return digits.reshape(B, H, N, 2 * D), colv.at[:, :, 0].set(s[..., 0] / 4.0), sched
 
 
 def key_slots(D: int):
@@ -63,6 +103,39 @@ def _keys(base, rows, c, D: int):
                     kregs[8 * u + 2 * i + q, hr] = arith.ori(arith.andi(y, im._c(0x00030003 << (2 * i))),
                                                              im._c(_F16_MAGIC))
     return kregs
+
+
+def _keys_s8(base, rows, c, D: int):
+    """Key codes of this thread's token rows -> {(chunk kc, half hf, row half): u8x4} (imma_slots): each
+    word (shifted by IMMA_SHIFT) masked per plane."""
+    kregs = {}
+    for hr in range(2):
+        addr = arith.addi(base, arith.addi(arith.muli(rows[hr], im._c(D // 4)), arith.muli(c, im._c(D // 16))))
+        nw = D // 64
+        asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
+        for u, x in enumerate(im._asm_load(addr, nw, asm)):
+            src = {0: x, 4: arith.shrui(x, im._c(4))}
+            for i in range(4):
+                kc, hf = (i, u) if D == 128 else (i // 2, i % 2)
+                kregs[kc, hf, hr] = arith.andi(src[IMMA_SHIFT[i]], im._c(0x03030303 << (2 * i - IMMA_SHIFT[i])))
+    return kregs
+
+
+def _scores_s8(kregs, qf, cs, D: int):
+    """q . c for one column tile from the u8 key fragments and the digits qf (words in prepare_imma's
+    order): rows (g, g + 8) x columns (2c, 2c + 1), 4 f32 (the integer product times cs = s_n / 4)."""
+    i32 = ir.IntegerType.get_signless(32)
+    imma = lambda kind, a, b, acc4: im._asm(
+        [i32] * 4, [*a, *b, *acc4], f"mma.sync.aligned.m16n8k32.row.col.s32.u8.{kind}.s32 "
+        "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};", "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r")
+    acc = {"s8": [im._c(0)] * 4, "u8": [im._c(0)] * 4}  # high and low digit: two independent chains
+    for kc in range(D // 32):
+        a = [kregs[kc, 0, 0], kregs[kc, 0, 1], kregs[kc, 1, 0], kregs[kc, 1, 1]]
+        for dig, kind in enumerate(("s8", "u8")):
+            acc[kind] = imma(kind, a, qf[4 * kc + 2 * dig:4 * kc + 2 * dig + 2], acc[kind])
+    f32 = ir.F32Type.get()
+    total = [arith.addi(arith.shli(h, im._c(8)), l) for h, l in zip(acc["s8"], acc["u8"])]  # exact: < 2^30
+    return [arith.mulf(arith.sitofp(f32, t), cs[k % 2]) for k, t in enumerate(total)]
 
 
 def _values(base, offset: int, wid, lane, sb: int, D: int):
@@ -99,12 +172,13 @@ def _zero_pairs(pbase, isz: int, BT: int, tok):
     return [hi, pack(*(arith.subf(z[k], hf[k]) for k in range(2)))]
 
 
-def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, BT, D, N, scale2, XT):
+def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, BT, D, N, scale2, XT, keys="f16"):
     """One block of BT tokens: (acc [64 (D/16 + XT), N], m, l [64, N]) -> new state.
 
     As int2_mosaic.warp_block, but acc has XT extra m-tiles after the D/16 output tiles: row g of each
     holds sum_t W_t z_t (z split into XT bf16 parts), row g + 8 of the first sum_t W_t; qoff is -1024
-    sum(Q') (the score accumulator's start) and Q' is f16."""
+    sum(Q') (the score accumulator's start) and Q' is f16; keys="s8": prepare_imma's digits, qoff the
+    score scale s_n / 4."""
     MT, NT = D // 16, N // 8
     spec = lambda shape: plgpu.ShapeDtypeStruct(shape, jnp.float32, layout=plgpu.Layout.WGMMA)
     small = spec((64, N))
@@ -149,7 +223,7 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
             tokrow = [arith.addi(r, im._c(64 * sb)) for r in row_blk]
             ks = [mul(param(0, tokrow[hr]), fc(scale2)) for hr in range(2)]
             kz, vs = ([param(i, tokrow[hr]) for hr in range(2)] for i in (1, 2))
-            kregs = _keys(cbase, tokrow, c, D)
+            kregs = (_keys_s8 if keys == "s8" else _keys)(cbase, tokrow, c, D)
             va = _values(cbase, BT * D // 4, wid, lane, sb, D)
             zp = [_zero_pairs(pbase, isz, BT, arith.addi(kpair, im._c(64 * sb + 8 * kh))) for kh in range(2)]
             xa = [[zp[0][x], ones if x == 0 else zero, zp[1][x], ones if x == 0 else zero] for x in range(XT)]
@@ -161,11 +235,14 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
                 for k in range(D // 32):
                     qf += im._asm_load(arith.addi(qaddr, im._c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
                 cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
-                chains = [[cq[0], cq[1], cq[0], cq[1]], [fc(0.0)] * 4]  # -1024 sum(Q') starts one chain
-                for kc in range(D // 16):
-                    a = [kregs[2 * kc, 0], kregs[2 * kc, 1], kregs[2 * kc + 1, 0], kregs[2 * kc + 1, 1]]
-                    chains[kc % 2] = mma16(a, qf[2 * kc:2 * kc + 2], chains[kc % 2])
-                s4 = [add(x, y) for x, y in zip(*chains)]
+                if keys == "s8":
+                    s4 = _scores_s8(kregs, qf, cq, D)
+                else:
+                    chains = [[cq[0], cq[1], cq[0], cq[1]], [fc(0.0)] * 4]  # -1024 sum(Q') starts one chain
+                    for kc in range(D // 16):
+                        a = [kregs[2 * kc, 0], kregs[2 * kc, 1], kregs[2 * kc + 1, 0], kregs[2 * kc + 1, 1]]
+                        chains[kc % 2] = mma16(a, qf[2 * kc:2 * kc + 2], chains[kc % 2])
+                    s4 = [add(x, y) for x, y in zip(*chains)]
                 s = [mul(ks[hr], sub(s4[2 * hr + e], mul(kz[hr], cs[e]))) for hr in range(2) for e in range(2)]
 
                 def masked(s=s, nt=nt, tok_v=tok_v):  # inside the edge branch: interior blocks skip it
@@ -227,4 +304,5 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
     return body(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l)
 
 
-__all__ = ["KEY_FACTORS", "KEY_OFFSET", "VALUE_SPLIT", "block", "key_slots", "value_slots"]
+__all__ = ["KEY_FACTORS", "KEY_OFFSET", "VALUE_SPLIT", "block", "imma_slots", "key_slots", "prepare_imma",
+           "value_slots"]
