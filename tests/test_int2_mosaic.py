@@ -374,14 +374,17 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
                                                      (8, 128, jnp.bfloat16, 128, "lean", True),
                                                      (4, 64, jnp.float32, 64, "warp", True),
                                                      (8, 128, jnp.bfloat16, 128, "lean8", False),
-                                                     (20, 64, jnp.float32, 64, "lean8", True)])
+                                                     (20, 64, jnp.float32, 64, "lean8", True),
+                                                     (8, 128, jnp.bfloat16, 128, "warp+lop3", False)])
 def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
     dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
     toolchain)."""
     shapes = [((1, 2, M, D), jnp.bfloat16), ((1, 2, 2, 300, D // 4), jnp.uint8), ((1, 2, 4, 300, 1), sdt),
               ((1, M), jnp.int32), ((1, M), jnp.int32)]
-    f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, block_t=BT, release=release))
+    body, *opts = body.split("+")
+    kw = dict(block_t=BT, release=release, lop3="lop3" in opts)
+    f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
     assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
         lowering_platforms=("cuda",)).as_text()
 
@@ -422,6 +425,9 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean", release=True)),
     (2, 4, 8, 128, 3001, jnp.float32, 3, dict(body="lean", release=True, stages=2)),
     (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", release=True, block_t=64)),
+    # the per-warp body with its unpack as explicit lop3s
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="warp", lop3=True)),
+    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", lop3=True, block_t=64)),
 ]
 
 

@@ -162,11 +162,20 @@ def _asm_load(addr, n: int, asm: str):
     return [llvm.extractvalue(i32, st, [k]) for k in range(n)]
 
 
-def _plane(y, i):
+def _andor(y, mask: int, magic: int, lop3: bool = True):
+    """(y & mask) | magic. lop3: as one explicit lop3.b32 (LUT 0xEA); ptxas (13.0) emits the and/or pair
+    that LLVM writes as two LOP3s, since a LOP3 takes one immediate (measured on a PTX microkernel)."""
+    if not lop3:
+        return arith.ori(arith.andi(y, _c(mask)), _c(magic))
+    i32 = ir.IntegerType.get_signless(32)
+    return llvm.inline_asm(i32, [y], f"lop3.b32 $0, $1, {mask:#x}, {magic:#x}, 0xEA;", "=r,r")
+
+
+def _plane(y, i, lop3: bool = False):
     """bf16x2 (as i32) 128 + f_i code for the bit pair i of the low byte of each 16-bit half of y."""
     if i == 3:
         y, i = arith.shrui(y, _c(6)), 0
-    return arith.ori(arith.andi(y, _c(0x00030003 << (2 * i))), _c(_MAGIC))
+    return _andor(y, 0x00030003 << (2 * i), _MAGIC, lop3)
 
 
 def _plane_shifted(y, i):
@@ -440,7 +449,7 @@ def _unpairs(vals, rows: int, N: int):
     return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
 
 
-def _warp_keys(base, rows, c, D: int):
+def _warp_keys(base, rows, c, D: int, lop3: bool = False):
     """Key codes of this thread's token rows (g, g + 8) -> {(column tile, row half): bf16x2} (key_slots order):
     the A fragments of the score product, two column tiles per 16-dim chunk."""
     kregs = {}
@@ -451,11 +460,11 @@ def _warp_keys(base, rows, c, D: int):
         for u, x in enumerate(_asm_load(addr, nw, asm)):
             for q, y in enumerate((x, arith.shrui(x, _c(8)))):
                 for i in range(4):
-                    kregs[8 * u + 2 * i + q, hr] = _plane(y, i)
+                    kregs[8 * u + 2 * i + q, hr] = _plane(y, i, lop3)
     return kregs
 
 
-def _warp_values(base, offset: int, wid, lane, sb: int, D: int):
+def _warp_values(base, offset: int, wid, lane, sb: int, D: int, lop3: bool = False):
     """Value codes (at base + offset) of the warp's 16 tokens (half sb of a 128-token block) -> the value
     product's A fragments per m-tile (rows as warp_value_slots), by ldmatrix.trans over the token rows."""
     lrow = arith.addi(_c(64 * sb), arith.addi(arith.shli(wid, _c(4)), arith.addi(
@@ -472,11 +481,12 @@ def _warp_values(base, offset: int, wid, lane, sb: int, D: int):
         for e, y in enumerate((x, arith.shrui(x, _c(8)))):
             for i in range(4):
                 mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-                vslots[mt, hr, kh] = _plane(y, i)
+                vslots[mt, hr, kh] = _plane(y, i, lop3)
     return [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(D // 16)]
 
 
-def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z, *, BT, D, N, scale2):
+def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z, *, BT, D, N, scale2,
+               lop3=False):
     """One block of BT tokens for each warp's state: (acc [64 D/16, N], m, l, w, z [64, N]) -> new state.
 
     The state arrays are WGMMA-layout containers of per-thread registers: acc (mt, nt, hr) holds out^T rows
@@ -524,8 +534,8 @@ def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l
             ks = [mul(param(0, hr), fc(scale2)) for hr in range(2)]
             kz, vs, vz = ([param(i, hr) for hr in range(2)] for i in (1, 2, 3))
 
-            kregs = _warp_keys(cbase, tokrow, c, D)
-            va = _warp_values(cbase, BT * D // 4, wid, lane, sb, D)
+            kregs = _warp_keys(cbase, tokrow, c, D, lop3)
+            va = _warp_values(cbase, BT * D // 4, wid, lane, sb, D, lop3)
 
             for nt in range(NT):
                 # Scores^T for column tile nt: rows (g, g + 8) x columns (2c, 2c + 1).
@@ -727,10 +737,12 @@ def _release(ref, code):
 
 def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
                  q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, empty_smem=None, *,
-                 BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0, keys: str = "f16"):
+                 BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0, keys: str = "f16",
+                 lop3: bool = False):
     # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
     # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
     # xt > 0: the lean body (int2_mosaic_lean.block; q_gmem f16) with xt tiles of sums after the output's.
+    # lop3: the per-warp body's unpack as one lop3 per register (the lean bodies always are).
     f32 = jnp.float32
     bh, sp = lax.axis_index("bh"), lax.axis_index("split")
     b = lax.div(bh, q_gmem.shape[0] // sched_gmem.shape[0])
@@ -774,7 +786,7 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
         block = functools.partial(lean.block, XT=xt, keys=keys)
         init = (zeros(4 * D + 64 * xt), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64))
     else:
-        block = warp_block
+        block = functools.partial(warp_block, lop3=lop3)
         init = (zeros(4 * D), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64), zeros(64), zeros(64))
     warp_merge(red_smem, o_smem, st_smem, *lax.fori_loop(0, n_blocks, body, init), D=D, N=N, xt=xt)
     plgpu.commit_smem()
@@ -817,10 +829,10 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
-                                             "row_bytes", "ablate", "body", "release"))
+                                             "row_bytes", "ablate", "body", "release", "lop3"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
                           block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
-                          release=False):
+                          release=False, lop3=False):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -834,6 +846,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     int2_mosaic_lean), "lean8" (lean with an 8-bit integer score product), "wgmma", or "auto" (warp up to
     WARP_MAX_ROWS rows).
     release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
+    lop3: the per-warp body's mask-and-magic unpack as one lop3 per register (_andor; lean always does).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -892,7 +905,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
             qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
         xt = (1 if par.dtype == jnp.bfloat16 else 2) if lean else 0  # the lean body's tiles of sums
         kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E, xt=xt,
-                                   keys="s8" if body == "lean8" else "f16")
+                                   keys="s8" if body == "lean8" else "f16", lop3=lop3)
         scratch.update(q_smem=plgpu.SMEM(qp.shape[2:], qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
         if release:
             scratch.update(empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per slot

@@ -14,6 +14,8 @@ per-warp body bound by the ALU pipe (65% busy: the LOP3/shift unpack, compares, 
   the value zeros (a bf16 pair of adjacent tokens is one 32-bit load: no conversion) and ones. That drops
   the bf16 -> f32 extraction of W, the value-zero conversions and 8 f32 adds per 16 tokens. With f32
   qparams the zeros are split into bf16 hi + lo (two extra tiles), so the sums stay exact to ~2^-17.
+- Each mask-and-magic is one explicit lop3.b32 (int2_mosaic._andor): ptxas emits LLVM's and/or as two
+  LOP3s (one immediate per LOP3), so this alone halves the unpack (measured on a PTX microkernel).
 - The range mask is computed inside the branch of edge blocks (int2_mosaic evaluates it before its
   scf.if, so LLVM turns the if into selects and every block pays for the compares).
 
@@ -100,8 +102,7 @@ def _keys(base, rows, c, D: int):
         for u, x in enumerate(im._asm_load(addr, nw, asm)):
             for q, y in enumerate((x, arith.shrui(x, im._c(8)))):
                 for i in range(4):
-                    kregs[8 * u + 2 * i + q, hr] = arith.ori(arith.andi(y, im._c(0x00030003 << (2 * i))),
-                                                             im._c(_F16_MAGIC))
+                    kregs[8 * u + 2 * i + q, hr] = im._andor(y, 0x00030003 << (2 * i), _F16_MAGIC)
     return kregs
 
 
@@ -154,7 +155,7 @@ def _values(base, offset: int, wid, lane, sb: int, D: int):
         shifted = {0: x, 6: arith.shrui(x, im._c(6)), 12: arith.shrui(x, im._c(12))}
         for shift, mask, e, i, _ in VALUE_SPLIT:
             mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-            vslots[mt, hr, kh] = arith.ori(arith.andi(shifted[shift], im._c(mask * 0x10001)), im._c(im._MAGIC))
+            vslots[mt, hr, kh] = im._andor(shifted[shift], mask * 0x10001, im._MAGIC)
     return [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(D // 16)]
 
 
