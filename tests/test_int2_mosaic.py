@@ -375,7 +375,9 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
                                                      (4, 64, jnp.float32, 64, "warp", True),
                                                      (8, 128, jnp.bfloat16, 128, "lean8", False),
                                                      (20, 64, jnp.float32, 64, "lean8", True),
-                                                     (8, 128, jnp.bfloat16, 128, "warp+lop3", False)])
+                                                     (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
+                                                     (20, 64, jnp.float32, 64, "wgmma+lop3", False),
+                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3", False)])
 def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
     dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
@@ -428,6 +430,8 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     # the per-warp body with its unpack as explicit lop3s
     (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="warp", lop3=True)),
     (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", lop3=True, block_t=64)),
+    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True)),  # verification, D 128 / 64
+    (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lop3=True)),
 ]
 
 

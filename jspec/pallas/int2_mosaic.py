@@ -178,9 +178,9 @@ def _plane(y, i, lop3: bool = False):
     return _andor(y, 0x00030003 << (2 * i), _MAGIC, lop3)
 
 
-def _plane_shifted(y, i):
+def _plane_shifted(y, i, lop3: bool = False):
     """As _plane, with a run-time plane index i (i32): shifted down, factor 1."""
-    return arith.ori(arith.andi(arith.shrui(y, arith.shli(i, _c(1))), _c(0x00030003)), _c(_MAGIC))
+    return _andor(arith.shrui(y, arith.shli(i, _c(1))), 0x00030003, _MAGIC, lop3)
 
 
 def _as_bf16x2(x):
@@ -191,7 +191,7 @@ def _fragment(regs):
     return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
 
 
-def unpack_keys(ref, BT: int, D: int, raw: bool = False):
+def unpack_keys(ref, BT: int, D: int, raw: bool = False, lop3: bool = False):
     """Key codes smem [BT, D/4] uint8 -> C_K [BT, D] bf16 (WGMMA layout, columns as key_slots).
     raw: skip the bit tricks (the loaded words as bf16 pairs; only for timing, see ABLATIONS)."""
 
@@ -212,13 +212,13 @@ def unpack_keys(ref, BT: int, D: int, raw: bool = False):
                 for u, x in enumerate(_asm_load(addr, nw, asm)):
                     for q, y in enumerate((x, arith.shrui(x, _c(8)))):
                         for i in range(4):
-                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(x if raw else _plane(y, i))
+                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(x if raw else _plane(y, i, lop3))
         return _fragment(regs)
 
     return body(ref)
 
 
-def unpack_values(ref, BT: int, D: int, raw: bool = False):
+def unpack_values(ref, BT: int, D: int, raw: bool = False, lop3: bool = False):
     """Value codes smem [BT, D/4] uint8 -> C_V^T [D, BT] bf16 (WGMMA layout, rows as value_slots).
     raw: skip the bit tricks (only for timing)."""
 
@@ -244,9 +244,9 @@ def unpack_values(ref, BT: int, D: int, raw: bool = False):
                         if raw:
                             v = x
                         elif D == 128:
-                            v = _plane(y, 2 * mt + hr)
+                            v = _plane(y, 2 * mt + hr, lop3)
                         else:
-                            v = _plane_shifted(y, arith.addi(arith.shli(arith.shrui(w, _c(1)), _c(1)), _c(hr)))
+                            v = _plane_shifted(y, arith.addi(arith.shli(arith.shrui(w, _c(1)), _c(1)), _c(hr)), lop3)
                         regs[mt, 4 * a + m, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(v)
         return _fragment(regs)
 
@@ -287,7 +287,7 @@ def _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_
 
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
             q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
-            BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = ()):
+            BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = (), lop3: bool = False):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 2] int32: first token, blocks
     # codes_gmem [BH, 2, T, D/4] uint8 | par_gmem [BH, 4, T] key scale/zero, value scale/zero
@@ -317,8 +317,8 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
             plgpu.commit_smem()
             pl.when(j + S < n_blocks)(lambda: fetch(j + S, slot))
             return carry
-        ck = None if "noscore" in ablate else unpack_keys(c_smem.at[slot, 0], BT, D, "nokunpack" in ablate)
-        cv = None if "novalue" in ablate else unpack_values(c_smem.at[slot, 1], BT, D, "novunpack" in ablate)
+        ck = None if "noscore" in ablate else unpack_keys(c_smem.at[slot, 0], BT, D, "nokunpack" in ablate, lop3)
+        cv = None if "novalue" in ablate else unpack_values(c_smem.at[slot, 1], BT, D, "novunpack" in ablate, lop3)
         ks = _load(p_smem.at[slot, 0], row).astype(f32) * scale2
         kz, vs, vz = (_load(p_smem.at[slot, i], row).astype(f32) for i in (1, 2, 3))
 
@@ -846,7 +846,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     int2_mosaic_lean), "lean8" (lean with an 8-bit integer score product), "wgmma", or "auto" (warp up to
     WARP_MAX_ROWS rows).
     release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
-    lop3: the per-warp body's mask-and-magic unpack as one lop3 per register (_andor; lean always does).
+    lop3: the warp and wgmma bodies' mask-and-magic unpack as one lop3 per register (_andor; lean always is).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -913,7 +913,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
         swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
         kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
-                                   ablate=tuple(ablate))
+                                   ablate=tuple(ablate), lop3=lop3)
         scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
                        w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
     raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
