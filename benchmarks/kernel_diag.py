@@ -97,6 +97,7 @@ def main(argv=None):
     ap.add_argument("--trace", action="store_true", help="also the kernel's own GPU time (jax.profiler)")
     args = ap.parse_args(argv)
     deadline = time.time() + args.budget_s
+    os.makedirs(args.out, exist_ok=True)
     variants = [(v, parse_variant(v)) for v in args.variants.split(",")]
     report = dict(device=str(jax.devices()[0]), jax=jax.__version__, copy=ab.copy_bandwidth(1.0, 10), rows=[])
     copy = report["copy"]["copy_GBps"]
