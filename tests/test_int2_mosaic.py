@@ -435,9 +435,16 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
 ]
 
 
+def _case_id(case):
+    """B-H-M-D-T, scale dtype, and the options (k=v, True options by name): '-k lean' selects by body."""
+    B, H, M, D, T, sdt, splits, options = case
+    opts = [k if v is True else f"{k}={v}" for k, v in options.items()]
+    return "-".join([f"{B}x{H}x{M}x{D}x{T}", jnp.dtype(sdt).name, f"splits={splits}", *opts])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
-@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,options", GPU_CASES)
+@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,options", GPU_CASES, ids=[_case_id(c) for c in GPU_CASES])
 def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
     args = _inputs(B * 7 + M + D + T, B, H, M, D, T, sdt)
     ref_out, ref_lse = (np.asarray(x) for x in ia.int2_attention_reference(*args))
