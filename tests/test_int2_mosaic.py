@@ -377,7 +377,7 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
                                                      (20, 64, jnp.float32, 64, "lean8", True),
                                                      (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
                                                      (20, 64, jnp.float32, 64, "wgmma+lop3", False),
-                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3", False)])
+                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False)])
 def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
     dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
@@ -385,7 +385,7 @@ def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     shapes = [((1, 2, M, D), jnp.bfloat16), ((1, 2, 2, 300, D // 4), jnp.uint8), ((1, 2, 4, 300, 1), sdt),
               ((1, M), jnp.int32), ((1, M), jnp.int32)]
     body, *opts = body.split("+")
-    kw = dict(block_t=BT, release=release, lop3="lop3" in opts)
+    kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts)
     f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
     assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
         lowering_platforms=("cuda",)).as_text()
@@ -432,6 +432,7 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", lop3=True, block_t=64)),
     (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True)),  # verification, D 128 / 64
     (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lop3=True)),
+    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True)),  # edge blocks only
 ]
 
 
@@ -456,6 +457,25 @@ def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
     np.testing.assert_array_equal(np.isfinite(lse), live)
     assert _rel(out, ref_out) <= 1e-2
     np.testing.assert_allclose(lse[live], ref_lse[live], atol=2e-2, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+@pytest.mark.parametrize("M,options", [(4, dict(body="warp")), (4, dict(body="lean")), (8, dict(body="lean8")),
+                                       (4, dict(body="lean8", release=True)),
+                                       (20, dict(body="wgmma", lop3=True, edge_mask=True))],
+                         ids=lambda x: x if isinstance(x, int) else "-".join(f"{k}={v}" for k, v in x.items()))
+def test_compiled_interior_and_edge_blocks(M, options):
+    """Every row's range covers [0, 3000) and one row's ends there: mask-free interior blocks and masked edge
+    blocks (and a partial last block) in the same splits, against the reference."""
+    q, codes, qparams, _, _ = _inputs(11 + M, 2, 4, M, 128, 5000, jnp.bfloat16)
+    lo = jnp.zeros((2, M), jnp.int32)
+    hi = jnp.full((2, M), 4999, jnp.int32).at[:, 1].set(3000)
+    args = (q, codes, qparams, lo, hi)
+    ref_out, ref_lse = (np.asarray(x) for x in ia.int2_attention_reference(*args))
+    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, num_splits=3, **options))
+    assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(lse, ref_lse, atol=2e-2, rtol=1e-3)
 
 
 @pytest.mark.gpu

@@ -287,7 +287,8 @@ def _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_
 
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
             q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
-            BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = (), lop3: bool = False):
+            BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = (), lop3: bool = False,
+            edge_mask: bool = False):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 2] int32: first token, blocks
     # codes_gmem [BH, 2, T, D/4] uint8 | par_gmem [BH, 4, T] key scale/zero, value scale/zero
@@ -335,8 +336,16 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
         else:
             s = brow(ks) * (s_raw - bcol(qoff) - brow(kz) * bcol(qsum))
             if "nomask" not in ablate:
-                tok = tok0 + (first + j * BT).astype(f32)
-                s = jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
+                def masked(s):
+                    tok = tok0 + (first + j * BT).astype(f32)
+                    return jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
+
+                if edge_mask:  # sched carries [max lo, min hi): blocks inside it need no mask (a real branch)
+                    start = first + j * BT
+                    inner = (start >= sched_gmem[b, sp, 2]) & (start + BT <= sched_gmem[b, sp, 3])
+                    s = lax.cond(inner, lambda s: s, masked, s)
+                else:
+                    s = masked(s)
             m_new = m if "nomax" in ablate else jnp.maximum(m, s.max(axis=0))
             alpha = jnp.exp2(m - m_new)
             p = s - bcol(m_new) if "noexp" in ablate else jnp.exp2(s - bcol(m_new))
@@ -829,10 +838,10 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
-                                             "row_bytes", "ablate", "body", "release", "lop3"))
+                                             "row_bytes", "ablate", "body", "release", "lop3", "edge_mask"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
                           block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
-                          release=False, lop3=False):
+                          release=False, lop3=False, edge_mask=False):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -847,6 +856,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     WARP_MAX_ROWS rows).
     release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
     lop3: the warp and wgmma bodies' mask-and-magic unpack as one lop3 per register (_andor; lean always is).
+    edge_mask: the wgmma body masks ranges only in blocks not inside every row's range (as the per-warp bodies).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -911,9 +921,11 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
             scratch.update(empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per slot
     else:
         qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
+        if edge_mask:
+            sched = _with_inside(sched, lo, hi)
         swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
         kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
-                                   ablate=tuple(ablate), lop3=lop3)
+                                   ablate=tuple(ablate), lop3=lop3, edge_mask=edge_mask)
         scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
                        w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
     raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
@@ -955,8 +967,14 @@ def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool =
     qp, colv, sched = prepare(q, lo, hi, T, splits, BT, lean)
     B, H, N, D = qp.shape
     frag = qp.reshape(B, H, N // 8, 8, D // 16, 2, 4, 2).transpose(0, 1, 2, 3, 6, 4, 5, 7).reshape(B, H, N, D)
+    return frag, colv, _with_inside(sched, lo, hi)
+
+
+def _with_inside(sched, lo, hi):
+    """[B, splits, 2] schedule -> [B, splits, 4] with each batch row's [max lo, min hi) (no mask inside)."""
+    B, splits = sched.shape[:2]
     inside = jnp.stack([jnp.max(lo, 1), jnp.min(hi, 1)], -1).astype(jnp.int32)  # [B, 2]
-    return frag, colv, jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
+    return jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
 
 
 @functools.partial(jax.jit, static_argnames=("M", "warp"))
