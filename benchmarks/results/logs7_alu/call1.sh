@@ -4,7 +4,7 @@
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/benchmarks
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-t "GPU tests: lean, lean8, release, lop3 (24 cases)"
+t "GPU tests: lean, lean8, release, lop3 (25 cases)"
 timeout 150 python3 -m pytest -q -m gpu tests/test_int2_mosaic.py -p no:cacheprovider -k "compiled and (lean or release or lop3 or interior)" 2>&1 | tail -15
 t "decode A/B"
 timeout 170 python3 benchmarks/kernel_diag.py --trace --budget-s 150 --out $OUT \
