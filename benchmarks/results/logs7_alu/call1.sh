@@ -12,5 +12,5 @@ timeout 150 python3 benchmarks/kernel_diag.py --trace --budget-s 130 --out $OUT 
   --points 64:32768:1,8:131072:1,8:32768:1,1:131072:1 2>&1 | grep -v Warn | tail -22
 t "verify A/B (N = 24)"
 timeout 60 python3 benchmarks/kernel_diag.py --trace --budget-s 45 --out $OUT/verify \
-  --variants body=wgmma,body=wgmma+lop3=True,body=wgmma+lop3=True+edge_mask=True,body=lean8 --points 64:32768:5 2>&1 | grep -v Warn | tail -4
+  --variants body=wgmma,body=wgmma+lop3=True,body=wgmma+lop3=True+edge_mask=True,body=lean8 --points 64:32768:5 2>&1 | grep -v Warn | tail -6
 t "done"
