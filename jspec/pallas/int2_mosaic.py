@@ -301,6 +301,8 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
     H = q_gmem.shape[0] // sched_gmem.shape[0]
     b = lax.div(bh, H)
     first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
+    if edge_mask:  # sched_gmem [B, splits, 4]: and the range [max lo, min hi) that needs no mask
+        lo_max, hi_min = sched_gmem[b, sp, 2], sched_gmem[b, sp, 3]
 
     fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
                         p_smem, bars, q_bar, BT=BT, S=S)
@@ -340,10 +342,9 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
                     tok = tok0 + (first + j * BT).astype(f32)
                     return jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
 
-                if edge_mask:  # sched carries [max lo, min hi): blocks inside it need no mask (a real branch)
+                if edge_mask:  # blocks inside every row's range need no mask (a real branch, not a select)
                     start = first + j * BT
-                    inner = (start >= sched_gmem[b, sp, 2]) & (start + BT <= sched_gmem[b, sp, 3])
-                    s = lax.cond(inner, lambda s: s, masked, s)
+                    s = lax.cond((start >= lo_max) & (start + BT <= hi_min), lambda s: s, masked, s)
                 else:
                     s = masked(s)
             m_new = m if "nomax" in ablate else jnp.maximum(m, s.max(axis=0))
