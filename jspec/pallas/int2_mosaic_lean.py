@@ -5,11 +5,12 @@ m16n8k16, lazy max, one merge at the end), with fewer integer/logic instructions
 per-warp body bound by the ALU pipe (65% busy: the LOP3/shift unpack, compares, selects); this body cuts:
 - Key codes as f16: a code in the 10-bit f16 mantissa under 0x6400 (1024.0) reads as 1024 + code, so
   all four bit pairs of a byte are masked in place (factors 1, 4, 16, 64: no shift for plane 3) and the
-  odd bytes need one shift: 9 instructions per 32-bit word of 16 codes instead of 11. Q' is f16 (q / 4^i,
+  odd bytes need one shift: 9 instructions per 32-bit word of 16 codes instead of 11 (counting one lop3
+  per register, see below). Q' is f16 (q / 4^i,
   exact but for f16 subnormals below 2^-14 * 64), and -1024 sum(Q') starts the score accumulator instead
   of being subtracted per score.
 - Value codes stay bf16 (W is bf16), split as x, x >> 6 and x >> 12: planes 0-2 of the low byte in place,
-  then bits 6-11, then 12-15: 10 instructions per word instead of 11 (factors VALUE_FACTORS).
+  then bits 6-11, then 12-15: 10 instructions per word instead of 11 (factors in VALUE_SPLIT).
 - sum(W) and sum(W * value zero) on the tensor core: one more m16n8k16 per column tile whose A rows are
   the value zeros (a bf16 pair of adjacent tokens is one 32-bit load: no conversion) and ones. That drops
   the bf16 -> f32 extraction of W, the value-zero conversions and 8 f32 adds per 16 tokens. With f32
@@ -135,7 +136,7 @@ def _scores_s8(kregs, qf, cs, D: int):
         for dig, kind in enumerate(("s8", "u8")):
             acc[kind] = imma(kind, a, qf[4 * kc + 2 * dig:4 * kc + 2 * dig + 2], acc[kind])
     f32 = ir.F32Type.get()
-    total = [arith.addi(arith.shli(h, im._c(8)), l) for h, l in zip(acc["s8"], acc["u8"])]  # exact: < 2^30
+    total = [arith.addi(arith.shli(h, im._c(8)), l) for h, l in zip(acc["s8"], acc["u8"])]  # |.| < 128 * 12 * 2^15
     return [arith.mulf(arith.sitofp(f32, t), cs[k % 2]) for k, t in enumerate(total)]
 
 
