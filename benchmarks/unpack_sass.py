@@ -81,11 +81,13 @@ def kernel(body: str, lop3: bool) -> str:
     acc = [p.reg() for _ in range(4)]
     b = [p.reg(), p.reg()]
     tail = [f"mov.b32 {a}, 0;" for a in acc] + [f"ld.shared.v2.b32 {{{b[0]}, {b[1]}}}, [%base+128];"]
-    key_mma = {"lean8": ("s32.u8.s8.s32", "k32"), "lean": ("f32.f16.f16.f32", "k16")}.get(body, ("f32.bf16.bf16.f32", "k16"))
-    kinds = [key_mma] * (len(keys) // 4) + [("f32.bf16.bf16.f32", "k16")] * (len(values) // 4)
+    bf16 = ("f32.bf16.bf16.f32", "k16")
+    key_mma = {"lean8": ("s32.u8.s8.s32", "k32"), "lean": ("f32.f16.f16.f32", "k16")}.get(body, bf16)
+    kinds = [key_mma] * (len(keys) // 4) + [bf16] * (len(values) // 4)
     regs = keys + values
     for j, (types, k) in enumerate(kinds):
-        tail.append(f"mma.sync.aligned.m16n8{k}.row.col.{types} {{{', '.join(acc)}}}, {{{', '.join(regs[4 * j:4 * j + 4])}}}, "
+        a = ", ".join(regs[4 * j:4 * j + 4])
+        tail.append(f"mma.sync.aligned.m16n8{k}.row.col.{types} {{{', '.join(acc)}}}, {{{a}}}, "
                     f"{{{b[0]}, {b[1]}}}, {{{', '.join(acc)}}};")
     body_ptx = "\n  ".join(p.lines + tail)
     return f""".version 8.0

@@ -212,7 +212,8 @@ def unpack_keys(ref, BT: int, D: int, raw: bool = False, lop3: bool = False):
                 for u, x in enumerate(_asm_load(addr, nw, asm)):
                     for q, y in enumerate((x, arith.shrui(x, _c(8)))):
                         for i in range(4):
-                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(x if raw else _plane(y, i, lop3))
+                            v = x if raw else _plane(y, i, lop3)
+                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(v)
         return _fragment(regs)
 
     return body(ref)
