@@ -5,6 +5,12 @@ buffers, merge=False) at a few points; the difference to the full kernel is that
 overlap, so the differences need not add up). The results of an ablated kernel are wrong by design.
 
     PYTHONPATH=.:benchmarks python benchmarks/kernel_diag.py --out DIR      # on the GPU
+
+A/B of block bodies (or any option sets) in one run, kernel time from a trace; each row's difference is
+to the first variant at its point:
+
+    PYTHONPATH=.:benchmarks python benchmarks/kernel_diag.py --trace --variants body=warp,body=lean \
+        --points 64:32768:1,8:131072:1,8:32768:1,1:131072:1 --out DIR
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import jax.numpy as jnp
 
 from jspec.pallas import int2_mosaic as im
 
-POINTS = [(64, 32768, 1), (8, 32768, 1), (1, 131072, 1), (64, 32768, 5)]
+POINTS = [(64, 32768, 1), (8, 131072, 1), (8, 32768, 1), (1, 131072, 1), (64, 32768, 5)]
 
 
 def parse_variant(v: str) -> dict:
@@ -91,6 +97,7 @@ def main(argv=None):
     ap.add_argument("--trace", action="store_true", help="also the kernel's own GPU time (jax.profiler)")
     args = ap.parse_args(argv)
     deadline = time.time() + args.budget_s
+    os.makedirs(args.out, exist_ok=True)
     variants = [(v, parse_variant(v)) for v in args.variants.split(",")]
     report = dict(device=str(jax.devices()[0]), jax=jax.__version__, copy=ab.copy_bandwidth(1.0, 10), rows=[])
     copy = report["copy"]["copy_GBps"]
@@ -99,11 +106,15 @@ def main(argv=None):
         B, T, n = map(int, p.split(":"))
         report["rows"] += time_point(B, T, n, variants, args.reps, copy, deadline, args.trace)
         json.dump(report, open(os.path.join(args.out, "kernel_diag.json"), "w"), indent=1)
-    base = {(r["B"], r["T"], r["n"]): r.get("ms") for r in report["rows"] if r["variant"] == "base"}
+    first = {}  # the first variant's row at each point: the others' differences are to it
+    for r in report["rows"]:
+        first.setdefault((r["B"], r["T"], r["n"]), r)
     print(f"copy {copy:.0f} GB/s")
     for r in report["rows"]:
-        b = base.get((r["B"], r["T"], r["n"]))
-        d = f"{r['ms'] - b:+8.4f}" if b and "ms" in r else ""
+        f = first[r["B"], r["T"], r["n"]]
+        d = f"{r['ms'] - f['ms']:+8.4f}" if f is not r and "ms" in r and "ms" in f else ""
+        if "kernel_ms" in r and "kernel_ms" in f and f is not r:
+            d += f" (kernel x{f['kernel_ms'] / r['kernel_ms']:.3f})"
         print(f"B={r['B']:>3} T={r['T']:>6} n={r['n']} {r['variant']:>12}: "
               + (f"{r['ms']:8.4f} ms {100 * r['frac_copy']:5.1f}% copy {d}" if "ms" in r else r["error"][:120])
               + (f" | kernel {r['kernel_ms']:.4f} ms {100 * r['kernel_frac_copy']:5.1f}% + other {r['other_ms']:.4f}"

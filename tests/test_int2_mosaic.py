@@ -8,6 +8,7 @@ import pytest
 
 from jspec.pallas import int2_attention as ia
 from jspec.pallas import int2_mosaic as im
+from jspec.pallas import int2_mosaic_lean as lean
 
 
 def _rel(a, b):
@@ -86,12 +87,12 @@ def _codes(tile, D):
     return np.concatenate([(tile >> (2 * i)) & 3 for i in range(4)], axis=1).astype(np.float32)
 
 
-def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False):
+def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False, lean=False):
     """What a model kernel reads (Q', row vectors, schedule; codes and scales padded by a block) and its
     zeroed outputs (raw, stats)."""
     B, H, M, D = q.shape
     T = codes.shape[3]
-    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT))
+    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT, lean))
     if warp:  # the per-warp schedule also carries each batch row's mask-free range
         sched = np.asarray(im.prepare_warp(q, lo, hi, T, splits, BT)[2])
     N = qp.shape[2]
@@ -156,11 +157,18 @@ def _model_warp_values(tile, D):
     return out
 
 
-def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
+def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_body=False):
     """The per-warp body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the
-    range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish."""
+    range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish.
+    lean_body: the lean body's f16 keys, value split, -1024 sum(Q') start and value zeros as bf16 hi + lo;
+    "s8": with lean8's integer score product (u8 codes, Q digits decoded from prepare_imma's bytes)."""
     B, H, M, D = q.shape
-    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=True)
+    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, True,
+                                                          bool(lean_body))
+    keys, values = (_model_lean_keys, _model_lean_values) if lean_body else (_model_keys, _model_warp_values)
+    if lean_body == "s8":
+        qbytes, colv, _ = lean.prepare_imma(q, lo, hi, codes.shape[3], splits, BT)
+        qp, colv, keys = _imma_fixed(qbytes, D).astype(np.float32), np.asarray(colv), _model_imma_keys
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
     N = qp.shape[2]
     for b, h, sp in np.ndindex(B, H, splits):
@@ -171,11 +179,18 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
         for j, sb in np.ndindex(nb, BT // 64):  # each warp takes 16 of every 64 tokens of a block
             t0 = first + j * BT + 64 * sb
             inner = first + j * BT >= lo_max and first + (j + 1) * BT <= hi_min
-            ck, cv = _model_keys(cod[b, h, 0, t0:t0 + 64], D), _model_warp_values(cod[b, h, 1, t0:t0 + 64], D)
+            ck, cv = keys(cod[b, h, 0, t0:t0 + 64], D), values(cod[b, h, 1, t0:t0 + 64], D)
             for w in range(4):
                 rows = slice(16 * w, 16 * w + 16)
                 ks, kz, vs, vz = (par[b, h, i, t0:t0 + 64][rows, None] for i in range(4))
-                sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T - qoff - kz * qsum)
+                if lean_body == "s8":  # integer product, times the score scale s_n / 4 (qoff's place)
+                    vz = _bf16(vz) + _bf16(vz - _bf16(vz))
+                    sc = ks * sm_scale * 1.4426950408889634 * ((ck[rows] @ qp[b, h].T) * qoff - kz * qsum)
+                elif lean_body:  # the accumulator starts at qoff = -1024 sum(Q'); z in two bf16 parts
+                    vz = _bf16(vz) + _bf16(vz - _bf16(vz))
+                    sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T + qoff - kz * qsum)
+                else:
+                    sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T - qoff - kz * qsum)
                 if not inner:
                     tok = t0 + np.arange(64)[rows, None]
                     sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
@@ -191,7 +206,98 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
         a = np.exp2(m - big)  # [4, N]
         raw[b, h, sp] = (acc * a[:, None]).sum(0)
         stats[b, h, sp] = [big, (lt * a).sum(0), (wt * a).sum(0), (zt * a).sum(0)]
-    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, True)
+    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, "lean" if lean_body else True)
+
+
+def _bf16(x):
+    return np.asarray(x, np.float32).astype(jnp.bfloat16).astype(np.float32)
+
+
+def _f16_lanes(v):
+    """uint32 holding two f16 -> (low, high) as float."""
+    as_f = lambda h: np.asarray(h, np.uint16).view(np.float16).astype(np.float32)
+    return as_f(v & 0xFFFF), as_f(v >> 16)
+
+
+def _model_lean_keys(tile, D):
+    """What the lean body's key unpack leaves in C_K [BT, D] (f16): as _model_keys, each bit pair of a byte
+    masked in place under 0x6400 (plane 3 unshifted)."""
+    BT = tile.shape[0]
+    out = np.zeros((BT, D), np.float32)
+    for c in range(4):
+        words = np.ascontiguousarray(tile[:, c * (D // 16):(c + 1) * (D // 16)]).view("<u4").astype(np.uint64)
+        for u in range(D // 64):
+            for q, y in enumerate((words[:, u], words[:, u] >> 8)):
+                for i in range(4):
+                    ct = 8 * u + 2 * i + q
+                    v = ((y & (0x00030003 << (2 * i))) | 0x64006400).astype(np.uint32)
+                    out[:, 8 * ct + 2 * c], out[:, 8 * ct + 2 * c + 1] = _f16_lanes(v)
+    return out
+
+
+def _model_lean_values(tile, D):
+    """As _model_warp_values, with the lean body's VALUE_SPLIT unpack of each ldmatrix register."""
+    u16 = np.ascontiguousarray(tile).view("<u2").astype(np.uint32)  # [64, D/8]
+    out = np.zeros((D, 64), np.float32)
+    for w, g, c, kh, h in np.ndindex(4, 8, 4, 2, D // 64):
+        t = 16 * w + 8 * kh + 2 * c
+        x = u16[t, g + 8 * h] | (u16[t + 1, g + 8 * h] << 16)
+        for shift, mask, e, i, _ in lean.VALUE_SPLIT:
+            mt, hr = (4 * e + i, h) if D == 128 else (i, e)
+            r = 16 * mt + 8 * hr + g
+            out[r, t], out[r, t + 1] = _bf16_lanes(((x >> shift) & (mask * 0x10001)) | 0x43004300)
+    return out
+
+
+def _model_imma_keys(tile, D):
+    """What lean8's key unpack leaves in the u8 A operand [BT, D] (k slots of lean.imma_slots): thread column
+    c's words shifted and masked per plane, bytes b -> slot 32 kc + 16 hf + 4 c + b."""
+    BT = tile.shape[0]
+    out = np.zeros((BT, D), np.float32)
+    for c in range(4):
+        words = np.ascontiguousarray(tile[:, c * (D // 16):(c + 1) * (D // 16)]).view("<u4")  # [BT, D/64]
+        for u, i in np.ndindex(D // 64, 4):
+            kc, hf = (i, u) if D == 128 else (i // 2, i % 2)
+            sh = lean.IMMA_SHIFT[i]
+            masked = ((words[:, u] >> sh) & np.uint32(0x03030303 << (2 * i - sh))).view(np.uint8).reshape(BT, 4)
+            out[:, 32 * kc + 16 * hf + 4 * c:32 * kc + 16 * hf + 4 * c + 4] = masked
+    return out
+
+
+def _imma_fixed(qbytes, D):
+    """prepare_imma's bytes [B, H, N, 2 D] -> the int16 fixed-point Q [B, H, N, D] in slot order."""
+    x = np.asarray(qbytes).reshape(*qbytes.shape[:3], 4, D // 32, 2, 2, 4)  # n, c, kc, digit, hf, b
+    fixed = 256 * x[..., 0, :, :].view(np.int8).astype(np.int64) + x[..., 1, :, :]  # n, c, kc, hf, b
+    return fixed.transpose(0, 1, 2, 4, 5, 3, 6).reshape(*qbytes.shape[:3], D)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_lean8_key_operands(D):
+    """lean8: the u8 key registers hold factor x code in the slots lean.imma_slots says, and prepare_imma's
+    digits decode to q * 4 / factor / s_n within half a step (s_n = 4 x the score scale in colv[0])."""
+    tile = np.random.default_rng(D + 3).integers(0, 256, (64, D // 4)).astype(np.uint8)
+    dims, f = lean.imma_slots(D)
+    np.testing.assert_array_equal(_model_imma_keys(tile, D), f * _codes(tile, D)[:, dims])
+    assert sorted(dims) == list(range(D))
+    q, _, _, lo, hi = _inputs(D, 2, 2, 5, D, 300, jnp.bfloat16)
+    qbytes, colv, _ = lean.prepare_imma(q, lo, hi, 300, 2, 64)
+    fixed, step = _imma_fixed(qbytes, D), 4 * np.asarray(colv)[:, :, 0, :5, None]  # s_n
+    want = np.asarray(q, np.float32)[..., dims] * 4 / f / step
+    assert np.abs(fixed[:, :, :5]).max() <= 32767 and np.all(fixed[:, :, 5:] == 0)  # padded rows: zero
+    np.testing.assert_allclose(fixed[:, :, :5], want, atol=0.5 + 1e-3)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_lean_slots_hold_the_advertised_codes(D):
+    """The lean body's key (f16, 1024 + f code) and value (bf16, 128 + f code) registers, as its slot maps say."""
+    tile = np.random.default_rng(D + 2).integers(0, 256, (64, D // 4)).astype(np.uint8)
+    c = _codes(tile, D)
+    kdims, kf = lean.key_slots(D)
+    np.testing.assert_array_equal(_model_lean_keys(tile, D), lean.KEY_OFFSET + kf * c[:, kdims])
+    vdims, vf = lean.value_slots(D)
+    np.testing.assert_array_equal(_model_lean_values(tile, D), 128 + vf[:, None] * c[:, vdims].T)
+    assert sorted(kdims) == list(range(D)) and sorted(vdims) == list(range(D))
+    assert max(kf) * 3 < 1024 and max(vf) * 3 < 128  # exact: every value has an ulp of 1
 
 
 def _check_partials(partials, args):
@@ -215,12 +321,14 @@ def test_warp_value_slots_hold_the_advertised_codes(D):
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),
                                                      (1, 1, 20, 64, 150, jnp.float32, 3, 128),
                                                      (1, 1, 4, 128, 700, jnp.bfloat16, 1, 128)])
-def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
-    """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge."""
+@pytest.mark.parametrize("lean_body", [False, True, "s8"])
+def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT, lean_body):
+    """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge; and
+    the lean body's (f16 Q', its offset and slots, the value zeros in bf16 parts)."""
     args = _inputs(B + M + D + T + 1, B, H, M, D, T, sdt, empty_rows=B > 1)
     if T == 700:  # one row's range ends early: interior and boundary blocks in one split
         args = (*args[:3], jnp.zeros_like(args[3]), jnp.asarray([[700, 700, 300, 700]], jnp.int32))
-    _check_partials(_model_warp(*args, splits, BT), args)
+    _check_partials(_model_warp(*args, splits, BT, lean_body=lean_body), args)
 
 
 # (B, H, M, D, T, scale dtype, splits, tokens per block)
@@ -260,6 +368,29 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
     assert lowered(256) == first
 
 
+@pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
+@pytest.mark.parametrize("M,D,sdt,BT,body,release", [(8, 128, jnp.bfloat16, 128, "lean", False),
+                                                     (20, 64, jnp.float32, 64, "lean", False),
+                                                     (8, 128, jnp.bfloat16, 128, "lean", True),
+                                                     (4, 64, jnp.float32, 64, "warp", True),
+                                                     (8, 128, jnp.bfloat16, 128, "lean8", False),
+                                                     (20, 64, jnp.float32, 64, "lean8", True),
+                                                     (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
+                                                     (20, 64, jnp.float32, 64, "wgmma+lop3", False),
+                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False)])
+def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
+    """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
+    dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
+    toolchain)."""
+    shapes = [((1, 2, M, D), jnp.bfloat16), ((1, 2, 2, 300, D // 4), jnp.uint8), ((1, 2, 4, 300, 1), sdt),
+              ((1, M), jnp.int32), ((1, M), jnp.int32)]
+    body, *opts = body.split("+")
+    kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts)
+    f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
+    assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
+        lowering_platforms=("cuda",)).as_text()
+
+
 # --- compiled kernel (Hopper) -----------------------------------------------------------------------
 
 GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, empty ranges, M = 4/8/20,
@@ -276,12 +407,45 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (1, 8, 4, 128, 70000, jnp.bfloat16, None, {}),  # many blocks per split: lazy rescales, interior blocks
     (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(block_t=128, body="warp")),  # two 64-token halves per block
     (3, 2, 8, 64, 777, jnp.float32, 2, dict(block_t=128, body="warp")),
+    # the lean per-warp body (int2_mosaic_lean): D 64/128, M 4/8/20, bf16/f32 scales, partial and short
+    # blocks, both block sizes, many blocks per split
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean")),
+    (2, 8, 8, 128, 4099, jnp.float32, 4, dict(body="lean")),
+    (3, 2, 4, 64, 777, jnp.float32, 2, dict(body="lean", block_t=64)),
+    (1, 8, 8, 64, 100, jnp.bfloat16, 1, dict(body="lean", block_t=64)),
+    (1, 2, 4, 128, 40, jnp.bfloat16, None, dict(body="lean")),
+    (2, 4, 20, 128, 1500, jnp.bfloat16, 2, dict(body="lean", block_t=64)),
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean")),
+    # lean8 (8-bit integer score product): D 64/128, M 4/8/20, bf16/f32 scales, partial blocks
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean8")),
+    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="lean8", block_t=64)),
+    (2, 4, 20, 128, 1500, jnp.float32, 2, dict(body="lean8")),
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean8", release=True)),
+    # ring slots released through mbarriers (no block barrier; warps 1-3 run ahead): many blocks per split
+    # (the mbarrier phases wrap), 2 stages, both per-warp bodies
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean", release=True)),
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean", release=True)),
+    (2, 4, 8, 128, 3001, jnp.float32, 3, dict(body="lean", release=True, stages=2)),
+    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", release=True, block_t=64)),
+    # the per-warp body with its unpack as explicit lop3s
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="warp", lop3=True)),
+    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", lop3=True, block_t=64)),
+    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True)),  # verification, D 128 / 64
+    (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lop3=True)),
+    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True)),  # edge blocks only
 ]
+
+
+def _case_id(case):
+    """B-H-M-D-T, scale dtype, and the options (k=v, True options by name): '-k lean' selects by body."""
+    B, H, M, D, T, sdt, splits, options = case
+    opts = [k if v is True else f"{k}={v}" for k, v in options.items()]
+    return "-".join([f"{B}x{H}x{M}x{D}x{T}", jnp.dtype(sdt).name, f"splits={splits}", *opts])
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
-@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,options", GPU_CASES)
+@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,options", GPU_CASES, ids=[_case_id(c) for c in GPU_CASES])
 def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
     args = _inputs(B * 7 + M + D + T, B, H, M, D, T, sdt)
     ref_out, ref_lse = (np.asarray(x) for x in ia.int2_attention_reference(*args))
@@ -293,6 +457,25 @@ def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
     np.testing.assert_array_equal(np.isfinite(lse), live)
     assert _rel(out, ref_out) <= 1e-2
     np.testing.assert_allclose(lse[live], ref_lse[live], atol=2e-2, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+@pytest.mark.parametrize("M,options", [(4, dict(body="warp")), (4, dict(body="lean")), (8, dict(body="lean8")),
+                                       (4, dict(body="lean8", release=True)),
+                                       (20, dict(body="wgmma", lop3=True, edge_mask=True))],
+                         ids=lambda x: x if isinstance(x, int) else "-".join(f"{k}={v}" for k, v in x.items()))
+def test_compiled_interior_and_edge_blocks(M, options):
+    """Every row's range covers [0, 3000) and one row's ends there: mask-free interior blocks and masked edge
+    blocks (and a partial last block) in the same splits, against the reference."""
+    q, codes, qparams, _, _ = _inputs(11 + M, 2, 4, M, 128, 5000, jnp.bfloat16)
+    lo = jnp.zeros((2, M), jnp.int32)
+    hi = jnp.full((2, M), 4999, jnp.int32).at[:, 1].set(3000)
+    args = (q, codes, qparams, lo, hi)
+    ref_out, ref_lse = (np.asarray(x) for x in ia.int2_attention_reference(*args))
+    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, num_splits=3, **options))
+    assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(lse, ref_lse, atol=2e-2, rtol=1e-3)
 
 
 @pytest.mark.gpu

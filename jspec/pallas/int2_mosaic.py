@@ -95,8 +95,8 @@ def available() -> bool:
 _FACTOR = (1.0, 4.0, 16.0, 1.0)
 
 
-def key_slots(D: int):
-    """(dim, factor) per column k of the key operand C_K [64, D] (k = 8 ct + 2 c + e).
+def key_slots(D: int, factors=_FACTOR):
+    """(dim, factor) per column k of the key operand C_K [64, D] (k = 8 ct + 2 c + e); factors per plane.
 
     Thread column c of a row loads bytes [c D/16, (c+1) D/16); word u, byte pair q (bytes 0/2 or
     1/3 of the word), plane i go to column tile ct = 8u + 2i + q; e picks byte 2e + q of the word."""
@@ -108,7 +108,7 @@ def key_slots(D: int):
             for e in range(2):
                 j = c * (D // 16) + 4 * u + q + 2 * e
                 dims[8 * ct + 2 * c + e] = j + (D // 4) * i
-                factor[8 * ct + 2 * c + e] = _FACTOR[i]
+                factor[8 * ct + 2 * c + e] = factors[i]
     return dims, factor
 
 
@@ -162,16 +162,25 @@ def _asm_load(addr, n: int, asm: str):
     return [llvm.extractvalue(i32, st, [k]) for k in range(n)]
 
 
-def _plane(y, i):
+def _andor(y, mask: int, magic: int, lop3: bool = True):
+    """(y & mask) | magic. lop3: as one explicit lop3.b32 (LUT 0xEA); ptxas (13.0) emits the and/or pair
+    that LLVM writes as two LOP3s, since a LOP3 takes one immediate (measured on a PTX microkernel)."""
+    if not lop3:
+        return arith.ori(arith.andi(y, _c(mask)), _c(magic))
+    i32 = ir.IntegerType.get_signless(32)
+    return llvm.inline_asm(i32, [y], f"lop3.b32 $0, $1, {mask:#x}, {magic:#x}, 0xEA;", "=r,r")
+
+
+def _plane(y, i, lop3: bool = False):
     """bf16x2 (as i32) 128 + f_i code for the bit pair i of the low byte of each 16-bit half of y."""
     if i == 3:
         y, i = arith.shrui(y, _c(6)), 0
-    return arith.ori(arith.andi(y, _c(0x00030003 << (2 * i))), _c(_MAGIC))
+    return _andor(y, 0x00030003 << (2 * i), _MAGIC, lop3)
 
 
-def _plane_shifted(y, i):
+def _plane_shifted(y, i, lop3: bool = False):
     """As _plane, with a run-time plane index i (i32): shifted down, factor 1."""
-    return arith.ori(arith.andi(arith.shrui(y, arith.shli(i, _c(1))), _c(0x00030003)), _c(_MAGIC))
+    return _andor(arith.shrui(y, arith.shli(i, _c(1))), 0x00030003, _MAGIC, lop3)
 
 
 def _as_bf16x2(x):
@@ -182,7 +191,7 @@ def _fragment(regs):
     return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
 
 
-def unpack_keys(ref, BT: int, D: int, raw: bool = False):
+def unpack_keys(ref, BT: int, D: int, raw: bool = False, lop3: bool = False):
     """Key codes smem [BT, D/4] uint8 -> C_K [BT, D] bf16 (WGMMA layout, columns as key_slots).
     raw: skip the bit tricks (the loaded words as bf16 pairs; only for timing, see ABLATIONS)."""
 
@@ -203,13 +212,14 @@ def unpack_keys(ref, BT: int, D: int, raw: bool = False):
                 for u, x in enumerate(_asm_load(addr, nw, asm)):
                     for q, y in enumerate((x, arith.shrui(x, _c(8)))):
                         for i in range(4):
-                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(x if raw else _plane(y, i))
+                            v = x if raw else _plane(y, i, lop3)
+                            regs[mt, 8 * u + 2 * i + q, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(v)
         return _fragment(regs)
 
     return body(ref)
 
 
-def unpack_values(ref, BT: int, D: int, raw: bool = False):
+def unpack_values(ref, BT: int, D: int, raw: bool = False, lop3: bool = False):
     """Value codes smem [BT, D/4] uint8 -> C_V^T [D, BT] bf16 (WGMMA layout, rows as value_slots).
     raw: skip the bit tricks (only for timing)."""
 
@@ -235,9 +245,9 @@ def unpack_values(ref, BT: int, D: int, raw: bool = False):
                         if raw:
                             v = x
                         elif D == 128:
-                            v = _plane(y, 2 * mt + hr)
+                            v = _plane(y, 2 * mt + hr, lop3)
                         else:
-                            v = _plane_shifted(y, arith.addi(arith.shli(arith.shrui(w, _c(1)), _c(1)), _c(hr)))
+                            v = _plane_shifted(y, arith.addi(arith.shli(arith.shrui(w, _c(1)), _c(1)), _c(hr)), lop3)
                         regs[mt, 4 * a + m, 0, 0, hr, 0, 0, 0, 0] = _as_bf16x2(v)
         return _fragment(regs)
 
@@ -278,7 +288,8 @@ def _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_
 
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
             q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
-            BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = ()):
+            BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = (), lop3: bool = False,
+            edge_mask: bool = False):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 2] int32: first token, blocks
     # codes_gmem [BH, 2, T, D/4] uint8 | par_gmem [BH, 4, T] key scale/zero, value scale/zero
@@ -291,6 +302,8 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
     H = q_gmem.shape[0] // sched_gmem.shape[0]
     b = lax.div(bh, H)
     first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
+    if edge_mask:  # sched_gmem [B, splits, 4]: and the range [max lo, min hi) that needs no mask
+        lo_max, hi_min = sched_gmem[b, sp, 2], sched_gmem[b, sp, 3]
 
     fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
                         p_smem, bars, q_bar, BT=BT, S=S)
@@ -308,8 +321,8 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
             plgpu.commit_smem()
             pl.when(j + S < n_blocks)(lambda: fetch(j + S, slot))
             return carry
-        ck = None if "noscore" in ablate else unpack_keys(c_smem.at[slot, 0], BT, D, "nokunpack" in ablate)
-        cv = None if "novalue" in ablate else unpack_values(c_smem.at[slot, 1], BT, D, "novunpack" in ablate)
+        ck = None if "noscore" in ablate else unpack_keys(c_smem.at[slot, 0], BT, D, "nokunpack" in ablate, lop3)
+        cv = None if "novalue" in ablate else unpack_values(c_smem.at[slot, 1], BT, D, "novunpack" in ablate, lop3)
         ks = _load(p_smem.at[slot, 0], row).astype(f32) * scale2
         kz, vs, vz = (_load(p_smem.at[slot, i], row).astype(f32) for i in (1, 2, 3))
 
@@ -326,8 +339,15 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
         else:
             s = brow(ks) * (s_raw - bcol(qoff) - brow(kz) * bcol(qsum))
             if "nomask" not in ablate:
-                tok = tok0 + (first + j * BT).astype(f32)
-                s = jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
+                def masked(s):
+                    tok = tok0 + (first + j * BT).astype(f32)
+                    return jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
+
+                if edge_mask:  # blocks inside every row's range need no mask (a real branch, not a select)
+                    start = first + j * BT
+                    s = lax.cond((start >= lo_max) & (start + BT <= hi_min), lambda s: s, masked, s)
+                else:
+                    s = masked(s)
             m_new = m if "nomax" in ablate else jnp.maximum(m, s.max(axis=0))
             alpha = jnp.exp2(m - m_new)
             p = s - bcol(m_new) if "noexp" in ablate else jnp.exp2(s - bcol(m_new))
@@ -383,8 +403,9 @@ TAU = 8.0  # log2 headroom of the lazy max (p <= 256: far from bf16/f32 overflow
 WARP_MAX_ROWS = 8  # query rows per KV head "auto" gives the per-warp body (decode; at 24 rows it spills)
 
 
-def warp_value_slots(D: int):
-    """(dim, factor) per row r = 16 mt + 8 hr + g of the per-warp value accumulator out^T [D, N].
+def warp_value_slots(D: int, factor_of=lambda e, i: _FACTOR[i]):
+    """(dim, factor) per row r = 16 mt + 8 hr + g of the per-warp value accumulator out^T [D, N]
+    (factor_of(e, i): the factor of plane i of byte e, as the unpack leaves it).
 
     ldmatrix.trans gives thread (g, c) 16-bit column g + 8 h of tokens 2c, 2c + 1 (and + 8): bytes
     2 (g + 8 h) + e, e = 0/1, each with 4 planes i. D = 128: mt = 4 e + i, hr = h; D = 64: mt = i, hr = e."""
@@ -395,7 +416,7 @@ def warp_value_slots(D: int):
                 mt, hr = (4 * e + i, h) if D == 128 else (i, e)
                 for g in range(8):
                     dims[16 * mt + 8 * hr + g] = 2 * (g + 8 * h) + e + (D // 4) * i
-                    factor[16 * mt + 8 * hr + g] = _FACTOR[i]
+                    factor[16 * mt + 8 * hr + g] = factor_of(e, i)
     return dims, factor
 
 
@@ -439,7 +460,7 @@ def _unpairs(vals, rows: int, N: int):
     return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
 
 
-def _warp_keys(base, rows, c, D: int):
+def _warp_keys(base, rows, c, D: int, lop3: bool = False):
     """Key codes of this thread's token rows (g, g + 8) -> {(column tile, row half): bf16x2} (key_slots order):
     the A fragments of the score product, two column tiles per 16-dim chunk."""
     kregs = {}
@@ -450,11 +471,11 @@ def _warp_keys(base, rows, c, D: int):
         for u, x in enumerate(_asm_load(addr, nw, asm)):
             for q, y in enumerate((x, arith.shrui(x, _c(8)))):
                 for i in range(4):
-                    kregs[8 * u + 2 * i + q, hr] = _plane(y, i)
+                    kregs[8 * u + 2 * i + q, hr] = _plane(y, i, lop3)
     return kregs
 
 
-def _warp_values(base, offset: int, wid, lane, sb: int, D: int):
+def _warp_values(base, offset: int, wid, lane, sb: int, D: int, lop3: bool = False):
     """Value codes (at base + offset) of the warp's 16 tokens (half sb of a 128-token block) -> the value
     product's A fragments per m-tile (rows as warp_value_slots), by ldmatrix.trans over the token rows."""
     lrow = arith.addi(_c(64 * sb), arith.addi(arith.shli(wid, _c(4)), arith.addi(
@@ -471,11 +492,12 @@ def _warp_values(base, offset: int, wid, lane, sb: int, D: int):
         for e, y in enumerate((x, arith.shrui(x, _c(8)))):
             for i in range(4):
                 mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-                vslots[mt, hr, kh] = _plane(y, i)
+                vslots[mt, hr, kh] = _plane(y, i, lop3)
     return [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(D // 16)]
 
 
-def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z, *, BT, D, N, scale2):
+def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z, *, BT, D, N, scale2,
+               lop3=False):
     """One block of BT tokens for each warp's state: (acc [64 D/16, N], m, l, w, z [64, N]) -> new state.
 
     The state arrays are WGMMA-layout containers of per-thread registers: acc (mt, nt, hr) holds out^T rows
@@ -523,8 +545,8 @@ def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l
             ks = [mul(param(0, hr), fc(scale2)) for hr in range(2)]
             kz, vs, vz = ([param(i, hr) for hr in range(2)] for i in (1, 2, 3))
 
-            kregs = _warp_keys(cbase, tokrow, c, D)
-            va = _warp_values(cbase, BT * D // 4, wid, lane, sb, D)
+            kregs = _warp_keys(cbase, tokrow, c, D, lop3)
+            va = _warp_values(cbase, BT * D // 4, wid, lane, sb, D, lop3)
 
             for nt in range(NT):
                 # Scores^T for column tile nt: rows (g, g + 8) x columns (2c, 2c + 1).
@@ -619,13 +641,16 @@ def _st(addr, v, pred=None):
     llvm.inline_asm(ir.Type.parse("!llvm.void"), args, asm, cons, has_side_effects=True)
 
 
-def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
+def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0):
     """The 4 warps' partials -> o_ref [D, N] (rows as warp_value_slots) and st_ref [4, N] (reference max,
-    sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory and one barrier."""
+    sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory and one barrier.
+    xt > 0 (the lean body): no w, z; acc's xt tiles after the D/16 output tiles hold the warp's sums
+    (row g: sum W z in xt parts, row g + 8 of the first: sum W), already summed over its tokens."""
     MT, NT = D // 16, N // 8
+    arrays = (acc, m, l) if xt else (acc, m, l, w, z)
 
-    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * 5)
-    def body(ctx, red_ref, o_ref, st_ref, acc, m, l, w, z):
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * len(arrays))
+    def body(ctx, red_ref, o_ref, st_ref, acc, m, l, w=None, z=None):
         del ctx
         i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
         ex2 = lambda x: _asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
@@ -635,8 +660,9 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
         rbase, obase, sbase = _smem_addr(red_ref), _smem_addr(o_ref), _smem_addr(st_ref)
         stride = 4 * (D * N + 4 * N)  # bytes per warp in red_ref
         wbase = arith.addi(rbase, arith.muli(wid, _c(stride)))
-        acc_v = _pairs(acc, 64 * MT, N)
-        m_v, l_v, w_v, z_v = (_pairs(x, 64, N)[0] for x in (m, l, w, z))
+        acc_v = _pairs(acc, 64 * (MT + xt), N)
+        m_v, l_v = (_pairs(x, 64, N)[0] for x in (m, l))
+        w_v, z_v = (None, None) if xt else (_pairs(x, 64, N)[0] for x in (w, z))
         for nt in range(NT):
             for e in range(2):
                 colx = arith.addi(_c(8 * nt + e), arith.shli(c, _c(1)))
@@ -646,11 +672,14 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
                         _st(arith.addi(wbase, arith.shli(arith.addi(arith.muli(r, _c(N)), colx), _c(2))),
                             acc_v[mt][nt][hr][e])
                 sums = []
-                for v in (l_v, w_v, z_v):  # the thread's two rows, then the warp's 8 row groups
+                for v in (l_v, w_v, z_v)[:1 if xt else 3]:  # the thread's two rows, then the warp's 8 row groups
                     x = arith.addf(v[nt][0][e], v[nt][1][e])
                     for d in (4, 8, 16):
                         x = arith.addf(x, mu.shfl_bfly(x, d))
                     sums.append(x)
+                if xt:  # summed over the tokens by the tensor core
+                    sums.append(acc_v[MT][nt][1][e])
+                    sums.append(functools.reduce(arith.addf, [acc_v[MT + x][nt][0][e] for x in range(xt)]))
                 for k, x in enumerate((m_v[nt][0][e], *sums)):  # all 8 row groups store the same value
                     _st(arith.addi(wbase, arith.shli(arith.addi(_c(D * N + k * N), colx), _c(2))), x)
         llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
@@ -668,20 +697,71 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w, z, *, D, N):
                 x = big if j == 0 else total([_c(k * stride + 4 * (D * N + j * N + colx)) for k in range(4)])
                 _st(arith.addi(sbase, _c(4 * (j * N + colx))), x)
 
-    body(red_ref, o_ref, st_ref, acc, m, l, w, z)
+    body(red_ref, o_ref, st_ref, *arrays)
+
+
+# Releasing ring slots without a block barrier (release=True): every thread arrives on the slot's "empty"
+# mbarrier (128 arrivals) when it is done reading it, and only warp 0, which issues the TMA refill, waits
+# for the other warps; warps 1-3 may run up to S - 1 blocks ahead. The default (commit_smem) is a
+# warpgroup bar.sync per block, which keeps the four warps in lockstep. Raw PTX mbarriers in an int32
+# [S, 2] scratch (8 bytes each, 1024-aligned by Pallas): a Pallas barrier cannot be waited on by one warp.
+
+
+def _empty_init(ref, S: int):
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),))
+    def body(ctx, ref):
+        del ctx
+        tid = arith.index_cast(ir.IntegerType.get_signless(32), gpu.thread_id(gpu.Dimension.x))
+        first = arith.extui(ir.IntegerType.get_signless(32), arith.cmpi(arith.CmpIPredicate.eq, tid, _c(0)))
+        base = _smem_addr(ref)
+        for s in range(S):
+            llvm.inline_asm(ir.Type.parse("!llvm.void"), [arith.addi(base, _c(8 * s)), first],
+                            "{ .reg .pred p; setp.ne.u32 p, $1, 0; @p mbarrier.init.shared::cta.b64 [$0], 128; }",
+                            "r,r", has_side_effects=True)
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
+
+    body(ref)
+
+
+def _release(ref, code):
+    """All threads arrive on the mbarrier at ref; warp 0 then waits for its phase when code (a (64, 8) i32
+    WGMMA array, all equal) has bit 1 set (a refill follows), on parity bit 0."""
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.Layout.WGMMA))
+    def body(ctx, ref, code):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        x = vector.extract(code.registers.flat[0], dynamic_position=[],
+                           static_position=ir.DenseI64ArrayAttr.get([0]))
+        wid, _, _ = _thread()
+        addr = _smem_addr(ref)
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr],
+                        "{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [$0]; }", "r", has_side_effects=True)
+        wait = arith.andi(arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, wid, _c(0))), arith.shrui(x, _c(1)))
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr, wait, arith.andi(x, _c(1))],
+                        "{ .reg .pred p, w; setp.ne.u32 w, $1, 0; @!w bra DONE; WAIT: "
+                        "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $2; @!p bra WAIT; DONE: }",
+                        "r,r,r", has_side_effects=True)
+
+    body(ref, code)
 
 
 def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
-                 q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, *,
-                 BT: int, D: int, N: int, S: int, scale2: float):
+                 q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, empty_smem=None, *,
+                 BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0, keys: str = "f16",
+                 lop3: bool = False):
     # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
     # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
+    # xt > 0: the lean body (int2_mosaic_lean.block; q_gmem f16) with xt tiles of sums after the output's.
+    # lop3: the per-warp body's unpack as one lop3 per register (the lean bodies always are).
     f32 = jnp.float32
     bh, sp = lax.axis_index("bh"), lax.axis_index("split")
     b = lax.div(bh, q_gmem.shape[0] // sched_gmem.shape[0])
     first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
     lo_max, hi_min = sched_gmem[b, sp, 2], sched_gmem[b, sp, 3]
 
+    if empty_smem is not None:
+        _empty_init(empty_smem, S)
     fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
                         p_smem, bars, q_bar, BT=BT, S=S)
     col = plgpu.Layout.WGMMA.reduce(0)
@@ -695,10 +775,14 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
         start = first + j * BT
         plgpu.barrier_wait(bars.at[slot])
         inner = ((start >= lo_max) & (start + BT <= hi_min)).astype(f32)
-        carry = warp_block(c_smem.at[slot], p_smem.at[slot], q_smem, tok0 + start.astype(f32),
-                           wgmma(jnp.full((64, 8), inner, f32)), qoff, qsum, lo, hi, *carry,
-                           BT=BT, D=D, N=N, scale2=scale2)
-        plgpu.commit_smem()  # every warp is done reading this slot
+        carry = block(c_smem.at[slot], p_smem.at[slot], q_smem, tok0 + start.astype(f32),
+                      wgmma(jnp.full((64, 8), inner, f32)), qoff, qsum, lo, hi, *carry,
+                      BT=BT, D=D, N=N, scale2=scale2)
+        if empty_smem is None:
+            plgpu.commit_smem()  # every warp is done reading this slot
+        else:  # this thread is done reading it; warp 0 waits for all before the refill
+            code = lax.rem(lax.div(j, S), 2) + 2 * (j + S < n_blocks).astype(jnp.int32)
+            _release(empty_smem.at[slot], wgmma(jnp.full((64, 8), code, jnp.int32)))
 
         @pl.when(j + S < n_blocks)
         def _refill():
@@ -707,9 +791,15 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
         return carry
 
     zeros = lambda rows: wgmma(jnp.zeros((rows, N), f32))
-    init = (zeros(4 * D), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64), zeros(64), zeros(64))
-    acc, m, l, w, z = lax.fori_loop(0, n_blocks, body, init)
-    warp_merge(red_smem, o_smem, st_smem, acc, m, l, w, z, D=D, N=N)
+    if xt:
+        from jspec.pallas import int2_mosaic_lean as lean
+
+        block = functools.partial(lean.block, XT=xt, keys=keys)
+        init = (zeros(4 * D + 64 * xt), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64))
+    else:
+        block = functools.partial(warp_block, lop3=lop3)
+        init = (zeros(4 * D), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64), zeros(64), zeros(64))
+    warp_merge(red_smem, o_smem, st_smem, *lax.fori_loop(0, n_blocks, body, init), D=D, N=N, xt=xt)
     plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(o_smem, raw_gmem.at[bh, sp])
     plgpu.copy_smem_to_gmem(st_smem, stats_gmem.at[bh, sp])
@@ -750,9 +840,10 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
-                                             "row_bytes", "ablate", "body"))
+                                             "row_bytes", "ablate", "body", "release", "lop3", "edge_mask"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
-                          block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto"):
+                          block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
+                          release=False, lop3=False, edge_mask=False):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -762,7 +853,12 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     default per body: WARP_BLOCK_T / WARP_STAGES, else BLOCK_T / STAGES).
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
-    body: "warp" (per-warp mma.sync), "wgmma", or "auto" (warp up to WARP_MAX_ROWS rows).
+    body: "warp" (per-warp mma.sync), "lean" (the per-warp body with fewer integer instructions per code,
+    int2_mosaic_lean), "lean8" (lean with an 8-bit integer score product), "wgmma", or "auto" (warp up to
+    WARP_MAX_ROWS rows).
+    release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
+    lop3: the warp and wgmma bodies' mask-and-magic unpack as one lop3 per register (_andor; lean always is).
+    edge_mask: the wgmma body masks ranges only in blocks not inside every row's range (as the per-warp bodies).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -780,9 +876,13 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         return (out, lse) if merge else (out[:, :, None], lse[:, :, None])
 
     N = -(-M // 8) * 8
-    if body not in ("auto", "warp", "wgmma") or (body == "warp" and ablate):
-        raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or 'warp' without ablations")
-    warp = body == "warp" or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
+    per_warp = ("warp", "lean", "lean8")
+    if body not in ("auto", "wgmma", *per_warp) or (body in per_warp and ablate):
+        raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or {per_warp} without ablations")
+    warp = body in per_warp or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
+    lean = body in ("lean", "lean8")
+    if release and not warp:
+        raise ValueError("release: only the per-warp bodies ('warp', 'lean')")
     BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
@@ -803,60 +903,92 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
                    st_smem=plgpu.SMEM((4, N), f32),
                    bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
                    q_bar=plgpu.Barrier(num_arrivals=2))  # queries, row vectors
-    params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane)
+    # release: no automatic warpgroup barriers either (Pallas puts one before every TMA copy in Lane
+    # semantics); the per-warp kernel reads no region it writes but in warp_merge, behind its own bar.sync.
+    params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane,
+                                  unsafe_no_auto_barriers=release)
     out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
-        qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT)
-        kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E)
-        scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
+        if body == "lean8":
+            from jspec.pallas import int2_mosaic_lean as lm
+
+            qp, colv, sched = lm.prepare_imma(q, lo, hi, T, ns, BT)
+        else:
+            qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
+        xt = (1 if par.dtype == jnp.bfloat16 else 2) if lean else 0  # the lean body's tiles of sums
+        kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E, xt=xt,
+                                   keys="s8" if body == "lean8" else "f16", lop3=lop3)
+        scratch.update(q_smem=plgpu.SMEM(qp.shape[2:], qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
+        if release:
+            scratch.update(empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per slot
     else:
         qp, colv, sched = prepare(q, lo, hi, T, ns, BT)
+        if edge_mask:
+            sched = _with_inside(sched, lo, hi)
         swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
         kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
-                                   ablate=tuple(ablate))
+                                   ablate=tuple(ablate), lop3=lop3, edge_mask=edge_mask)
         scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
                        w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
     raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
                               grid_names=("bh", "split"), compiler_params=params,
                               kernel_name="int2_attention_mosaic")(
-        qp.reshape(B * H, N, D), colv.reshape(B * H, 4, N), sched, cod, par)
-    out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M, warp)
+        qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
+    out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M, "lean" if lean else warp)
     return merge_lse(out, lse, axis=2) if merge else (out, lse)
 
 
-@functools.partial(jax.jit, static_argnames=("T", "splits", "BT"))
-def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T):
+@functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
+def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = False):
     """Kernel inputs from the queries and ranges: Q' [B, H, N, D] bf16 (key_slots order, divided by the
-    plane factor: exact), colv [B, H, 4, N] f32 (128 sum(Q'), sum(q), lo, hi) and the split schedule."""
+    plane factor: exact), colv [B, H, 4, N] f32 (128 sum(Q'), sum(q), lo, hi) and the split schedule.
+    lean: Q' f16 with the lean body's factors, and -1024 sum(Q') (int2_mosaic_lean)."""
     B, H, M, D = q.shape
     N = -(-M // 8) * 8
-    kdims, kf = key_slots(D)
     f32 = jnp.float32
+    if lean:
+        from jspec.pallas import int2_mosaic_lean as lm
+
+        (kdims, kf), qdt, offset = lm.key_slots(D), jnp.float16, -lm.KEY_OFFSET
+    else:
+        (kdims, kf), qdt, offset = key_slots(D), jnp.bfloat16, _OFFSET
     qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
-    qp = (qb[..., kdims].astype(f32) / kf).astype(jnp.bfloat16)
+    qp = (qb[..., kdims].astype(f32) / kf).astype(qdt)
     pad_rows = lambda x: jnp.pad(x.astype(f32), ((0, 0), (0, N - M)))  # padded rows: lo = hi = 0, empty
-    colv = jnp.stack([_OFFSET * qp.astype(f32).sum(-1), qb.astype(f32).sum(-1),
+    colv = jnp.stack([offset * qp.astype(f32).sum(-1), qb.astype(f32).sum(-1),
                       jnp.broadcast_to(pad_rows(lo)[:, None], (B, H, N)),
                       jnp.broadcast_to(pad_rows(hi)[:, None], (B, H, N))], 2)
     return qp, colv, schedule(lo, hi, T, splits, BT)
 
 
-@functools.partial(jax.jit, static_argnames=("T", "splits", "BT"))
-def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T):
+@functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
+def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = False):
     """prepare for the per-warp body: Q' in mma B-fragment order ([N/8, g, c, D/16, 2, 2] per head: thread
     (g, c) reads its fragments of column tile nt contiguously) and the schedule with each batch row's
     [max lo, min hi) (no range mask needed inside)."""
-    qp, colv, sched = prepare(q, lo, hi, T, splits, BT)
+    qp, colv, sched = prepare(q, lo, hi, T, splits, BT, lean)
     B, H, N, D = qp.shape
     frag = qp.reshape(B, H, N // 8, 8, D // 16, 2, 4, 2).transpose(0, 1, 2, 3, 6, 4, 5, 7).reshape(B, H, N, D)
+    return frag, colv, _with_inside(sched, lo, hi)
+
+
+def _with_inside(sched, lo, hi):
+    """[B, splits, 2] schedule -> [B, splits, 4] with each batch row's [max lo, min hi) (no mask inside)."""
+    B, splits = sched.shape[:2]
     inside = jnp.stack([jnp.max(lo, 1), jnp.min(hi, 1)], -1).astype(jnp.int32)  # [B, 2]
-    return frag, colv, jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
+    return jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
 
 
 @functools.partial(jax.jit, static_argnames=("M", "warp"))
-def finish(raw, stats, M: int, warp: bool = False):
-    """Kernel partials -> normalised out [B, H, splits, M, D] f32 and lse [B, H, splits, M] (natural log)."""
-    vdims, vf = (warp_value_slots if warp else value_slots)(raw.shape[-2])
+def finish(raw, stats, M: int, warp=False):
+    """Kernel partials -> normalised out [B, H, splits, M, D] f32 and lse [B, H, splits, M] (natural log).
+    warp: False (wgmma body), True (per-warp body) or "lean" (its value rows)."""
+    if warp == "lean":
+        from jspec.pallas import int2_mosaic_lean as lm
+
+        vdims, vf = lm.value_slots(raw.shape[-2])
+    else:
+        vdims, vf = (warp_value_slots if warp else value_slots)(raw.shape[-2])
     m, l, sw, zw = (stats[..., i, :] for i in range(4))  # [B, H, ns, N]
     c = (raw - _OFFSET * sw[..., None, :]) * jnp.asarray(1.0 / vf, jnp.float32)[:, None] - zw[..., None, :]
     c = c[..., np.argsort(vdims), :]  # value_slots order -> head dimension order
