@@ -854,8 +854,9 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
     ablate: stages of the block body to leave out (ABLATIONS; wrong results, for timing only).
     body: "warp" (per-warp mma.sync), "lean" (the per-warp body with fewer integer instructions per code,
-    int2_mosaic_lean), "lean8" (lean with an 8-bit integer score product), "wgmma", or "auto" (warp up to
-    WARP_MAX_ROWS rows).
+    int2_mosaic_lean), "lean8" (lean with an 8-bit integer score product), "wgmma", or "auto": up to
+    WARP_MAX_ROWS rows (decode) lean8 with release, else (verification) wgmma with lop3 and edge_mask, the
+    flags below set by it (the fastest measured on the H200, session 8: benchmarks/NOTES.md).
     release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
     lop3: the warp and wgmma bodies' mask-and-magic unpack as one lop3 per register (_andor; lean always is).
     edge_mask: the wgmma body masks ranges only in blocks not inside every row's range (as the per-warp bodies).
@@ -879,7 +880,12 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     per_warp = ("warp", "lean", "lean8")
     if body not in ("auto", "wgmma", *per_warp) or (body in per_warp and ablate):
         raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or {per_warp} without ablations")
-    warp = body in per_warp or (body == "auto" and N <= WARP_MAX_ROWS and not ablate)
+    if body == "auto" and ablate:  # ablations are the wgmma body's
+        body = "wgmma"
+    elif body == "auto":  # the fastest measured (session 8, NOTES.md), flags included
+        body, release, lop3, edge_mask = ("lean8", True, False, False) if N <= WARP_MAX_ROWS else \
+            ("wgmma", False, True, True)
+    warp = body in per_warp
     lean = body in ("lean", "lean8")
     if release and not warp:
         raise ValueError("release: only the per-warp bodies ('warp', 'lean')")
