@@ -65,12 +65,21 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
 
 
 def apply_rope(x, pos, inv_freq):
-    """x [B, n, ..., D] at positions pos [B, n]; HF's rotate-half convention."""
-    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, n, D/2]
-    ang = ang.reshape(*ang.shape[:2], *(1,) * (x.ndim - 3), -1)  # broadcast over the head axes
-    cos, sin = jnp.cos(ang), jnp.sin(ang)
-    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x.dtype)
+    """x [B, n, ..., D] at positions pos [B, n]; HF's rotate-half convention.
+
+    As x * cos + swap(x) * sin over the whole row (swap exchanges the halves, sin carries the sign of
+    rotate-half): the same products and sums as [x1 cos - x2 sin, x2 cos + x1 sin], without a
+    concatenation, so it fuses with what surrounds it.
+    """
+    D = x.shape[-1]
+    freq = np.concatenate([inv_freq, inv_freq])  # [D]: both halves turn at the same frequencies
+    sign = np.where(np.arange(D) < D // 2, -1.0, 1.0)
+    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(freq, jnp.float32)  # [B, n, D]
+    ang = ang.reshape(*ang.shape[:2], *(1,) * (x.ndim - 3), D)  # broadcast over the head axes
+    cos, sin = jnp.cos(ang), jnp.sin(ang) * jnp.asarray(sign, jnp.float32)
+    xf = x.astype(jnp.float32)
+    swapped = jnp.flip(xf.reshape(*x.shape[:-1], 2, D // 2), axis=-2).reshape(x.shape)
+    return (xf * cos + swapped * sin).astype(x.dtype)
 
 
 def qkv(lp: Layer, cfg: ModelConfig, h, pos):
@@ -78,19 +87,24 @@ def qkv(lp: Layer, cfg: ModelConfig, h, pos):
     layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
 
     The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
+    They run over all g + 2 slots and v's slot is then taken back from the projection, so that k and v
+    come out as adjacent slices of one array: the commit codes them together without stacking them.
     """
     B, n, _ = h.shape
     g, D = cfg.q_per_kv, cfg.head_dim
     y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
-    qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
+    is_v = (jnp.arange(g + 2) == g + 1)[:, None]  # query head h*g + j is slot j of h; k is slot g, v g + 1
+    qk = y
     if lp.q_norm is not None:
-        qk = rms_norm(qk, jnp.concatenate([jnp.broadcast_to(lp.q_norm, (g, D)), lp.k_norm[None]]), cfg.rms_eps)
+        w = jnp.where(jnp.arange(g + 2)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 2, D]; v's row unused
+        qk = rms_norm(qk, w, cfg.rms_eps)
     qk = apply_rope(qk, pos, rope_frequencies(cfg))
     if lp.rot_k is not None:
         qk = jnp.einsum("bnhjd,hde->bnhje", qk, lp.rot_k.astype(qk.dtype))
-    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
+    y = jnp.where(is_v, y, qk)
+    return y[..., :g, :].reshape(B, n, cfg.num_heads, D), y[..., g, :], y[..., g + 1, :]
 
 
 def mlp(lp: Layer, x):
