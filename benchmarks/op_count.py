@@ -8,7 +8,7 @@ cost. The step is compiled for 1 and 2 layers; the difference is the per-layer c
 Three cases: bf16 and int2 through the reference attention (what the CPU runs), and "int2 split": the
 INT2 path the GPU runs (attention_split with the Mosaic kernel's wrapper), its kernel replaced by a
 host callback of the same shapes, so that the CPU compiles everything around it as the GPU step has
-it. XLA:CPU fuses differently from XLA:GPU, but the concatenates, reductions, transposes and scatters
+it; last, the same without the wrapper (the whole kernel call stubbed: what tests/test_step_ops.py pins). XLA:CPU fuses differently from XLA:GPU, but the concatenates, reductions, transposes and scatters
 of the jnp code show up in both: "concatenate" etc. count the ops inside the fusions too.
 """
 
@@ -43,16 +43,30 @@ def _stub_kernel(kernel, *, out_type, **_):
     return call
 
 
+def _stub_call(q, codes, qparams, lo, hi, *, merge=True, splits: int = 2, **_):
+    """Stands in for the whole int2_attention_mosaic call: unmerged partials of `splits` splits."""
+    B, H, M, D = q.shape
+    f32 = jnp.float32
+    shapes = (jax.ShapeDtypeStruct((B, H, splits, M, D), f32), jax.ShapeDtypeStruct((B, H, splits, M), f32))
+    zeros = lambda *a: tuple(np.zeros(t.shape, t.dtype) for t in shapes)
+    assert not merge
+    return jax.pure_callback(zeros, shapes, q, codes, qparams, lo, hi)
+
+
 @contextlib.contextmanager
-def mosaic_stub():
-    """The Mosaic kernel's wrapper (prepare, schedule, finish) traced on a CPU around a stub kernel."""
-    with mock.patch.object(int2_mosaic, "available", lambda: True), \
-         mock.patch.object(int2_mosaic.plgpu, "kernel", _stub_kernel):
+def mosaic_stub(wrapper: bool = True):
+    """The Mosaic kernel traced on a CPU as a host callback: with its wrapper (prepare, schedule, finish:
+    part of the GPU step) around it, or (wrapper=False) the whole call, to count the rest alone."""
+    patch = (mock.patch.object(int2_mosaic.plgpu, "kernel", _stub_kernel) if wrapper
+             else mock.patch.object(int2_mosaic, "int2_attention_mosaic", _stub_call))
+    with mock.patch.object(int2_mosaic, "available", lambda: True), patch:
         yield
 
 
-def step_hlo(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int = 2, n: int = 1) -> str:
-    """The compiled HLO text of one decode step (forward over n tokens per row + commit of all n)."""
+def step_hlo(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int = 2, n: int = 1,
+             wrapper: bool = True) -> str:
+    """The compiled HLO text of one decode step (forward over n tokens per row + commit of all n).
+    impl "mosaic": the GPU's INT2 path, the kernel stubbed (mosaic_stub(wrapper))."""
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     if kv.int2:
         params = dataclasses.replace(params, layers=tuple(
@@ -65,7 +79,8 @@ def step_hlo(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int
         logits, (k, v) = model.forward(p, cfg, t, c, attn_impl=impl)
         return logits, kvcache.commit(c, k, v, jnp.full((batch,), n, jnp.int32))
 
-    stub = mosaic_stub() if impl == "mosaic" else contextlib.nullcontext()
+    stub = mosaic_stub(wrapper) if impl == "mosaic" else contextlib.nullcontext()
+    jax.clear_caches()  # the nested jits (model._block) would keep a trace made under another stub
     with stub:
         return jax.jit(step).lower(params, cache, jnp.zeros((batch, n), jnp.int32)).compile().as_text()
 
@@ -75,9 +90,10 @@ def count(hlo: str) -> dict:
     return {op: len(re.findall(rf" {op}\(", hlo)) for op in OPS}
 
 
-def per_layer(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int = 2, n: int = 1) -> dict:
-    one = count(step_hlo(cfg, kv, impl, batch, n))
-    two = count(step_hlo(dataclasses.replace(cfg, num_layers=2), kv, impl, batch, n))
+def per_layer(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int = 2, n: int = 1,
+              wrapper: bool = True) -> dict:
+    one = count(step_hlo(cfg, kv, impl, batch, n, wrapper))
+    two = count(step_hlo(dataclasses.replace(cfg, num_layers=2), kv, impl, batch, n, wrapper))
     return {op: two[op] - one[op] for op in OPS}
 
 
@@ -90,6 +106,9 @@ def main():
         for batch, n in ((1, 1), (2, 5)):
             print(f"{jax.default_backend()} {name} B={batch} n={n}: per layer {per_layer(SMALL, kv, impl, batch, n)}",
                   flush=True)
+    kv, impl = CASES["int2 split"]
+    print(f"{jax.default_backend()} int2 split B=1 n=1 without the kernel's wrapper: per layer "
+          f"{per_layer(SMALL, kv, impl, 1, 1, wrapper=False)}", flush=True)
 
 
 if __name__ == "__main__":

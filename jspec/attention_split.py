@@ -110,9 +110,12 @@ def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_
     # One maximum over all parts; the chunk's own key (causal diagonal) keeps it finite.
     m = jnp.maximum(jnp.maximum(s_win.max(-1), s_new.max(-1)), lse_k.max(2))  # [B, H, M]
     p_win, p_new = jnp.exp(s_win - m[..., None]), jnp.exp(s_new - m[..., None])
-    w_k = jnp.exp(lse_k - m[:, :, None])  # [B, H, ns, M]; 0 for empty splits
-    den = p_win.sum(-1) + p_new.sum(-1) + w_k.sum(2)
-    num = _values(p_win, layer.v) + (w_k[..., None] * out_k).sum(2)
+    w_k = jnp.exp(lse_k - m[:, :, None])[..., None]  # [B, H, ns, M, 1]; 0 for empty splits
+    # The splits' weighted outputs and their weights in one (variadic) reduction: one kernel, not two.
+    add = lambda a, b: (a[0] + b[0], a[1] + b[1])
+    num_k, den_k = jax.lax.reduce((w_k * out_k, jnp.broadcast_to(w_k, out_k.shape)), (0.0, 0.0), add, (2,))
+    den = p_win.sum(-1) + p_new.sum(-1) + den_k[..., 0]
+    num = _values(p_win, layer.v) + num_k
     if new_int2 is None:
         num += _values(p_new, vc, small=n <= SMALL_CHUNK)
     else:

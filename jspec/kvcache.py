@@ -184,9 +184,8 @@ def quantize_kv(k, v, kv: KVConfig, scale_dtype):
     """Keys and values [.., H, D] coded together: codes [.., H, 2, D/4] and qparams [.., H, 4, D/G], their
     planes in the order of CODE_PLANES and QPARAM_PLANES.
 
-    k and v may be adjacent slices of one array (model.qkv returns them so): their stack is then that
-    array, not a copy. The qparams planes are one select over (kind, scale or zero), not a stack: the whole
-    coding of a step's rows fuses into the kernels that write them.
+    The qparams planes are one select over (kind, scale or zero), not a stack: their coding fuses into
+    the kernel that writes them.
     """
     rows, clips = dict(k=k, v=v), dict(k=kv.clip_k, v=kv.clip_v)
     x = jnp.stack([rows[kind] for kind in CODE_PLANES], axis=-2)  # [.., H, 2, D]

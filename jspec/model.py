@@ -87,24 +87,20 @@ def qkv(lp: Layer, cfg: ModelConfig, h, pos):
     layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
 
     The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
-    They run over all g + 2 slots and v's slot is then taken back from the projection, so that k and v
-    come out as adjacent slices of one array: the commit codes them together without stacking them.
     """
     B, n, _ = h.shape
     g, D = cfg.q_per_kv, cfg.head_dim
     y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
-    is_v = (jnp.arange(g + 2) == g + 1)[:, None]  # query head h*g + j is slot j of h; k is slot g, v g + 1
-    qk = y
+    qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
     if lp.q_norm is not None:
-        w = jnp.where(jnp.arange(g + 2)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 2, D]; v's row unused
+        w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
         qk = rms_norm(qk, w, cfg.rms_eps)
     qk = apply_rope(qk, pos, rope_frequencies(cfg))
     if lp.rot_k is not None:
         qk = jnp.einsum("bnhjd,hde->bnhje", qk, lp.rot_k.astype(qk.dtype))
-    y = jnp.where(is_v, y, qk)
-    return y[..., :g, :].reshape(B, n, cfg.num_heads, D), y[..., g, :], y[..., g + 1, :]
+    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
 
 
 def mlp(lp: Layer, x):
