@@ -184,20 +184,18 @@ def quantize_kv(k, v, kv: KVConfig, scale_dtype):
     """Keys and values [.., H, D] coded together: codes [.., H, 2, D/4] and qparams [.., H, 4, D/G], their
     planes in the order of CODE_PLANES and QPARAM_PLANES.
 
-    The qparams planes are one select over (kind, scale or zero), not a stack: their coding fuses into
-    the kernel that writes them.
+    Planes are put side by side with selects, not stacks (the same values): a select is elementwise and
+    fuses into the reductions and writes that read it, where XLA:GPU tends to give a concatenation a kernel
+    of its own (benchmarks/results/profile_s6.json: 8 concatenate kernels per layer).
     """
-    rows, clips = dict(k=k, v=v), dict(k=kv.clip_k, v=kv.clip_v)
-    x = jnp.stack([rows[kind] for kind in CODE_PLANES], axis=-2)  # [.., H, 2, D]
+    clips = dict(k=kv.clip_k, v=kv.clip_v)
+    is_k = (jnp.arange(2) == 0)[:, None]  # [2, 1]: CODE_PLANES is (k, v), and QPARAM_PLANES (k, v) x (scale, zero)
+    x = jnp.where(is_k, k[..., None, :], v[..., None, :])  # [.., H, 2, D]
     codes, scale, zero = quant.quantize(x, kv.group(x.shape[-1]), tuple(clips[kind] for kind in CODE_PLANES),
                                         scale_dtype)
-    # QPARAM_PLANES is (kind, what) in row-major order over CODE_PLANES x ("scale", "zero").
     is_scale = jnp.asarray([True, False])[:, None]  # [2 (scale, zero), 1]
     qparams = jnp.where(is_scale, scale[..., None, :], zero[..., None, :])  # [.., H, 2 (kind), 2, D/G]
     return codes, qparams.reshape(*qparams.shape[:-3], 4, qparams.shape[-1])
-
-
-assert QPARAM_PLANES == tuple(f"{what}_{kind}" for kind in CODE_PLANES for what in ("scale", "zero"))
 
 
 def _dequantize_kv(codes, qparams, dtype, plane_axis: int):
