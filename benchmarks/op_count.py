@@ -1,15 +1,16 @@
 """Kernels per decode layer: how many fusions, scatters and sorts one layer's decode step compiles to.
 
-    python benchmarks/op_count.py            # on whatever backend JAX finds (CPU here)
+    PYTHONPATH=. python benchmarks/op_count.py            # on whatever backend JAX finds (CPU here)
 
 A decode step of a small model is launch-bound, so the number of kernels per layer bounds its fixed
 cost. The step is compiled for 1 and 2 layers; the difference is the per-layer count.
 
-Three cases: bf16 and int2 through the reference attention (what the CPU runs), and "int2 split": the
-INT2 path the GPU runs (attention_split with the Mosaic kernel's wrapper), its kernel replaced by a
-host callback of the same shapes, so that the CPU compiles everything around it as the GPU step has
-it; last, the same without the wrapper (the whole kernel call stubbed: what tests/test_step_ops.py pins). XLA:CPU fuses differently from XLA:GPU, but the concatenates, reductions, transposes and scatters
-of the jnp code show up in both: "concatenate" etc. count the ops inside the fusions too.
+Cases: bf16 and int2 through the reference attention (what the CPU runs), and "int2 split": the INT2
+path the GPU runs (attention_split with the Mosaic kernel's wrapper), its kernel replaced by a host
+callback of the same shapes, so that the CPU compiles everything around it as the GPU step has it;
+last, the same with the whole kernel call stubbed (what tests/test_step_ops.py pins). XLA:CPU fuses
+differently from XLA:GPU, but the concatenates, reductions, transposes and scatters of the jnp code
+show up in both: "concatenate" etc. count the ops inside the fusions too.
 """
 
 from __future__ import annotations

@@ -99,8 +99,9 @@ def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_
     ok_new = i[:, None] >= np.arange(n)[None, :]  # [M, n] causal
 
     scale = D**-0.5
-    s_win = jnp.where(ok_win[:, None], _scores(rows, layer.k.astype(k.dtype)) * scale, -jnp.inf)  # [B, H, M, S+W]
-    s_new = _scores(rows, kc, small=n <= SMALL_CHUNK)  # [B, H, M, n]
+    small = n <= SMALL_CHUNK
+    s_win = jnp.where(ok_win[:, None], _scores(rows, layer.k.astype(k.dtype), small) * scale, -jnp.inf)
+    s_new = _scores(rows, kc, small)  # [B, H, M, n]
     new_int2 = None
     if n > R:  # a long chunk: its own rows older than t - R are read as INT2
         new_int2 = (i[:, None] - np.arange(n)[None, :] >= R) & (t[:, None, :] >= kv.sink)  # [B, M, n]
@@ -111,15 +112,15 @@ def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_
     m = jnp.maximum(jnp.maximum(s_win.max(-1), s_new.max(-1)), lse_k.max(2))  # [B, H, M]
     p_win, p_new = jnp.exp(s_win - m[..., None]), jnp.exp(s_new - m[..., None])
     w_k = jnp.exp(lse_k - m[:, :, None])[..., None]  # [B, H, ns, M, 1]; 0 for empty splits
-    # The splits' weighted outputs and their weights in one (variadic) reduction: one kernel, not two.
-    add = lambda a, b: (a[0] + b[0], a[1] + b[1])
-    num_k, den_k = jax.lax.reduce((w_k * out_k, jnp.broadcast_to(w_k, out_k.shape)), (0.0, 0.0), add, (2,))
-    den = p_win.sum(-1) + p_new.sum(-1) + den_k[..., 0]
-    num = _values(p_win, layer.v) + num_k
+    num, den = _weighted_sums(w_k, out_k, axis=2)  # the splits: [B, H, M, D], [B, H, M]
+    num_win, den_win = _weighted(p_win, layer.v, small)
+    num, den = num + num_win, den + den_win
     if new_int2 is None:
-        num += _values(p_new, vc, small=n <= SMALL_CHUNK)
+        num_new, den_new = _weighted(p_new, vc, small)
+        num, den = num + num_new, den + den_new
     else:
         num += _values(jnp.where(new_int2[:, None], 0, p_new), vc) + _values(jnp.where(new_int2[:, None], p_new, 0), vq)
+        den += p_new.sum(-1)
     return num / den[..., None]
 
 
@@ -128,9 +129,8 @@ def _fake_quant(k, v, kv: KVConfig):
     return fake_quantize_kv(k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), kv)
 
 
-# Chunks up to this many rows (decode, verification) meet their own keys in products written as a
-# broadcast and a sum: XLA fuses those into the kernels around them, where a dot of a few rows and keys
-# is a GEMM launch of its own.
+# Chunks up to this many tokens (decode, verification) take their BF16 products as broadcasts and sums
+# (reductions, which XLA fuses with the masks, exponentials and sums around them), not GEMMs of a few rows.
 SMALL_CHUNK = 32
 
 
@@ -141,12 +141,25 @@ def _scores(rows, keys, small: bool = False):
     return einsum_f32("bhmd,bhxd->bhmx", rows, keys)
 
 
-def _values(p, vals, small: bool = False):
+def _values(p, vals):
     # p [B, H, M, X] f32, vals [B, H, X, D] -> [B, H, M, D] f32. In f32: XLA:CPU has no
     # bf16 x bf16 -> f32 dot for this layout, and these BF16 parts are small (S + W + n keys).
-    if small:
-        return (p[..., None] * vals[:, :, None].astype(jnp.float32)).sum(3)
     return jnp.einsum("bhmx,bhxd->bhmd", p, vals.astype(jnp.float32), preferred_element_type=jnp.float32)
+
+
+def _weighted(p, vals, small: bool):
+    """(p @ vals [B, H, M, D], p.sum(-1) [B, H, M]) for p [B, H, M, X] f32, vals [B, H, X, D]."""
+    if not small:
+        return _values(p, vals), p.sum(-1)
+    return _weighted_sums(p[..., None], vals[:, :, None].astype(jnp.float32), axis=3)
+
+
+def _weighted_sums(w, x, axis: int):
+    """(sum of w * x, sum of w) over axis, w broadcast against x: one variadic reduction (one kernel)."""
+    wx = w * x
+    add = lambda a, b: (a[0] + b[0], a[1] + b[1])
+    num, den = jax.lax.reduce((wx, jnp.broadcast_to(w, wx.shape)), (0.0, 0.0), add, (axis,))
+    return num, den[..., 0]
 
 
 def per_shard(fn, mesh=None):
