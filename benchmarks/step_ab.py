@@ -3,6 +3,8 @@
     # in one device call, the old tree at .before/prev (its jspec is imported through PYTHONPATH):
     PYTHONPATH=.before/prev python benchmarks/step_ab.py --tag before --jspec-root .before/prev --out $OUT/ab_before.json
     PYTHONPATH=. python benchmarks/step_ab.py --tag after --jspec-root . --out $OUT/ab_after.json
+    PYTHONPATH=. python benchmarks/step_ab.py --tag after-gemm --gemm-products --cases int2:1:131072,int2:8:32768 \
+        --profile "" --out $OUT/ab_after_gemm.json
 
 The script, benchmarks/decode.py and benchmarks/profile_step.py come from this directory in both runs
 (decode.py and profile_step.py are unchanged since d0dd9b9); only the jspec package differs, and the
@@ -36,7 +38,12 @@ def main():
     ap.add_argument("--profile", default="int2:1:131072", help="cases to trace; empty: none")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--jspec-root", default=None, help="fail unless jspec is imported from under this folder")
+    ap.add_argument("--gemm-products", action="store_true", help="issue 16 tree only: the small products (R_K, "
+                    "the BF16 window's) as GEMMs again (SMALL_ROTATE = SMALL_CHUNK = 0), to time that choice alone")
     args = ap.parse_args()
+    if args.gemm_products:
+        from jspec import attention_split
+        model.SMALL_ROTATE = attention_split.SMALL_CHUNK = 0  # read while tracing: set before any step is traced
     if args.jspec_root and not os.path.abspath(jspec.__file__).startswith(os.path.abspath(args.jspec_root) + os.sep):
         raise SystemExit(f"jspec imported from {jspec.__file__}, not from under {args.jspec_root}")
     t0 = time.perf_counter()
@@ -44,7 +51,7 @@ def main():
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
-    res = dict(tag=args.tag, jspec=jspec.__file__, device=str(jax.devices()[0]), jax=jax.__version__,
+    res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, device=str(jax.devices()[0]), jax=jax.__version__,
                copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
 
