@@ -73,8 +73,9 @@ def _threshold_and_range(x, group: int, ratio):
         thr = jnp.where(idx >= 0, order_statistic(jnp.abs(x), idx), jnp.inf)
         return thr, xg.min(-1), xg.max(-1)
     inf = jnp.asarray(jnp.inf, x.dtype)
-    both = lambda p, q: (jnp.minimum(p[0], q[0]), jnp.minimum(p[1], q[1]), jnp.maximum(p[2], q[2]))
-    thr, mn, mx = jax.lax.reduce((_rank_candidates(jnp.abs(x), idx), x, x), (inf, inf, -inf), both, (x.ndim - 1,))
+    min_min_max = lambda p, q: (jnp.minimum(p[0], q[0]), jnp.minimum(p[1], q[1]), jnp.maximum(p[2], q[2]))
+    thr, mn, mx = jax.lax.reduce((_rank_candidates(jnp.abs(x), idx), x, x), (inf, inf, -inf), min_min_max,
+                                  (x.ndim - 1,))
     return jnp.where(idx >= 0, thr[..., None], jnp.inf), mn[..., None], mx[..., None]
 
 
