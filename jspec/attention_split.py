@@ -1,11 +1,15 @@
 """The split path of mixed-cache attention: BF16 parts in XLA, the INT2 history in the Pallas kernel.
 
 Same semantics as attention.attend_reference (the rule: a query at t reads key p <= t in BF16 iff
-p < S or p > t - R, else the INT2 copy), computed as two softmax partials joined by one LSE merge:
-- XLA, BF16: sink positions p < min(S, length); ring slots holding p in [max(S, t-R+1), length);
-  the chunk's own rows (causal), fake-quantised where the rule says INT2 (only in long prefills);
+p < S or p > t - R, else the INT2 copy), computed as the kernel's softmax partials and the BF16 keys'
+scores joined in one normalisation:
 - Pallas, INT2: committed history [S, min(t-R+1, length)) — each query row has its own end. On
-  Hopper (wgmma) the Mosaic GPU kernel (pallas/int2_mosaic.py), elsewhere the Triton one.
+  Hopper (wgmma) the Mosaic GPU kernel (pallas/int2_mosaic.py), elsewhere the Triton one. It returns
+  one (out, lse) partial per split of the history.
+- XLA, BF16: sink positions p < min(S, length); ring slots holding p in [max(S, t-R+1), length);
+  the chunk's own rows (causal), fake-quantised where the rule says INT2 (only in long prefills).
+  The window is read as it lies in the cache and the chunk's rows apart from it (no concatenation);
+  window, chunk and splits share one maximum, so there is no per-part normalisation to merge.
 
 The kernel is a custom call that GSPMD cannot split: per_shard runs the split path under shard_map so
 that each device runs it on its own (dp, tp) block of rows and KV heads (jspec.sharding places the
@@ -17,13 +21,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jspec.config import KVConfig
 from jspec.kvcache import LayerKV, fake_quantize_kv
-from jspec.numerics import dot_scores
+from jspec.numerics import einsum_f32
 from jspec.pallas import int2_mosaic
-from jspec.pallas.int2_attention import int2_attention, merge_lse
+from jspec.pallas.int2_attention import int2_attention
 
 # The mesh axes of jspec.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
 # model in the imports, so that the model's import chain stops short of sharding.
@@ -39,73 +44,84 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
-    qg = q.reshape(B, n, H, Hq // H, D)
-    t = length[:, None] + jnp.arange(n)  # [B, n] query positions
-    with jax.named_scope("bf16_parts"):
-        out_x, lse_x = _bf16_part(qg, k, v, layer, length, t, kv)  # [B, n, H, g, D], [B, n, H, g]
-    with jax.named_scope("int2_history"):
-        out_k, lse_k = _int2_part(qg, layer, length, t, kv, interpret, kernel, kernel_options)  # [B, H, ns, n*g, ...]
-    # One merge of the BF16 partial with the kernel's split partials (a merge of the splits first and
-    # then of the two parts would be twice the small kernels). Row m of a KV head is query i = m // g.
     g = Hq // H
-    # [B, n, H, g, ..] -> [B, H, 1, n*g, ..]
-    rows = lambda x: jnp.moveaxis(x, 1, 2).reshape(B, H, 1, n * g, *x.shape[4:])
-    out, _ = merge_lse(jnp.concatenate([rows(out_x), out_k], 2), jnp.concatenate([rows(lse_x), lse_k], 2), axis=2)
-    return jnp.moveaxis(out.reshape(B, H, n, g, D), 2, 1).reshape(B, n, Hq, D).astype(q.dtype)
+    # GQA heads x query positions as M rows per KV head, row m = i * g + head-in-group: the kernel's
+    # layout, which the BF16 parts share (at n = 1 both reshapes are free).
+    rows = q.reshape(B, n, H, g, D).transpose(0, 2, 1, 3, 4).reshape(B, H, n * g, D)
+    t = length[:, None] + jnp.arange(n)  # [B, n] query positions
+    with jax.named_scope("int2_history"):
+        out_k, lse_k = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options)
+    with jax.named_scope("bf16_parts"):
+        out = _bf16_parts_merged(rows, k, v, layer, length, t, kv, out_k, lse_k)  # [B, H, n * g, D] f32
+    return out.reshape(B, H, n, g, D).transpose(0, 2, 1, 3, 4).reshape(B, n, Hq, D).astype(q.dtype)
 
 
-def _int2_part(qg, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, kernel_options):
-    """Kernel over the INT2 history; GQA heads x query positions packed into M rows per KV head.
+def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, kernel_options):
+    """Kernel over the INT2 history for rows [B, H, M, D] (M = n * g query rows per KV head).
 
-    Returns the kernel's unmerged split partials: out [B, H, splits, n*g, D], lse [B, H, splits, n*g]."""
-    B, n, H, g, D = qg.shape
-    rows = qg.transpose(0, 2, 1, 3, 4).reshape(B, H, n * g, D)  # row m = i * g + head-in-group
-    hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, n*g]
+    Returns the kernel's unmerged split partials: out [B, H, splits, M, D], lse [B, H, splits, M]."""
+    B, H, M, D = rows.shape
+    g = M // t.shape[1]
+    hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, M]
     lo = jnp.full_like(hi, kv.sink)
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     if kernel == "mosaic" and not int2_mosaic.available():
         raise ValueError("the mosaic INT2 kernel needs a GPU with wgmma (compute capability 9.x)")
-    small = n * g <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel
+    small = M <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel
     auto = kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()
     if small and (kernel == "mosaic" or auto):
         return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=False)
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 
 
-def _bf16_part(qg, k, v, layer: LayerKV, length, t, kv: KVConfig):
-    """Softmax partial over sink + ring + chunk rows: (out [B, n, H, g, D] f32, lse [B, n, H, g])."""
-    B, n, H, g, D = qg.shape
-    S, W, R = layer.pinned_slots, layer.ring_slots, kv.recent
-    dt = k.dtype
-    # Key positions and validity per query row: the window's sink and ring slots, then the chunk.
-    p_ring = layer.ring_positions(length)  # [B, W]; < S where the slot holds no ring position
-    lo_ring = jnp.maximum(kv.sink, t - R + 1)  # [B, n]
-    ok_sink = jnp.broadcast_to((jnp.arange(S) < length[:, None])[:, None, :], (B, n, S))
-    ok_ring = (p_ring[:, None, :] >= lo_ring[:, :, None]) & (p_ring[:, None, :] >= 0)
-    i, j = jnp.arange(n)[:, None], jnp.arange(n)[None, :]
-    causal = jnp.broadcast_to(j <= i, (B, n, n))
+def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_k, lse_k):
+    """The BF16 window (sink and ring slots as they lie) and the chunk's own rows, joined with the kernel's
+    split partials out_k [B, H, ns, M, D], lse_k [B, H, ns, M] in one softmax: out [B, H, M, D] f32.
 
-    keys = jnp.concatenate([layer.k.astype(dt), k.transpose(0, 2, 1, 3)], 2)
-    vals = jnp.concatenate([layer.v.astype(dt), v.transpose(0, 2, 1, 3)], 2)
-    valid = jnp.concatenate([ok_sink, ok_ring, causal], 2)  # [B, n, X]
-    s = dot_scores(qg, keys)  # [B, H, g, n, X]
+    Nothing is concatenated: the window and the chunk are scored apart, and every key set (window,
+    chunk, each split) enters the normalisation under one shared maximum. At n = 1 that is a few small
+    kernels per layer where a partial per part, a concatenation and a merge were a dozen.
+    """
+    B, H, M, D = rows.shape
+    n = k.shape[1]
+    g = M // n
+    S, R = layer.pinned_slots, kv.recent
+    i = np.repeat(np.arange(n), g)  # [M] query index of each row
+    tm = jnp.repeat(t, g, axis=1)[:, :, None]  # [B, M, 1] query position of each row
+    # Window slots: pinned slot p reads position p < length; a ring slot its position in
+    # [max(S, t - R + 1), length) (every position it holds is < length).
+    p_win = layer.window_positions(length)[:, None, :]  # [B, 1, S + W]
+    slot = np.arange(p_win.shape[-1])
+    ok_win = jnp.where(slot < S, p_win < length[:, None, None],
+                       (p_win >= jnp.maximum(kv.sink, tm - R + 1)) & (p_win >= 0))  # [B, M, S + W]
+    kc, vc = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, H, n, D] (free at n = 1)
+    ok_new = i[:, None] >= np.arange(n)[None, :]  # [M, n] causal
+
+    scale = D**-0.5
+    small = n <= SMALL_CHUNK
+    s_win = jnp.where(ok_win[:, None], _scores(rows, layer.k.astype(k.dtype), small) * scale, -jnp.inf)
+    s_new = _scores(rows, kc, small)  # [B, H, M, n]
+    new_int2 = None
     if n > R:  # a long chunk: its own rows older than t - R are read as INT2
-        new_int2 = (i - j >= R) & (t[:, None, :] >= kv.sink)  # [B, n(query), n(key)]
+        new_int2 = (i[:, None] - np.arange(n)[None, :] >= R) & (t[:, None, :] >= kv.sink)  # [B, M, n]
         kq, vq = _fake_quant(k, v, kv)
-        s_new = jnp.where(new_int2[:, None, None], dot_scores(qg, kq), s[..., S + W:])
-        s = jnp.concatenate([s[..., : S + W], s_new], -1)
-    s = jnp.where(valid[:, None, None], s * D**-0.5, -jnp.inf)
-    m = s.max(-1, keepdims=True)
-    p = jnp.exp(s - m)
-    l = p.sum(-1)
-    if n > R:
-        out = _values(jnp.where(new_int2[:, None, None], 0, p[..., S + W:]), v.transpose(0, 2, 1, 3))
-        out += _values(p[..., : S + W], vals[:, :, : S + W]) + _values(jnp.where(new_int2[:, None, None], p[..., S + W:], 0), vq)
+        s_new = jnp.where(new_int2[:, None], _scores(rows, kq), s_new)
+    s_new = jnp.where(ok_new, s_new * scale, -jnp.inf)
+    # One maximum over all parts; the chunk's own key (causal diagonal) keeps it finite.
+    m = jnp.maximum(jnp.maximum(s_win.max(-1), s_new.max(-1)), lse_k.max(2))  # [B, H, M]
+    p_win, p_new = jnp.exp(s_win - m[..., None]), jnp.exp(s_new - m[..., None])
+    w_k = jnp.exp(lse_k - m[:, :, None])[..., None]  # [B, H, ns, M, 1]; 0 for empty splits
+    num, den = _weighted_sums(w_k, out_k, axis=2)  # the splits: [B, H, M, D], [B, H, M]
+    num_win, den_win = _weighted(p_win, layer.v, small)
+    num, den = num + num_win, den + den_win
+    if new_int2 is None:
+        num_new, den_new = _weighted(p_new, vc, small)
+        num, den = num + num_new, den + den_new
     else:
-        out = _values(p, vals)
-    lse = (m[..., 0] + jnp.log(l)).transpose(0, 3, 1, 2)  # [B, H, g, n] -> [B, n, H, g]
-    return out / l.transpose(0, 3, 1, 2)[..., None], lse
+        num += _values(jnp.where(new_int2[:, None], 0, p_new), vc) + _values(jnp.where(new_int2[:, None], p_new, 0), vq)
+        den += p_new.sum(-1)
+    return num / den[..., None]
 
 
 def _fake_quant(k, v, kv: KVConfig):
@@ -113,10 +129,37 @@ def _fake_quant(k, v, kv: KVConfig):
     return fake_quantize_kv(k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), kv)
 
 
+# Chunks up to this many tokens (decode, verification) take their BF16 products as broadcasts and sums
+# (reductions, which XLA fuses with the masks, exponentials and sums around them), not GEMMs of a few rows.
+SMALL_CHUNK = 32
+
+
+def _scores(rows, keys, small: bool = False):
+    # rows [B, H, M, D], keys [B, H, X, D] -> [B, H, M, X] f32
+    if small:
+        return (rows[:, :, :, None, :].astype(jnp.float32) * keys[:, :, None].astype(jnp.float32)).sum(-1)
+    return einsum_f32("bhmd,bhxd->bhmx", rows, keys)
+
+
 def _values(p, vals):
-    # p [B, H, g, n, X] f32, vals [B, H, X, D] -> [B, n, H, g, D] f32. In f32: XLA:CPU has no
+    # p [B, H, M, X] f32, vals [B, H, X, D] -> [B, H, M, D] f32. In f32: XLA:CPU has no
     # bf16 x bf16 -> f32 dot for this layout, and these BF16 parts are small (S + W + n keys).
-    return jnp.einsum("bhgnx,bhxd->bnhgd", p, vals.astype(jnp.float32), preferred_element_type=jnp.float32)
+    return jnp.einsum("bhmx,bhxd->bhmd", p, vals.astype(jnp.float32), preferred_element_type=jnp.float32)
+
+
+def _weighted(p, vals, small: bool):
+    """(p @ vals [B, H, M, D], p.sum(-1) [B, H, M]) for p [B, H, M, X] f32, vals [B, H, X, D]."""
+    if not small:
+        return _values(p, vals), p.sum(-1)
+    return _weighted_sums(p[..., None], vals[:, :, None].astype(jnp.float32), axis=3)
+
+
+def _weighted_sums(w, x, axis: int):
+    """(sum of w * x, sum of w) over axis, w broadcast against x: one variadic reduction (one kernel)."""
+    wx = w * x
+    add = lambda a, b: (a[0] + b[0], a[1] + b[1])
+    num, den = jax.lax.reduce((wx, jnp.broadcast_to(w, wx.shape)), (0.0, 0.0), add, (axis,))
+    return num, den[..., 0]
 
 
 def per_shard(fn, mesh=None):

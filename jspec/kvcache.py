@@ -4,7 +4,7 @@ Everything is stored in the rotated basis (keys after RoPE and R_K, values after
 the layout; both attention paths and the kernel wrapper ask it rather than repeat it. Per layer:
 - the BF16 window, one buffer for keys and one for values, [B, H, S + W, D]: first the S *pinned*
   slots (slot p holds position p for good), then the W *ring* slots (position p >= S in slot
-  S + p mod W, so the ring holds the latest W positions; ring_positions says which). In "int2" mode the
+  S + p mod W, so the ring holds the latest W positions; window_positions says which). In "int2" mode the
   pinned slots are the attention sink (S = kv.sink) and W = kv.recent. In "bf16" mode every position
   is pinned (S = the capacity, rounded up to ALIGN) and there is no ring and no history: one
   structure, one code path, and the attention rule reads every key in BF16.
@@ -69,12 +69,16 @@ class LayerKV:
         S, W = self.pinned_slots, self.ring_slots
         return pos if W == 0 else jnp.where(pos < S, pos, S + pos % W)
 
-    def ring_positions(self, length):
-        """[B, W]: the position held by ring slot S + j once length[b] tokens are committed: the latest
+    def window_positions(self, length):
+        """[B, S + W]: the position each window slot holds once length[b] tokens are committed: p for
+        pinned slot p (whether p < length is the caller's business), and for ring slot S + j the latest
         p < length with p = j mod W (it may be < S or negative: then the slot holds no ring position)."""
-        W = self.ring_slots
+        S, W = self.pinned_slots, self.ring_slots
+        x = jnp.arange(S + W)
+        if W == 0:
+            return jnp.broadcast_to(x, (length.shape[0], S))
         last = length[:, None] - 1
-        return last - jnp.mod(last - jnp.arange(W), W)
+        return jnp.where(x < S, x, last - jnp.mod(last - (x - S), W))
 
     def parts(self) -> dict:
         """Named views for inspection: pinned_k/v [B, H, S, D], ring_k/v [B, H, W, D] (position p >= S
@@ -178,14 +182,20 @@ _commit_layer = jax.jit(commit_layer, static_argnames=("kv",))
 
 def quantize_kv(k, v, kv: KVConfig, scale_dtype):
     """Keys and values [.., H, D] coded together: codes [.., H, 2, D/4] and qparams [.., H, 4, D/G], their
-    planes in the order of CODE_PLANES and QPARAM_PLANES."""
-    rows, clips = dict(k=k, v=v), dict(k=kv.clip_k, v=kv.clip_v)
-    x = jnp.stack([rows[kind] for kind in CODE_PLANES], axis=-2)  # [.., H, 2, D]
+    planes in the order of CODE_PLANES and QPARAM_PLANES.
+
+    Planes are put side by side with selects, not stacks (the same values): a select is elementwise and
+    fuses into the reductions and writes that read it, where XLA:GPU tends to give a concatenation a kernel
+    of its own (benchmarks/results/profile_s6.json: 8 concatenate kernels per layer).
+    """
+    clips = dict(k=kv.clip_k, v=kv.clip_v)
+    is_k = (jnp.arange(2) == 0)[:, None]  # [2, 1]: CODE_PLANES is (k, v), and QPARAM_PLANES (k, v) x (scale, zero)
+    x = jnp.where(is_k, k[..., None, :], v[..., None, :])  # [.., H, 2, D]
     codes, scale, zero = quant.quantize(x, kv.group(x.shape[-1]), tuple(clips[kind] for kind in CODE_PLANES),
                                         scale_dtype)
-    named = {f"{what}_{kind}": y[..., code_plane(kind), :]
-             for what, y in (("scale", scale), ("zero", zero)) for kind in CODE_PLANES}
-    return codes, jnp.stack([named[name] for name in QPARAM_PLANES], axis=-2)
+    is_scale = jnp.asarray([True, False])[:, None]  # [2 (scale, zero), 1]
+    qparams = jnp.where(is_scale, scale[..., None, :], zero[..., None, :])  # [.., H, 2 (kind), 2, D/G]
+    return codes, qparams.reshape(*qparams.shape[:-3], 4, qparams.shape[-1])
 
 
 def _dequantize_kv(codes, qparams, dtype, plane_axis: int):

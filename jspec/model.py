@@ -64,18 +64,33 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
     return np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
 
 
-def apply_rope(x, pos, inv_freq):
-    """x [B, n, ..., D] at positions pos [B, n]; HF's rotate-half convention."""
-    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, n, D/2]
-    ang = ang.reshape(*ang.shape[:2], *(1,) * (x.ndim - 3), -1)  # broadcast over the head axes
-    cos, sin = jnp.cos(ang), jnp.sin(ang)
-    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x.dtype)
+def rope_tables(cfg: ModelConfig, pos):
+    """(cos, sin) [B, n, D] f32 at positions pos [B, n] for apply_rope; sin carries rotate-half's sign."""
+    inv_freq = rope_frequencies(cfg)
+    D = cfg.head_dim
+    freq = np.concatenate([inv_freq, inv_freq])  # [D]: both halves turn at the same frequencies
+    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(freq, jnp.float32)  # [B, n, D]
+    sign = np.where(np.arange(D) < D // 2, -1.0, 1.0)
+    return jnp.cos(ang), jnp.sin(ang) * jnp.asarray(sign, jnp.float32)
 
 
-def qkv(lp: Layer, cfg: ModelConfig, h, pos):
+def apply_rope(x, cos, sin):
+    """x [B, n, ..., D] with rope_tables' cos, sin [B, n, D]; HF's rotate-half convention.
+
+    As x * cos + swap(x) * sin over the whole row (swap exchanges the halves): the same products and sums
+    as [x1 cos - x2 sin, x2 cos + x1 sin], without a concatenation, so it fuses with what reads it.
+    """
+    D = x.shape[-1]
+    cos, sin = (t.reshape(*t.shape[:2], *(1,) * (x.ndim - 3), D) for t in (cos, sin))  # over the head axes
+    xf = x.astype(jnp.float32)
+    swapped = jnp.flip(xf.reshape(*x.shape[:-1], 2, D // 2), axis=-2).reshape(x.shape)
+    return (xf * cos + swapped * sin).astype(x.dtype)
+
+
+def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
     """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
     layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
+    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
 
     The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
     """
@@ -86,11 +101,26 @@ def qkv(lp: Layer, cfg: ModelConfig, h, pos):
         y = y + lp.bqkv
     qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
     if lp.q_norm is not None:
-        qk = rms_norm(qk, jnp.concatenate([jnp.broadcast_to(lp.q_norm, (g, D)), lp.k_norm[None]]), cfg.rms_eps)
-    qk = apply_rope(qk, pos, rope_frequencies(cfg))
+        w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
+        qk = rms_norm(qk, w, cfg.rms_eps)
+    qk = apply_rope(qk, *(rope if rope is not None else rope_tables(cfg, pos)))
     if lp.rot_k is not None:
-        qk = jnp.einsum("bnhjd,hde->bnhje", qk, lp.rot_k.astype(qk.dtype))
+        qk = rotate(qk, lp.rot_k)
     return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
+
+
+# Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
+# and a sum, which XLA fuses with RoPE before it into one small kernel; more tokens (prefill) take a GEMM.
+SMALL_ROTATE = 32
+
+
+def rotate(x, rot):
+    """x [B, n, Hkv, j, D] @ rot [Hkv, D, D] per KV head, in x.dtype (f32 accumulation either way)."""
+    B, n = x.shape[:2]
+    if B * n > SMALL_ROTATE:
+        return jnp.einsum("bnhjd,hde->bnhje", x, rot.astype(x.dtype))
+    prod = x.astype(jnp.float32)[..., :, None] * rot.astype(jnp.float32)[:, None]  # [B, n, Hkv, j, D, D]
+    return prod.sum(-2).astype(x.dtype)
 
 
 def mlp(lp: Layer, x):
@@ -118,12 +148,15 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     pos = length[:, None] + jnp.arange(n)  # [B, n]
     kv = cache.kv if cache is not None else None
     x = params.embed[tokens]
+    # One pair of tables for all layers, kept apart by the barrier: each layer's RoPE is then a few
+    # multiplies that fuse into what reads them (R_K), not sines and cosines of its own.
+    rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
     new_k, new_v, tapped = [], [], {}
     for i, lp in enumerate(params.layers):
         tapped[i] = x
         with jax.named_scope(f"layer{i}"):
             layer_cache = cache.layers[i] if cache is not None else None
-            x, k, v = _block(lp, x, pos, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
+            x, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
             new_k.append(k)
             new_v.append(v)
     tapped[len(params.layers)] = x
@@ -134,11 +167,12 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     return logits, (new_k, new_v), features
 
 
-def block(lp: Layer, x, pos, layer_cache, length, *, cfg: ModelConfig, kv, attn_impl: str):
-    """One decoder layer over x [B, n, E] at positions pos [B, n] -> (x, its new k and v rows)."""
+def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv, attn_impl: str):
+    """One decoder layer over x [B, n, E] at positions pos [B, n] (rope: their rope_tables) -> (x, its new
+    k and v rows)."""
     B, n, _ = x.shape
     h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
-    q, k, v = qkv(lp, cfg, h, pos)
+    q, k, v = qkv(lp, cfg, h, pos, rope)
     o = attend(q, k, v, layer_cache, length, kv, attn_impl)
     x = x + o.reshape(B, n, -1) @ lp.wo
     x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))

@@ -10,6 +10,7 @@ q.k as four small dots without any interleaving.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -19,13 +20,19 @@ def clip_rows(x, ratio):
 
     ratio: a float, or one per plane of axis -2 (keys and values stacked: (clip_k, clip_v)).
     """
+    idx = _clip_index(ratio, x.shape[-1])
+    if idx is None:
+        return x
+    thr = jnp.where(idx >= 0, order_statistic(jnp.abs(x), idx), jnp.inf)
+    return jnp.clip(x, -thr, thr)
+
+
+def _clip_index(ratio, D: int):
+    """The clip quantile's index into the sorted row ([1] or [P, 1]; -1 where disabled), None if all are."""
     ratio = np.asarray(ratio, np.float64)[..., None]  # [1] or [P, 1]: against x.shape[:-1] + (1,)
     if (ratio <= 0).all():
-        return x
-    D = x.shape[-1]
-    idx = np.minimum((ratio * D).astype(np.int32), D - 1)
-    thr = jnp.where(ratio > 0, order_statistic(jnp.abs(x), idx), jnp.inf)
-    return jnp.clip(x, -thr, thr)
+        return None
+    return np.where(ratio > 0, np.minimum((ratio * D).astype(np.int32), D - 1), -1)
 
 
 # Rows up to which order_statistic counts ranks instead of sorting (decode and verification sizes).
@@ -36,15 +43,40 @@ def order_statistic(a, idx):
     """sort(a)[..., idx] as [..., 1], idx broadcastable to a.shape[:-1] + (1,).
 
     Few rows (decode, verification): by counting ranks, a D x D compare-and-sum that XLA fuses into one
-    reduction, where a sort is kernels of its own. The value with lt <= idx < le, lt and le counting the
-    entries < and <= it, is exactly the sorted one. Many rows (prefill): a sort.
+    reduction, where a sort is kernels of its own. sort(a)[idx] is exactly the least entry with more than
+    idx entries <= it: any smaller entry has at most idx. Many rows (prefill): a sort.
     """
     if a.size // a.shape[-1] > RANK_ROWS:
         return jnp.take_along_axis(jnp.sort(a, axis=-1), jnp.broadcast_to(idx, a.shape[:-1] + (1,)), axis=-1)
-    lt = (a[..., None, :] < a[..., :, None]).sum(-1, dtype=jnp.int32)  # [..., D]
-    le = (a[..., None, :] <= a[..., :, None]).sum(-1, dtype=jnp.int32)
-    hit = (lt <= idx) & (idx < le)
-    return jnp.max(jnp.where(hit, a, -jnp.inf), axis=-1, keepdims=True)
+    return jnp.min(_rank_candidates(a, idx), axis=-1, keepdims=True)
+
+
+def _rank_candidates(a, idx):
+    """a where more than idx entries of its row are <= it, else inf: the row's minimum is sort(a)[idx]."""
+    le = (a[..., None, :] <= a[..., :, None]).sum(-1, dtype=jnp.int32)  # [..., D]
+    return jnp.where(le > idx, a, jnp.inf)
+
+
+def _threshold_and_range(x, group: int, ratio):
+    """(thr [..., 1] of clip_rows, or None when no plane clips; min and max [..., D/G] of each unclipped
+    group). Clipping is monotone, so clipping these extremes gives the clipped group's.
+
+    With ranks counted and one group per row, the threshold's last reduction and the extremes are one
+    variadic reduction over the row (one kernel), which reads x and needs nothing after the rank count.
+    """
+    D = x.shape[-1]
+    xg = x.reshape(*x.shape[:-1], D // group, group)  # [..., D/G, G]
+    idx = _clip_index(ratio, D)
+    if idx is None:
+        return None, xg.min(-1), xg.max(-1)
+    if x.size // D > RANK_ROWS or group != D:
+        thr = jnp.where(idx >= 0, order_statistic(jnp.abs(x), idx), jnp.inf)
+        return thr, xg.min(-1), xg.max(-1)
+    inf = jnp.asarray(jnp.inf, x.dtype)
+    min_min_max = lambda p, q: (jnp.minimum(p[0], q[0]), jnp.minimum(p[1], q[1]), jnp.maximum(p[2], q[2]))
+    thr, mn, mx = jax.lax.reduce((_rank_candidates(jnp.abs(x), idx), x, x), (inf, inf, -inf), min_min_max,
+                                  (x.ndim - 1,))
+    return jnp.where(idx >= 0, thr[..., None], jnp.inf), mn[..., None], mx[..., None]
 
 
 def pack(codes):
@@ -56,8 +88,9 @@ def pack(codes):
 
 def unpack(packed):
     """[..., D/4] uint8 -> [..., D] codes (uint8 in [0, 3])."""
-    quarters = [(packed >> (2 * i)) & 3 for i in range(4)]
-    return jnp.concatenate(quarters, axis=-1)
+    shifts = jnp.arange(0, 8, 2, dtype=packed.dtype)[:, None]  # quarter i: bits 2i..2i+1
+    quarters = (packed[..., None, :] >> shifts) & 3  # [..., 4, D/4]: a broadcast, not a concatenation
+    return quarters.reshape(*packed.shape[:-1], 4 * packed.shape[-1])
 
 
 def quantize(x, group: int, clip_ratio=0.0, scale_dtype=jnp.bfloat16):
@@ -68,9 +101,12 @@ def quantize(x, group: int, clip_ratio=0.0, scale_dtype=jnp.bfloat16):
     scale_dtype; codes are computed against the stored values so that dequantize is exact to them.
     """
     D = x.shape[-1]
-    x = clip_rows(x.astype(jnp.float32), clip_ratio)
+    x = x.astype(jnp.float32)
+    thr, mn, mx = _threshold_and_range(x, group, clip_ratio)
     xg = x.reshape(*x.shape[:-1], D // group, group)  # [..., D/G, G]
-    mn, mx = xg.min(-1), xg.max(-1)
+    if thr is not None:
+        xg = jnp.clip(xg, -thr[..., None], thr[..., None])
+        mn, mx = jnp.clip(mn, -thr, thr), jnp.clip(mx, -thr, thr)
     scale = (jnp.maximum(mx - mn, 1e-8) / 3).astype(scale_dtype)
     zero = (-mn / scale.astype(jnp.float32)).astype(scale_dtype)
     s, z = scale.astype(jnp.float32)[..., None], zero.astype(jnp.float32)[..., None]
