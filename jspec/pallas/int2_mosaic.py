@@ -428,6 +428,48 @@ def _asm(types, args, asm, constraints, side_effects=False):
     return [llvm.extractvalue(t, st, [k]) for k, t in enumerate(types)]
 
 
+def _range_masked(s, tok, lo, hi, ninf):
+    """The per-warp bodies' scores s (rows g, g + 8 x columns 2c, 2c + 1, flat) with ninf where the row's
+    token tok[row half] is outside the column's range [lo, hi)."""
+    out = []
+    for hr in range(2):
+        for e in range(2):
+            ok = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, tok[hr], lo[e]),
+                            arith.cmpf(arith.CmpFPredicate.OLT, tok[hr], hi[e]))
+            out.append(arith.select(ok, s[2 * hr + e], ninf))
+    return out
+
+
+def _lazy_max(s, tau, state):
+    """The per-warp bodies' lazy maximum, one warp vote per block. state = [m0, m1, *rest]: the reference
+    maxima of this thread's two columns, then values kept against them (alternating between the columns).
+    When a score of s [row half][column] passes its reference by more than tau anywhere in the warp, the
+    maxima move to the warp's running maxima and rest is scaled by exp2(old - new); else state is kept."""
+    i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
+    mref = state[:2]
+    over = None
+    for hr in range(2):
+        for e in range(2):
+            o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], arith.addf(mref[e], tau))
+            over = o if over is None else arith.ori(over, o)
+    vote = _asm([i32], [arith.extui(i32, over)],
+                "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
+                "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
+
+    def rescale():
+        new_m = []
+        for e in range(2):
+            bm = arith.maximumf(s[0][e], s[1][e])
+            for d in (4, 8, 16):
+                bm = arith.maximumf(bm, mu.shfl_bfly(bm, d))
+            new_m.append(arith.maximumf(mref[e], bm))
+        alpha = [_asm([f32], [arith.subf(mref[e], new_m[e])], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
+                 for e in range(2)]
+        return new_m + [arith.mulf(v, alpha[k % 2]) for k, v in enumerate(state[2:])]
+
+    return _if(arith.cmpi(arith.CmpIPredicate.ne, vote, _c(0)), rescale, state)
+
+
 def _if(cond, then, vals):
     """scf.if: then() when cond (warp-uniform i1) else vals."""
     from jax._src.lib.mlir.dialects import scf
@@ -564,43 +606,14 @@ def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l
                 s = [[mul(ks[hr], sub(sub(s4[2 * hr + e], cq[e]), mul(kz[hr], cs[e]))) for e in range(2)]
                      for hr in range(2)]
 
-                def masked(s=s, nt=nt):
-                    clo, chi = col["lo"][nt][0], col["hi"][nt][0]
-                    out = []
-                    for hr in range(2):
-                        for e in range(2):
-                            ok = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, tok_v[hr], clo[e]),
-                                            arith.cmpf(arith.CmpFPredicate.OLT, tok_v[hr], chi[e]))
-                            out.append(arith.select(ok, s[hr][e], ninf))
-                    return out
-
-                flat = _if(inner, lambda s=s: [s[0][0], s[0][1], s[1][0], s[1][1]], masked())
+                flat = [s[0][0], s[0][1], s[1][0], s[1][1]]
+                flat = _if(inner, lambda flat=flat: flat,
+                           _range_masked(flat, tok_v, col["lo"][nt][0], col["hi"][nt][0], ninf))
                 s = [[flat[0], flat[1]], [flat[2], flat[3]]]
                 mref = m_v[nt][0]
-                over = None
-                for hr in range(2):
-                    for e in range(2):
-                        o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], add(mref[e], tau))
-                        over = o if over is None else arith.ori(over, o)
-                vote = _asm([i32], [arith.extui(i32, over)],
-                            "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
-                            "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
-                rescale = arith.cmpi(arith.CmpIPredicate.ne, vote, _c(0))
-                state = [mref[0], mref[1], *[x for hr in range(2) for x in (*l_v[nt][hr], *w_v[nt][hr], *z_v[nt][hr])],
-                         *[x for mt in range(MT) for hr in range(2) for x in acc_v[mt][nt][hr]]]
-
-                def do_rescale(s=s, mref=mref, state=state):
-                    new_m = []
-                    for e in range(2):
-                        bm = arith.maximumf(s[0][e], s[1][e])
-                        for d in (4, 8, 16):
-                            bm = arith.maximumf(bm, mu.shfl_bfly(bm, d))
-                        new_m.append(arith.maximumf(mref[e], bm))
-                    alpha = [ex2(sub(mref[e], new_m[e])) for e in range(2)]
-                    rest = state[2:]
-                    return new_m + [mul(v, alpha[k % 2]) for k, v in enumerate(rest)]
-
-                state = _if(rescale, do_rescale, state)
+                state = _lazy_max(s, tau, [mref[0], mref[1], *[x for hr in range(2) for x in (
+                    *l_v[nt][hr], *w_v[nt][hr], *z_v[nt][hr])], *[x for mt in range(MT) for hr in range(2)
+                                                                 for x in acc_v[mt][nt][hr]]])
                 mref = state[0:2]
                 m_v[nt] = [mref, mref]
                 k = 2

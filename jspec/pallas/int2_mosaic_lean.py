@@ -96,30 +96,32 @@ def value_slots(D: int):
 def _keys(base, rows, c, D: int):
     """Key codes of this thread's token rows (g, g + 8) -> {(column tile, row half): f16x2} (key_slots)."""
     kregs = {}
+    for hr, u, x in _key_words(base, rows, c, D):
+        for q, y in enumerate((x, arith.shrui(x, im._c(8)))):
+            for i in range(4):
+                kregs[8 * u + 2 * i + q, hr] = im._andor(y, 0x00030003 << (2 * i), _F16_MAGIC)
+    return kregs
+
+
+def _key_words(base, rows, c, D: int):
+    """(row half, word u, the u-th code word of this thread) for its token rows (g, g + 8), from shared memory."""
     for hr in range(2):
         addr = arith.addi(base, arith.addi(arith.muli(rows[hr], im._c(D // 4)), arith.muli(c, im._c(D // 16))))
         nw = D // 64
         asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
         for u, x in enumerate(im._asm_load(addr, nw, asm)):
-            for q, y in enumerate((x, arith.shrui(x, im._c(8)))):
-                for i in range(4):
-                    kregs[8 * u + 2 * i + q, hr] = im._andor(y, 0x00030003 << (2 * i), _F16_MAGIC)
-    return kregs
+            yield hr, u, x
 
 
 def _keys_s8(base, rows, c, D: int):
     """Key codes of this thread's token rows -> {(chunk kc, half hf, row half): u8x4} (imma_slots): each
     word (shifted by IMMA_SHIFT) masked per plane."""
     kregs = {}
-    for hr in range(2):
-        addr = arith.addi(base, arith.addi(arith.muli(rows[hr], im._c(D // 4)), arith.muli(c, im._c(D // 16))))
-        nw = D // 64
-        asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
-        for u, x in enumerate(im._asm_load(addr, nw, asm)):
-            src = {0: x, 4: arith.shrui(x, im._c(4))}
-            for i in range(4):
-                kc, hf = (i, u) if D == 128 else (i // 2, i % 2)
-                kregs[kc, hf, hr] = arith.andi(src[IMMA_SHIFT[i]], im._c(0x03030303 << (2 * i - IMMA_SHIFT[i])))
+    for hr, u, x in _key_words(base, rows, c, D):
+        src = {0: x, 4: arith.shrui(x, im._c(4))}
+        for i in range(4):
+            kc, hf = (i, u) if D == 128 else (i // 2, i % 2)
+            kregs[kc, hf, hr] = arith.andi(src[IMMA_SHIFT[i]], im._c(0x03030303 << (2 * i - IMMA_SHIFT[i])))
     return kregs
 
 
@@ -247,42 +249,12 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
                     s4 = [add(x, y) for x, y in zip(*chains)]
                 s = [mul(ks[hr], sub(s4[2 * hr + e], mul(kz[hr], cs[e]))) for hr in range(2) for e in range(2)]
 
-                def masked(s=s, nt=nt, tok_v=tok_v):  # inside the edge branch: interior blocks skip it
-                    clo, chi = col["lo"][nt][0], col["hi"][nt][0]
-                    out = []
-                    for hr in range(2):
-                        for e in range(2):
-                            ok = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, tok_v[hr], clo[e]),
-                                            arith.cmpf(arith.CmpFPredicate.OLT, tok_v[hr], chi[e]))
-                            out.append(arith.select(ok, s[2 * hr + e], ninf))
-                    return out
-
-                flat = im._if(edge, masked, s)
+                flat = im._if(edge, lambda s=s, nt=nt, tok_v=tok_v: im._range_masked(  # interior blocks skip it
+                    s, tok_v, col["lo"][nt][0], col["hi"][nt][0], ninf), s)
                 s = [[flat[0], flat[1]], [flat[2], flat[3]]]
                 mref = m_v[nt][0]
-                over = None
-                for hr in range(2):
-                    for e in range(2):
-                        o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], add(mref[e], tau))
-                        over = o if over is None else arith.ori(over, o)
-                vote = im._asm([i32], [arith.extui(i32, over)],
-                               "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
-                               "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
-                rescale = arith.cmpi(arith.CmpIPredicate.ne, vote, im._c(0))
-                state = [mref[0], mref[1], *l_v[nt][0], *l_v[nt][1],
-                         *[x for mt in range(MT + XT) for hr in range(2) for x in acc_v[mt][nt][hr]]]
-
-                def do_rescale(s=s, mref=mref, state=state):
-                    new_m = []
-                    for e in range(2):
-                        bm = arith.maximumf(s[0][e], s[1][e])
-                        for d in (4, 8, 16):
-                            bm = arith.maximumf(bm, mu.shfl_bfly(bm, d))
-                        new_m.append(arith.maximumf(mref[e], bm))
-                    alpha = [ex2(sub(mref[e], new_m[e])) for e in range(2)]
-                    return new_m + [mul(v, alpha[k % 2]) for k, v in enumerate(state[2:])]
-
-                state = im._if(rescale, do_rescale, state)
+                state = im._lazy_max(s, tau, [mref[0], mref[1], *l_v[nt][0], *l_v[nt][1], *[
+                    x for mt in range(MT + XT) for hr in range(2) for x in acc_v[mt][nt][hr]]])
                 mref = state[0:2]
                 m_v[nt] = [mref, mref]
                 l_v[nt] = [state[2:4], state[4:6]]
