@@ -59,7 +59,7 @@ def key(args) -> str:
 
 def compiled(jitted, *args):
     """jitted compiled for args: read from the store when it holds the program (no trace, no lower),
-    else lowered, compiled and kept there. Without a store (JAX's cache off), compiled as usual."""
+    else lowered, compiled and kept there. Without a store (JAX's cache off, or not a GPU), compiled as usual."""
     where = directory()
     if where is None:
         return jitted.lower(*args).compile()
