@@ -23,9 +23,8 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
-from jspec import head, kvcache, ngram, sampling, speculative
+from jspec import head, kvcache, ngram, sampling, speculative, struct
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 from jspec.head import HeadConfig, HeadParams

@@ -16,7 +16,11 @@ import threading
 import time
 from pathlib import Path
 
-from jspec.config import ATTENTION_IMPLS, MAX_LOOKAHEAD, GenerateConfig, KVConfig, SamplingConfig
+# The CLI takes GPU memory as it needs it: preallocating most of an H200, as JAX does by default, costs about
+# a second of every start-up (benchmarks/RESULTS.md, session 9). Set the variable to "true" to preallocate.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+from jspec.config import ATTENTION_IMPLS, MAX_LOOKAHEAD, GenerateConfig, KVConfig, SamplingConfig  # noqa: E402
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
 CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

@@ -25,8 +25,8 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
+from jspec import struct
 from jspec.attention import attend
 from jspec.config import ConfigError, ModelConfig
 from jspec.kvcache import KVCache

@@ -23,9 +23,8 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-from flax import struct
 
-from jspec import quant
+from jspec import quant, struct
 from jspec.config import ConfigError, KVConfig, ModelConfig
 
 # BF16-mode windows are rounded up to a multiple of this: XLA pads the attention matmul's contracting

@@ -12,8 +12,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
+from jspec import struct
 from jspec.attention import attend
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache

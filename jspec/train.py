@@ -37,11 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
-from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm import tqdm
 
-from jspec import data
+from jspec import data, struct
 from jspec.checkpoint import load_model, load_tokenizer, save_hf
 from jspec.config import ModelConfig
 from jspec.model import Params, forward, init_params
