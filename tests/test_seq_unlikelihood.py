@@ -42,9 +42,9 @@ def test_ngram_mask_marks_the_completing_token_of_long_repeats_only():
     assert np.flatnonzero(su.repetition_mask(np.asarray([10, 11] * 4), PIECES, ngram=4)).tolist() == [5, 6, 7]
 
 
-def _p(params, seqs, t):
-    logits, _ = forward(params, TINY, seqs[:, :t])
-    return jax.nn.softmax(logits[:, -1], -1)[np.arange(len(seqs)), seqs[:, t]]
+@jax.jit
+def _full(params, tokens):
+    return forward(params, TINY, tokens)[0]
 
 
 def test_loss_is_zero_without_candidates_and_a_step_lowers_the_candidates():
@@ -53,21 +53,22 @@ def test_loss_is_zero_without_candidates_and_a_step_lowers_the_candidates():
     none = jnp.zeros(seqs.shape, bool)
     assert float(su.seq_loss(params, TINY, seqs, none, 4)) == 0.0
     mask = none.at[:, 10].set(True)
-    loss, grads = jax.value_and_grad(su.seq_loss)(params, TINY, seqs, mask, 4)
+    loss, grads = jax.jit(jax.value_and_grad(su.seq_loss), static_argnums=(1, 4))(params, TINY, seqs, mask, 4)
     assert float(loss) > 0
     stepped = jax.tree.map(lambda p, g: p - 1.0 * g, params, grads)
-    assert np.all(np.asarray(_p(stepped, seqs, 10)) < np.asarray(_p(params, seqs, 10)))
+    p = lambda params: np.asarray(jax.nn.softmax(_full(params, seqs)[:, 9], -1))[[0, 1], np.asarray(seqs[:, 10])]
+    assert np.all(p(stepped) < p(params))
 
 
 def test_continuations_equal_stepwise_greedy_of_the_full_forward():
     params = init_params(TINY, jax.random.key(1), jnp.float32, std=0.2)
     prompts = np.random.default_rng(1).integers(1, 64, (3, 5)).astype(np.int32)
     got = np.asarray(su.greedy_continuations(params, TINY, jnp.asarray(prompts), 8))
-    want = prompts
-    for _ in range(8):
-        logits, _ = forward(params, TINY, jnp.asarray(want))
-        want = np.concatenate([want, np.asarray(logits[:, -1].argmax(-1))[:, None]], 1)
+    want = np.concatenate([prompts, np.zeros((3, 8), np.int32)], 1)
+    for t in range(5, 13):  # causal: the zeros after position t - 1 do not change its logits
+        want[:, t] = np.asarray(_full(params, jnp.asarray(want)))[:, t - 1].argmax(-1)
     np.testing.assert_array_equal(got, want)
+    assert len(np.unique(got[:, 5:])) > 1  # not a degenerate constant model
 
 
 def test_line_prompts_end_at_a_line_end_and_start_with_bos():
@@ -82,20 +83,35 @@ class _Pieces:
         return "".join(PIECES[i] for i in ids)
 
 
-def test_training_with_sequl_logs_evals_and_exports_an_admissible_step(tmp_path):
-    sc = su.SeqULConfig(prefixes=2, prompt_len=4, new_tokens=6, ngram=3, eval_prompts=2, slack=0.5)
-    tc = train.TrainConfig(steps=2, batch=2, seq_len=16, warmup=1, eval_every=2, save_every=2, eval_windows=2,
-                           unlikelihood=0.5, sequl=sc)
+SC = su.SeqULConfig(prefixes=2, prompt_len=4, new_tokens=6, ngram=3, eval_prompts=2, slack=0.5)
+TC = train.TrainConfig(steps=2, batch=2, seq_len=16, warmup=1, eval_every=2, save_every=2, eval_windows=2,
+                       unlikelihood=0.5, sequl=SC)
+
+
+def _streams():
     rng = np.random.default_rng(0)
-    stream, val = rng.integers(1, 10, 512).astype(np.uint16), rng.integers(1, 10, 64).astype(np.uint16)
-    seq = su.SeqUL.create(TINY, sc, _Pieces(), stream, tmp_path)
-    state = train.train(TINY, tc, tmp_path, stream, val, seq=seq)
+    return rng.integers(1, 10, 512).astype(np.uint16), rng.integers(1, 10, 64).astype(np.uint16)
+
+
+def test_training_with_sequl_logs_evals_and_exports_an_admissible_step(tmp_path):
+    stream, val = _streams()
+    seq = su.SeqUL.create(TINY, SC, _Pieces(), stream, tmp_path)
+    state = train.train(TINY, TC, tmp_path, stream, val, seq=seq)
     evals = json.loads((tmp_path / "sequl_evals.json").read_text())
     assert [e["step"] for e in evals] == [0, 2] and evals[0]["admissible"]
     best = [e for e in evals if e["step"] == int(state.best_step)][0]
     assert best["admissible"] and float(state.best_val) == best["repetition"]
     assert all(e["repetition"] >= best["repetition"] for e in evals if e["admissible"])
-    # resumed with one more step: the evaluations go on from the log, not from a new step 0
-    seq = su.SeqUL.create(TINY, sc, _Pieces(), stream, tmp_path)
-    train.train(TINY, dataclasses.replace(tc, steps=3), tmp_path, stream, val, seq=seq)
-    assert [e["step"] for e in json.loads((tmp_path / "sequl_evals.json").read_text())] == [0, 2, 3]
+
+
+def test_a_resumed_run_keeps_the_logged_reference_and_redoes_later_evals(tmp_path):
+    # As after a restart from the step-0 checkpoint: the log holds step 0 (the reference) and a step 5
+    # evaluated after that checkpoint; no step-0 evaluation again, step 5 dropped, the slack from step 0.
+    stream, val = _streams()
+    logged = [{"step": 0, "val": 1e-3, "repetition": 0.9, "admissible": True},
+              {"step": 5, "val": 1e-3, "repetition": 0.1, "admissible": True}]
+    (tmp_path / "sequl_evals.json").write_text(json.dumps(logged))
+    seq = su.SeqUL.create(TINY, SC, _Pieces(), stream, tmp_path)
+    train.train(TINY, dataclasses.replace(TC, steps=1), tmp_path, stream, val, seq=seq)
+    evals = json.loads((tmp_path / "sequl_evals.json").read_text())
+    assert [e["step"] for e in evals] == [0, 1] and not evals[1]["admissible"]  # val >> 1.5 x 1e-3
