@@ -83,6 +83,7 @@ DRAFT = ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=
 # Smoke shapes for CPU runs of the whole pipeline (head_dim stays a power of two for the rotations).
 SMOKE = dataclasses.replace(TARGET, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2,
                             num_kv_heads=1, head_dim=32)
+SMOKE2 = dataclasses.replace(SMOKE, num_layers=2)  # two layers: an EAGLE-3 head's three taps (train_head)
 PRESETS = {
     "target": (TARGET, TrainConfig(steps=100_000, batch=32, lr=2e-3, warmup=200, eval_every=200)),
     "draft": (DRAFT, TrainConfig(steps=100_000, batch=32, lr=3e-3, warmup=200, eval_every=200)),
@@ -102,7 +103,7 @@ PRESETS = {
                                          sequl=SeqULConfig())),
     "smoke": (SMOKE, TrainConfig(steps=4, batch=2, seq_len=128, warmup=2, eval_every=2, save_every=2,
                                  eval_windows=4)),
-    "smoke-sequl": (SMOKE, TrainConfig(steps=4, batch=2, seq_len=128, warmup=2, eval_every=2, save_every=2,
+    "smoke-sequl": (SMOKE2, TrainConfig(steps=4, batch=2, seq_len=128, warmup=2, eval_every=2, save_every=2,
                                        eval_windows=4, unlikelihood=0.5,
                                        sequl=SeqULConfig(prefixes=2, prompt_len=16, new_tokens=16, ngram=4,
                                                          eval_prompts=2))),
