@@ -40,7 +40,7 @@ if [ "$SMOKE" = 1 ]; then
   CAL_ARGS="--tokens 2048 --seq-len 512"; KVQ_ARGS="--windows 1 --only none oscar"
   PQ_ARGS="--prompts 2 --new-tokens 16 --max-val-bytes 20000"
 else
-  DATA_END=70 TRAIN_END=270 DISTIL_END=420 HEAD_END=450 END_S=540 MARGIN=40 HEAD_MARGIN=20
+  DATA_END=70 TRAIN_END=270 DISTIL_END=420 HEAD_END=450 END_S=540 MARGIN=40 HEAD_MARGIN=30
   DATA_ARGS=""
   TARGET_PRESET=target-sequl DISTIL_PRESET=draft-distil HEAD_ARGS="--draft-vocab 4096 --intermediate-size 1152"
   CAL_ARGS="--tokens 131072 --seq-len 2048"; KVQ_ARGS="--windows 32"
