@@ -7,6 +7,8 @@
         --out runs/distil --export checkpoints/code-draft       # DistillSpec-style, on the target's distributions
     python -m jspec.train --preset target-continue --init checkpoints/code-target --out runs/target2 \
         --export runs/target2-hf                                 # round 2: continue a shipped target
+    python -m jspec.train --preset target-sequl --init checkpoints/code-target --out runs/target3 \
+        --export runs/target3-hf --time-budget 200              # round 3: jspec.seq_unlikelihood
     python -m jspec.train --eval-pair checkpoints/code-target checkpoints/code-draft
 
 Training is data-parallel over every visible device (CUDA_VISIBLE_DEVICES picks them): each batch is
