@@ -37,6 +37,7 @@ from jspec import data, train
 from jspec.checkpoint import load_model, load_tokenizer
 from jspec.config import GenerateConfig, KVConfig
 from jspec.model import forward
+from jspec.seq_unlikelihood import repeated_line_share
 
 SEQ_LEN = 2048
 PROMPT_TOKENS = 128
@@ -114,19 +115,6 @@ def prompt_ids(tok, text: str, length: int = PROMPT_TOKENS) -> list[int] | None:
     """`<|bos|>` + the last length - 1 tokens of text; None when text is shorter."""
     ids = tok.encode(text)[1:]
     return [tok.bos_token_id] + ids[-(length - 1):] if len(ids) >= length - 1 else None
-
-
-def repeated_line_share(continuations: list[str]) -> tuple[int, int]:
-    """(lines that repeat an earlier line of their continuation, non-blank lines), stripped, pooled."""
-    repeated = total = 0
-    for text in continuations:
-        seen = set()
-        for line in (s.strip() for s in text.split("\n")):
-            if line:
-                total += 1
-                repeated += line in seen
-                seen.add(line)
-    return repeated, total
 
 
 def measure_repetition(target: Path, prompts: list[str], new_tokens: int) -> dict:

@@ -7,6 +7,8 @@
         --out runs/distil --export checkpoints/code-draft       # DistillSpec-style, on the target's distributions
     python -m jspec.train --preset target-continue --init checkpoints/code-target --out runs/target2 \
         --export runs/target2-hf                                 # round 2: continue a shipped target
+    python -m jspec.train --preset target-sequl --init checkpoints/code-target --out runs/target3 \
+        --export runs/target3-hf --time-budget 200              # round 3: jspec.seq_unlikelihood
     python -m jspec.train --eval-pair checkpoints/code-target checkpoints/code-draft
 
 Training is data-parallel over every visible device (CUDA_VISIBLE_DEVICES picks them): each batch is
@@ -40,10 +42,11 @@ import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm import tqdm
 
-from jspec import data, struct
+from jspec import data, seq_unlikelihood, struct
 from jspec.checkpoint import load_model, load_tokenizer, save_hf
 from jspec.config import ModelConfig
 from jspec.model import Params, forward, init_params
+from jspec.seq_unlikelihood import SeqUL, SeqULConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,7 @@ class TrainConfig:
     eval_windows: int = 64  # validation windows (evenly spaced) each evaluation scores: bounded eval time
     unlikelihood: float = 0.0  # weight of the token-level unlikelihood term (training loss only)
     unlikelihood_window: int = 32  # its candidates: the input tokens of the last this many positions
+    sequl: SeqULConfig | None = None  # sequence-level unlikelihood on the model's own continuations
     seed: int = 0
 
 
@@ -81,6 +85,7 @@ DRAFT = ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=
 # Smoke shapes for CPU runs of the whole pipeline (head_dim stays a power of two for the rotations).
 SMOKE = dataclasses.replace(TARGET, hidden_size=64, intermediate_size=128, num_layers=1, num_heads=2,
                             num_kv_heads=1, head_dim=32)
+SMOKE2 = dataclasses.replace(SMOKE, num_layers=2)  # two layers: an EAGLE-3 head's three taps (train_head)
 PRESETS = {
     "target": (TARGET, TrainConfig(steps=100_000, batch=32, lr=2e-3, warmup=200, eval_every=200)),
     "draft": (DRAFT, TrainConfig(steps=100_000, batch=32, lr=3e-3, warmup=200, eval_every=200)),
@@ -91,8 +96,19 @@ PRESETS = {
     # what round 1 learned (the usual re-warming practice for continued pre-training).
     "target-continue": (TARGET, TrainConfig(steps=100_000, batch=64, lr=1e-3, min_lr_frac=0.05, warmup=100,
                                             eval_every=200)),
+    # Round 3: sequence-level unlikelihood from the round-2 target (--init), one GPU. Half round 1's
+    # corpus batch leaves step time for generating 32 continuations; a peak of 3e-4 (6x round 2's final
+    # rate, 30% of its peak) moves greedy behaviour within a few hundred steps, and the selection (lowest
+    # repetition within the slack on validation) guards against what it costs. Unlikelihood 0.5 as round 2.
+    "target-sequl": (TARGET, TrainConfig(steps=100_000, batch=16, lr=3e-4, warmup=20, eval_every=25,
+                                         save_every=100, eval_windows=32, unlikelihood=0.5,
+                                         sequl=SeqULConfig())),
     "smoke": (SMOKE, TrainConfig(steps=4, batch=2, seq_len=128, warmup=2, eval_every=2, save_every=2,
                                  eval_windows=4)),
+    "smoke-sequl": (SMOKE2, TrainConfig(steps=4, batch=2, seq_len=128, warmup=2, eval_every=2, save_every=2,
+                                       eval_windows=4, unlikelihood=0.5,
+                                       sequl=SeqULConfig(prefixes=2, prompt_len=16, new_tokens=16, ngram=4,
+                                                         eval_prompts=2))),
 }
 
 
@@ -173,13 +189,20 @@ def unlikelihood_losses(logits, windows, n: int):
 
 
 def make_train_step(cfg: ModelConfig, tx: optax.GradientTransformation, tcfg: ModelConfig | None = None,
-                    unlikelihood: float = 0.0, window: int = 32):
-    """step(state, windows, lr, teacher_params) -> (state, loss); teacher_params None without a teacher."""
+                    unlikelihood: float = 0.0, window: int = 32, sequl: SeqULConfig | None = None):
+    """step(state, windows, lr, teacher_params[, seqs, mask]) -> (state, loss); teacher_params None without
+    a teacher; with sequl, seqs and mask [B, T] are continuations and their candidates (SeqUL.batch)."""
 
-    def step(state: TrainState, windows, lr, tparams):
+    def objective(params, windows, tparams, seqs, mask):
         teacher = None if tcfg is None else (tcfg, tparams)
-        loss, grads = jax.value_and_grad(
-            lambda p: token_losses(p, cfg, windows, teacher, unlikelihood, window).mean())(state.params)
+        loss = token_losses(params, cfg, windows, teacher, unlikelihood, window).mean()
+        if sequl is None:
+            return loss
+        p16 = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+        return loss + sequl.weight * seq_unlikelihood.seq_loss(p16, cfg, seqs, mask, sequl.new_tokens)
+
+    def step(state: TrainState, windows, lr, tparams, seqs=None, mask=None):
+        loss, grads = jax.value_and_grad(objective)(state.params, windows, tparams, seqs, mask)
         hp = {**state.opt_state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)}
         opt_state = state.opt_state._replace(hyperparams=hp)
         updates, opt_state = tx.update(grads, opt_state, state.params)
@@ -264,10 +287,13 @@ def keep_best(state: TrainState, val: float) -> TrainState:
 
 
 def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.ndarray,
-          val_stream: np.ndarray, init: Params | None = None, teacher: tuple | None = None) -> TrainState:
+          val_stream: np.ndarray, init: Params | None = None, teacher: tuple | None = None,
+          seq: SeqUL | None = None) -> TrainState:
     """Trains until tc.steps or tc.time_budget, resuming from run_dir; returns the final state.
 
-    init: f32 params to start from instead of random ones; teacher: (cfg, bf16 params) to distil from."""
+    init: f32 params to start from instead of random ones; teacher: (cfg, bf16 params) to distil from;
+    seq (with tc.sequl): sequence-level unlikelihood each step, and the best params are those of
+    seq.score (the lowest repetition within the validation slack) instead of the lowest validation loss."""
     tx = make_optimizer(tc)
     mngr = checkpoint_manager(run_dir, tc)
     replicated, by_rows = data_parallel(tc.batch)
@@ -276,10 +302,19 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
     tparams = jax.device_put(tparams, replicated)
     if tc.unlikelihood and teacher:
         raise ValueError("unlikelihood training is for the cross-entropy loss, not for distillation")
-    train_step = make_train_step(cfg, tx, tcfg, tc.unlikelihood, tc.unlikelihood_window)
+    train_step = make_train_step(cfg, tx, tcfg, tc.unlikelihood, tc.unlikelihood_window, tc.sequl)
     eval_step = make_eval_step(cfg, tcfg, tc.unlikelihood, tc.unlikelihood_window)
     val_windows = spaced(data.eval_windows(val_stream, tc.seq_len), tc.eval_windows)
     step = int(state.step)
+
+    def assess(params, step) -> float:  # the selection score: lower is better
+        val = evaluate(eval_step, params, val_windows, tc.batch, tparams)
+        return val if seq is None else seq.score(params, step, val)
+
+    if seq is not None:
+        seq.evals = [e for e in seq.evals if e["step"] <= step]  # those after the checkpoint are redone
+        if not seq.evals:  # the starting model: the reference of the slack, and the fallback
+            state = keep_best(state, assess(state.params, step))
     start = time.perf_counter() - float(state.elapsed)
     bar = tqdm(total=tc.steps, initial=step, desc="train", dynamic_ncols=True)
     tick, tick_step = time.perf_counter(), step
@@ -287,7 +322,8 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
         rng = np.random.default_rng([tc.seed, step])  # a function of the step: resumes reproduce it
         windows = jax.device_put(data.sample_batch(train_stream, tc.batch, tc.seq_len, rng), by_rows)
         lr = learning_rate(tc, step, progress(tc, step, time.perf_counter() - start))
-        state, loss = train_step(state, windows, lr, tparams)
+        extra = () if seq is None else jax.device_put(seq.batch(state.params, tc.seed, step), by_rows)
+        state, loss = train_step(state, windows, lr, tparams, *extra)
         step += 1
         bar.update(1)
         if step % tc.log_every == 0:
@@ -297,15 +333,15 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
             tick, tick_step = now, step
         if step % tc.eval_every == 0:
-            val = evaluate(eval_step, state.params, val_windows, tc.batch, tparams)
-            bar.write(f"step {step}: val loss {val:.4f} (train {float(loss):.4f})")
+            val = assess(state.params, step)
+            bar.write(f"step {step}: {'repetition' if seq else 'val loss'} {val:.4f} (train {float(loss):.4f})")
             state = keep_best(state, val)
         if mngr.should_save(step):
             state = state.replace(elapsed=jnp.float32(time.perf_counter() - start))
             mngr.save(step, args=ocp.args.StandardSave(state))
     bar.close()
     if step % tc.eval_every:
-        state = keep_best(state, evaluate(eval_step, state.params, val_windows, tc.batch, tparams))
+        state = keep_best(state, assess(state.params, step))
     state = state.replace(elapsed=jnp.float32(time.perf_counter() - start))
     if mngr.latest_step() != step:
         mngr.save(step, args=ocp.args.StandardSave(state), force=True)
@@ -346,17 +382,23 @@ def run_preset(args) -> None:
                                        save_every=args.save_every, unlikelihood=args.unlikelihood).items()
                  if v is not None}
     tc = dataclasses.replace(tc, **overrides)
-    cfg = with_special_tokens(cfg, load_tokenizer(args.tokenizer))
+    tokenizer = load_tokenizer(args.tokenizer)
+    cfg = with_special_tokens(cfg, tokenizer)
     train_stream, val_stream = data.load_split(args.data, "train"), data.load_split(args.data, "val")
     init = load_model(args.init, jnp.float32, tokenizer=False)[1] if args.init else None
     teacher = load_model(args.teacher, jnp.bfloat16, tokenizer=False)[:2] if args.teacher else None
-    state = train(cfg, tc, args.out, train_stream, val_stream, init, teacher)
+    if tc.sequl and args.sequl_slack is not None:
+        tc = dataclasses.replace(tc, sequl=dataclasses.replace(tc.sequl, slack=args.sequl_slack))
+    seq = SeqUL.create(cfg, tc.sequl, tokenizer, train_stream, args.out) if tc.sequl else None
+    state = train(cfg, tc, args.out, train_stream, val_stream, init, teacher, seq)
     metrics = {"preset": args.preset, "teacher": str(args.teacher) if args.teacher else None, "params": param_count(state.params), "steps": int(state.step),
                "tokens": int(state.step) * tc.batch * tc.seq_len, "wall_s": float(state.elapsed),
                "best_val_loss": float(state.best_val), "best_step": int(state.best_step),
                "best_tokens": int(state.best_step) * tc.batch * tc.seq_len, "device": str(jax.devices()[0].device_kind),
                "devices": jax.device_count(),
                "train_config": dataclasses.asdict(tc)}
+    if seq:  # best_val_loss is then the selection score: the repetition of the exported params
+        metrics.update(selection="lowest repetition within the validation slack", evals=seq.evals)
     Path(args.out, "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics))
     if args.export:
@@ -380,6 +422,7 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-every", type=int)
     ap.add_argument("--save-every", type=int)
     ap.add_argument("--unlikelihood", type=float, help="weight of the token-level unlikelihood term (default 0: off)")
+    ap.add_argument("--sequl-slack", type=float, help="sequence-level presets: admissible validation slack")
     ap.add_argument("--eval-pair", nargs=2, type=Path, metavar=("TARGET", "DRAFT"),
                     help="print val loss/perplexity of two exported models and their greedy agreement")
     args = ap.parse_args(argv)

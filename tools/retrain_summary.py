@@ -58,7 +58,7 @@ def summary(new: Path) -> dict:
     rep = new / "issue18"
     old, tgt, pair = read(rep / "old_pair.json"), read(rep / "new_target.json"), read(rep / "new_pair.json")
     old_bpb, new_bpb = get(old, "bpb", "bpb"), get(tgt, "bpb", "bpb")
-    sizes = {name: dir_bytes(new / "checkpoints" / name) for name in ("code-target", "code-draft")}
+    sizes = {name: dir_bytes(new / "checkpoints" / name) for name in ("code-target", "code-draft", "code-head")}
     out = {
         "bpb": {"old": old_bpb, "new": new_bpb,
                 "reduction": 1 - new_bpb / old_bpb if old_bpb and new_bpb else None},
@@ -69,7 +69,7 @@ def summary(new: Path) -> dict:
         "kv_quality": kv_summary(read(rep / "kv_quality.json")),
         "checkpoint_bytes": sizes,
         "corpus": {k: v for k, v in read(rep / "corpus_meta.json").items() if k not in ("rejected_packages",)},
-        "training": {name: read(rep / f"{name}.json") for name in ("target_train", "draft_pretrain", "draft_distil")},
+        "training": {name: read(rep / f"{name}.json") for name in ("target_train", "draft_pretrain", "draft_distil", "head_train")},
         "packages_table": packages_table(read(rep / "corpus_meta.json")),
         "goals": GOALS,
         "reports": {name: read(rep / f"{name}.json") for name in ("old_pair", "new_target", "new_pair")},

@@ -1,4 +1,4 @@
-# Shared by tools/retrain_pair.sh and tools/retrain_pair2.sh (sourced first): the work folders and the
+# Shared by tools/retrain_pair{,2,3}.sh (sourced first): the work folders and the
 # environment, time-bounded stages and the pack into $OUT. The caller sets MARGIN (its milestones).
 # OUT, WORK, PY and SMOKE may come from the environment.
 START=$(date +%s)
