@@ -15,7 +15,10 @@ Continuations are generated on the device (greedy, BF16 KV cache: as the metric 
 are computed on the host from the decoded text, token by token. Checkpoint selection: every evaluation
 measures the repetition of greedy continuations of fixed train-split prompts (the goal is checked on
 validation prompts this never sees) beside the validation objective; the params exported are those of
-the lowest repetition whose validation objective is within `slack` of the starting model's.
+the lowest repetition whose validation objective is within `slack` of the starting model's and whose
+continuations are natural: their NLL per token under the starting model at most its validation
+objective, i.e. no less likely than held-out code. Without that guard, session 9's first GPU run
+escaped repetition into gibberish identifiers within 25 steps, at a validation cost inside the slack.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ class SeqULConfig:
     ngram: int = 12  # a repeated n-gram of this many tokens marks its last token
     eval_prompts: int = 32  # train-split prompts whose repetition selects the checkpoint
     slack: float = 0.06  # admissible: validation objective <= (1 + slack) x the starting model's
+    # admissible: the eval continuations' mean NLL per token under the starting model <= its validation
+    # objective: no less natural than held-out code (round 3's first run escaped repetition into gibberish)
+    natural: bool = True
 
 
 # ------------------------------------------------------------------------------------- candidates
@@ -147,6 +153,14 @@ def seq_loss(params16: Params, cfg: ModelConfig, seqs, mask, new_tokens: int):
     return jnp.sum(jnp.where(mask[:, 1:], ul, 0.0)) / (seqs.shape[0] * new_tokens)
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "prompt_len"))
+def continuation_nll(params16: Params, cfg: ModelConfig, seqs, prompt_len: int):
+    """Mean NLL (nats per token) of the continuations seqs[:, prompt_len:] under params16, in f32."""
+    logits, _ = forward(params16, cfg, seqs[:, :-1])
+    logp = jax.nn.log_softmax(logits[:, prompt_len - 1:].astype(jnp.float32), -1)
+    return -jnp.mean(jnp.take_along_axis(logp, seqs[:, prompt_len:, None], -1))
+
+
 # ------------------------------------------------------------------------------------ the host side
 
 
@@ -163,6 +177,7 @@ class SeqUL:
     ends: np.ndarray  # positions in stream whose token ends a line
     log_path: Path
     evals: list[dict] = dataclasses.field(default_factory=list)
+    reference: Params | None = None  # the starting model (bf16), which judges how natural continuations are
 
     @classmethod
     def create(cls, cfg: ModelConfig, sc: SeqULConfig, tokenizer, stream: np.ndarray, run_dir: Path) -> "SeqUL":
@@ -186,20 +201,29 @@ class SeqUL:
         prompts = line_prompts(self.stream, self.ends, self.cfg.bos_token_id, self.sc.prefixes, self.sc.prompt_len, rng)
         return self.continuations(params, prompts)
 
-    def repetition(self, params: Params) -> float:
+    def repetition(self, params: Params) -> tuple[float, float, int]:
+        """(repeated-line share, NLL per token under the reference (nan without one), non-blank lines) of
+        greedy continuations of fixed train-split prompts."""
         prompts = line_prompts(self.stream, self.ends, self.cfg.bos_token_id, self.sc.eval_prompts,
                                self.sc.prompt_len, np.random.default_rng(12345))
         seqs, _ = self.continuations(params, prompts)
         P = prompts.shape[1]
         repeated, total = repeated_line_share(["".join(self.pieces[i] for i in s[P:]) for s in seqs])
-        return repeated / max(total, 1)
+        nll = float("nan") if self.reference is None else float(continuation_nll(self.reference, self.cfg, seqs, P))
+        return repeated / max(total, 1), nll, total
 
     def score(self, params: Params, step: int, val: float) -> float:
-        """The selection score (lower is better): the repetition when val is within the slack of the
-        first evaluation's (the starting model's), else inf."""
-        rep = self.repetition(params)
-        limit = (self.evals[0]["val"] if self.evals else val) * (1 + self.sc.slack)
-        self.evals.append({"step": step, "val": val, "repetition": rep, "admissible": val <= limit})
+        """The selection score (lower is better): the repetition when the params are admissible, else inf.
+        Admissible: the first evaluation (the starting model), and later ones with val within the slack of
+        the first's and (sc.natural) continuations whose NLL per token under the starting model is at most
+        the first's val."""
+        if self.reference is None and self.sc.natural:
+            self.reference = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)  # the first call: the start
+        rep, nll, lines = self.repetition(params)
+        first = self.evals[0]["val"] if self.evals else None  # None: this is the start, admissible as it is
+        ok = first is None or (val <= first * (1 + self.sc.slack) and not (self.sc.natural and nll > first))
+        self.evals.append({"step": step, "val": val, "repetition": rep, "reference_nll": nll, "lines": lines,
+                           "admissible": ok})
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text(json.dumps(self.evals, indent=1) + "\n")
-        return rep if val <= limit else float("inf")
+        return rep if ok else float("inf")

@@ -97,10 +97,10 @@ PRESETS = {
     "target-continue": (TARGET, TrainConfig(steps=100_000, batch=64, lr=1e-3, min_lr_frac=0.05, warmup=100,
                                             eval_every=200)),
     # Round 3: sequence-level unlikelihood from the round-2 target (--init), one GPU. Half round 1's
-    # corpus batch leaves step time for generating 32 continuations; a peak of 3e-4 (6x round 2's final
-    # rate, 30% of its peak) moves greedy behaviour within a few hundred steps, and the selection (lowest
-    # repetition within the slack on validation) guards against what it costs. Unlikelihood 0.5 as round 2.
-    "target-sequl": (TARGET, TrainConfig(steps=100_000, batch=16, lr=3e-4, warmup=20, eval_every=25,
+    # corpus batch leaves step time for generating 32 continuations. A peak of 3e-4 cut repetition within
+    # 25 steps but into gibberish (session 9's first run): 1e-4, and the selection (lowest repetition among
+    # steps within the validation slack whose continuations are natural) guards. Unlikelihood 0.5 as round 2.
+    "target-sequl": (TARGET, TrainConfig(steps=100_000, batch=16, lr=1e-4, warmup=20, eval_every=25,
                                          save_every=100, eval_windows=32, unlikelihood=0.5,
                                          sequl=SeqULConfig())),
     "smoke": (SMOKE, TrainConfig(steps=4, batch=2, seq_len=128, warmup=2, eval_every=2, save_every=2,
@@ -390,6 +390,8 @@ def run_preset(args) -> None:
     if tc.sequl and args.sequl_slack is not None:
         tc = dataclasses.replace(tc, sequl=dataclasses.replace(tc.sequl, slack=args.sequl_slack))
     seq = SeqUL.create(cfg, tc.sequl, tokenizer, train_stream, args.out) if tc.sequl else None
+    if seq and init is not None:  # the judge of natural continuations, also on resume (train donates init)
+        seq.reference = jax.tree.map(lambda x: x.astype(jnp.bfloat16), init)
     state = train(cfg, tc, args.out, train_stream, val_stream, init, teacher, seq)
     metrics = {"preset": args.preset, "teacher": str(args.teacher) if args.teacher else None, "params": param_count(state.params), "steps": int(state.step),
                "tokens": int(state.step) * tc.batch * tc.seq_len, "wall_s": float(state.elapsed),

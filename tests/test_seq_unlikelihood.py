@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import tempfile
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -115,3 +117,16 @@ def test_a_resumed_run_keeps_the_logged_reference_and_redoes_later_evals(tmp_pat
     train.train(TINY, dataclasses.replace(TC, steps=1), tmp_path, stream, val, seq=seq)
     evals = json.loads((tmp_path / "sequl_evals.json").read_text())
     assert [e["step"] for e in evals] == [0, 1] and not evals[1]["admissible"]  # val >> 1.5 x 1e-3
+
+
+def test_selection_refuses_unnatural_continuations():
+    """A later model whose continuations the starting model finds unlikely is not admissible (the guard
+    against escaping repetition into gibberish), whatever its validation loss; without the guard it is."""
+    stream, _ = _streams()
+    start, other = init_params(TINY, jax.random.key(1)), init_params(TINY, jax.random.key(2))
+    for natural in (True, False):
+        seq = su.SeqUL(TINY, dataclasses.replace(SC, slack=1e9, natural=natural), PIECES, stream,
+                       np.flatnonzero(np.isin(stream, [3, 9])), Path(tempfile.mkdtemp()) / "evals.json")
+        assert seq.score(start, 0, 1e-3) == seq.evals[0]["repetition"]  # the start: admissible as it is
+        score = seq.score(other, 1, 1e-3)
+        assert seq.evals[1]["admissible"] is not natural and (score == float("inf")) is natural

@@ -29,6 +29,8 @@ SLACK=${SLACK:-0.06}
 # 1: a fine-tune that kept its starting step still replaces the shipped pair (SMOKE's default: its tiny
 # random models have no lines to repeat, and the check should run the new pair's stages).
 KEEP_ANY=${KEEP_ANY:-$SMOKE}
+# Peak learning rates of the two fine-tunes.
+LRS=${LRS:-"1e-4 3e-5"}
 
 # Milestones in seconds from START: the corpus, the target, the distillation and the rotations, the head,
 # everything (the pack follows; the device's hard limit is 600 s).
@@ -56,12 +58,31 @@ smoke_round2() {
   done
 }
 
-# The fine-tune; 0 when it exported a step better than its start (else the shipped pair is kept).
+# The fine-tune, two learning rates side by side on the one GPU (the first run, at 3e-4, escaped repetition
+# into gibberish within 25 steps); the candidate with the lower selection score (the repetition of
+# train-split prompts, when admissible) becomes the new target. 0 when it kept a step better than its start.
 target() {
-  stage target "$TRAIN_END" "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
-    --sequl-slack "$SLACK" --data "$W/data" --out "$W/runs/target" --export "$NEW/code-target" \
-    --time-budget "$(loop_budget "$TRAIN_END")"
-  cp "$W/runs/target/metrics.json" "$REP/target_train.json" 2>/dev/null
+  for c in $LRS; do
+    stage "target_lr$c" "$TRAIN_END" "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
+      --lr "$c" --sequl-slack "$SLACK" --data "$W/data" --out "$W/runs/target_lr$c" --export "$W/cand_lr$c" \
+      --time-budget "$(loop_budget "$TRAIN_END")" &
+  done
+  wait
+  local best
+  best=$("$PY" -c "
+import json, math, sys
+runs = {}
+for c in sys.argv[1:]:
+    try:
+        runs[c] = json.load(open('$W/runs/target_lr' + c + '/metrics.json'))
+    except OSError:
+        pass
+ok = {c: m['best_val_loss'] for c, m in runs.items() if math.isfinite(m['best_val_loss'])}
+print(min(ok, key=ok.get) if ok else '')" $LRS)
+  log "target: candidates $LRS, chosen: ${best:-none}"
+  for c in $LRS; do cp "$W/runs/target_lr$c/metrics.json" "$REP/target_train_lr$c.json" 2>/dev/null; done
+  [ -n "$best" ] || return 1
+  cp "$REP/target_train_lr$best.json" "$REP/target_train.json" && cp -r "$W/cand_lr$best" "$NEW/code-target"
   [ -f "$NEW/code-target/model.safetensors" ] && { [ "$KEEP_ANY" = 1 ] || "$PY" -c "import json, sys; \
 sys.exit(json.load(open('$REP/target_train.json'))['best_step'] == 0)"; }
 }
