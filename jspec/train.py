@@ -99,7 +99,8 @@ PRESETS = {
     # Round 3: sequence-level unlikelihood from the round-2 target (--init), one GPU. Half round 1's
     # corpus batch leaves step time for generating 32 continuations. A peak of 3e-4 cut repetition within
     # 25 steps but into gibberish (session 9's first run): 1e-4, and the selection (lowest repetition among
-    # steps within the validation slack whose continuations are natural) guards. Unlikelihood 0.5 as round 2.
+    # steps within the validation slack whose continuations are natural) guards; the shipped round-3 target
+    # is the better of 1e-4 and 3e-5 (--lr 3e-5; tools/retrain_pair3.sh). Unlikelihood 0.5 as round 2.
     "target-sequl": (TARGET, TrainConfig(steps=100_000, batch=16, lr=1e-4, warmup=20, eval_every=25,
                                          save_every=100, eval_windows=32, unlikelihood=0.5,
                                          sequl=SeqULConfig())),
