@@ -92,14 +92,7 @@ print(' '.join(str(root / f) for f in [f for f in corpus_files(root) if not is_v
 gpu1() {
   # The round-1 draft, distilled from the new target: no pre-training needed.
   # shellcheck disable=SC2086
-  stage distil "$DISTIL_END" $GPU1 "$PY" -m jspec.train --preset "$DISTIL_PRESET" --data "$W/data" \
-    --init "$OLD/code-draft" --teacher "$NEW/code-target" --out "$W/runs/distil" --export "$NEW/code-draft" \
-    --time-budget "$(loop_budget "$DISTIL_END")"
-  cp "$W/runs/distil/metrics.json" "$REP/draft_distil.json" 2>/dev/null
-  if [ ! -f "$NEW/code-draft/model.safetensors" ]; then
-    log "no distilled draft: shipping the round-1 one"
-    rm -rf "$NEW/code-draft" && cp -r "$OLD/code-draft" "$NEW/code-draft"
-  fi
+  distil_draft $GPU1
   # Waits for the rotations (in place or given up on by DISTIL_END): the pair is measured as it ships.
   while [ ! -f "$W/calibrate.done" ] && [ "$(now)" -lt "$DISTIL_END" ]; do sleep 2; done
   # shellcheck disable=SC2086

@@ -133,16 +133,6 @@ eagle_head() {
   cp "$NEW/code-head/train_head.json" "$REP/head_train.json" 2>/dev/null
 }
 
-draft() {
-  stage distil "$DISTIL_END" "$PY" -m jspec.train --preset "$DISTIL_PRESET" --data "$W/data" \
-    --init "$OLD/code-draft" --teacher "$NEW/code-target" --out "$W/runs/distil" --export "$NEW/code-draft" \
-    --time-budget "$(loop_budget "$DISTIL_END")"
-  cp "$W/runs/distil/metrics.json" "$REP/draft_distil.json" 2>/dev/null
-  if [ ! -f "$NEW/code-draft/model.safetensors" ]; then
-    log "no distilled draft: shipping the round-2 one"
-    rm -rf "$NEW/code-draft" && cp -r "$OLD/code-draft" "$NEW/code-draft"
-  fi
-}
 
 new_pair() {
   # After the draft and the rotations (in place or given up on by DISTIL_END): the pair as it ships.
@@ -162,7 +152,7 @@ cp -r checkpoints "$OLD"  # the shipped pair: the starting point, and what the n
 if stage data "$DATA_END" "$PY" -m jspec.data --out "$W/data" --tokenizer "$OLD/code-target" --filter $DATA_ARGS \
     && { [ "$SMOKE" != 1 ] || smoke_round2; }; then
   if target; then
-    old_metrics & rotations & eagle_head & { draft; new_pair; } &
+    old_metrics & rotations & eagle_head & { distil_draft; new_pair; } &
   else
     keep_shipped
     old_metrics & new_pair &

@@ -43,3 +43,16 @@ pack() {
   split -b 15M -d "$W/results.tgz" "$OUT/results.tgz.part-"
   log "done: $(ls "$OUT" | tr '\n' ' ')"
 }
+
+# distil_draft [ENV...]: the carried draft ($OLD) distilled from the new target until DISTIL_END (preset
+# DISTIL_PRESET; ENV, e.g. `env CUDA_VISIBLE_DEVICES=1`, prefixes the command); the carried one ships if it fails.
+distil_draft() {
+  stage distil "$DISTIL_END" "$@" "$PY" -m jspec.train --preset "$DISTIL_PRESET" --data "$W/data" \
+    --init "$OLD/code-draft" --teacher "$NEW/code-target" --out "$W/runs/distil" --export "$NEW/code-draft" \
+    --time-budget "$(loop_budget "$DISTIL_END")"
+  cp "$W/runs/distil/metrics.json" "$REP/draft_distil.json" 2>/dev/null
+  if [ ! -f "$NEW/code-draft/model.safetensors" ]; then
+    log "no distilled draft: shipping the carried one"
+    rm -rf "$NEW/code-draft" && cp -r "$OLD/code-draft" "$NEW/code-draft"
+  fi
+}
