@@ -294,7 +294,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, run_dir: Path, train_stream: np.nda
 
     init: f32 params to start from instead of random ones; teacher: (cfg, bf16 params) to distil from;
     seq (with tc.sequl): sequence-level unlikelihood each step, and the best params are those of
-    seq.score (the lowest repetition within the validation slack) instead of the lowest validation loss."""
+    seq.score (the lowest repetition among admissible steps) instead of the lowest validation loss."""
     tx = make_optimizer(tc)
     mngr = checkpoint_manager(run_dir, tc)
     replicated, by_rows = data_parallel(tc.batch)
