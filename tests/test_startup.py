@@ -234,7 +234,7 @@ def test_chunks_group_rows_by_capacity_bucket():
 
 
 # ------------------------------------------------------------------------------------------------
-# the CLI never imports torch (nor transformers, nor flax)
+# the CLI never imports torch (nor transformers, nor flax; nor the Pallas kernels without an INT2 cache)
 
 
 def test_cli_never_imports_torch(hf_model_dir, tmp_path):
@@ -242,7 +242,7 @@ def test_cli_never_imports_torch(hf_model_dir, tmp_path):
     args = ["--model", str(hf_model_dir("qwen2")), "--draft", "none", "--kv", "bf16", "--max-new-tokens", "3",
             "--json", "--compile-cache", str(tmp_path / "xla"), "hello world"]
     code = (f"import sys; from jspec import generate; rc = generate.main({args!r}); "
-            "print('loaded:', sorted(m for m in ('flax', 'torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
+            "print('loaded:', sorted(m for m in ('flax', 'jax.experimental.pallas', 'torch', 'transformers') if m in sys.modules)); sys.exit(rc)")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=600)
