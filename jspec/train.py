@@ -401,7 +401,7 @@ def run_preset(args) -> None:
                "devices": jax.device_count(),
                "train_config": dataclasses.asdict(tc)}
     if seq:  # best_val_loss is then the selection score: the repetition of the exported params
-        metrics.update(selection="lowest repetition within the validation slack", evals=seq.evals)
+        metrics.update(selection="lowest repetition among admissible steps", evals=seq.evals)
     Path(args.out, "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics))
     if args.export:

@@ -8,7 +8,7 @@
 # Every stage runs under `timeout` with a budget taken from fixed milestones (seconds from the start),
 # so the call cannot overrun; whatever finished is packed into $OUT even when a later stage fails. When
 # the fine-tune fails, or keeps no step better than its start (the repetition of train-split prompts
-# within the validation slack), the shipped target, draft and head are kept and still measured.
+# among admissible steps: jspec.seq_unlikelihood), the shipped target, draft and head are kept and still measured.
 #
 #   bash tools/retrain_pair3.sh                       # on the device ($OUT given by the device tool)
 #   SMOKE=1 OUT=/tmp/o bash tools/retrain_pair3.sh    # CPU check: tiny corpus, tiny shapes
