@@ -61,6 +61,11 @@ def kernel_share(fn, args, trace_dir) -> dict:
 def mosaic_call(B, T, n, **opts):
     lo = jnp.zeros((B, n * ab.G), jnp.int32)  # the wrapper's default splits for the options' block size
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
+    if opts.get("num_splits") == "ceil":  # the splits rule before session 10: target CTAs rounded up
+        body = opts.get("body", "auto")
+        warp = body in ("warp", "lean", "lean8") or (body == "auto" and n * ab.G <= im.WARP_MAX_ROWS)
+        BT = opts.get("block_t") or (im.WARP_BLOCK_T if warp else im.BLOCK_T)
+        opts["num_splits"] = max(1, min(-(-528 // (B * ab.HKV)), T // (4 * BT)))
     return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, merge=False, **opts)
 
 

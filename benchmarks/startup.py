@@ -21,6 +21,7 @@ CPU check of the script).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -37,9 +38,10 @@ README = ["-m", "jspec.generate", "def fibonacci(n):"]
 CASES = ("shipped", "8b", "8b+draft")
 
 
-def child(case: str, cache_dir: str, small: bool, abstract: bool = False) -> dict:
+def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
-    as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes."""
+    as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
+    compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept."""
     t0 = time.perf_counter()
     import jax
 
@@ -61,9 +63,16 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False) -> dic
     t = time.perf_counter()
     lowered = traced.lower()
     out["lower_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    compiled = lowered.compile()
-    out["compile_s"] = time.perf_counter() - t
+    hits = []
+    jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) if "cache_hits" in event else None)
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir) if phases else contextlib.nullcontext():
+            t = time.perf_counter()
+            compiled = lowered.compile()
+            out["compile_s"] = time.perf_counter() - t
+        if phases:
+            out["phases"] = host_events(trace_dir)
+    out["cache_hit"] = bool(hits)
     out["hlo_ops"] = sum(1 for line in compiled.as_text().splitlines() if " = " in line)
     if abstract:
         return out
@@ -73,6 +82,23 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False) -> dic
     out.update(new_tokens=int(state.count.sum()), prompt_tokens=len(ids[0]), capacity=args.cache.capacity,
                lookahead=args.models.lookahead, kv=eng.kv.mode, attn=eng.attn_impl)
     return out
+
+
+def host_events(trace_dir: str, top: int = 25) -> list:
+    """[name, count, total seconds] of the longest host events of a jax.profiler trace, by name (nested
+    events each count: a pass and its parent both appear); Python's own frames ('$file:line ...') left out."""
+    from jax.profiler import ProfileData
+
+    path = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1]
+    total = {}
+    for plane in ProfileData.from_file(str(path)).planes:
+        if plane.name.startswith("/host"):
+            for line in plane.lines:
+                for ev in (ev for ev in line.events if not ev.name.startswith("$")):
+                    n, s = total.get(ev.name, (0, 0.0))
+                    total[ev.name] = (n + 1, s + ev.duration_ns / 1e9)
+    rows = sorted(total.items(), key=lambda kv: -kv[1][1])[:top]
+    return [[name, n, round(s, 3)] for name, (n, s) in rows]
 
 
 def _build(case: str, small: bool, abstract: bool = False):
@@ -120,7 +146,7 @@ def _shapes(small: bool):
 
 def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
-    cmd += ["--small"] * args.small + ["--abstract"] * args.abstract
+    cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -131,13 +157,16 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
 
 def run_readme(cache_dir: Path, timeout: float) -> dict:
     """The README command as a whole process, with its compilation cache and lookahead timings under
-    cache_dir; its stats line gives compile and decode time, JAX's log the programs missed in the cache."""
-    env = dict(_env(), JSPEC_CACHE_DIR=str(cache_dir / "jspec"), JAX_EXPLAIN_CACHE_MISSES="1")
+    cache_dir; its stats line gives compile and decode time, the entries it added to JAX's cache the
+    programs it missed there (JAX_EXPLAIN_CACHE_MISSES made the command fail on the H200 under jax 0.11.2)."""
+    env = dict(_env(), JSPEC_CACHE_DIR=str(cache_dir / "jspec"))
+    entries = lambda: set((cache_dir / "xla").glob("*-cache"))
+    before = entries()
     t = time.perf_counter()
     p = subprocess.run([sys.executable, *README, "--compile-cache", str(cache_dir / "xla")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
     out = dict(wall_s=time.perf_counter() - t, returncode=p.returncode,
-               cache_misses=re.findall(r"PERSISTENT COMPILATION CACHE MISS for '([^']*)'", p.stderr))
+               cache_misses=sorted(e.name.split("-")[0] for e in entries() - before))
     stats = re.search(r"compile ([\d.]+)s, decode ([\d.]+)s", p.stdout)
     if stats:
         out.update(compile_s=float(stats[1]), decode_s=float(stats[2]))
@@ -207,22 +236,28 @@ def main():
                     help="8B cases with weights as shapes only: trace, lower and compile, no load or run (a CPU "
                          "proxy for compile time)")
     ap.add_argument("--no-readme", action="store_true", help="skip the README command")
+    ap.add_argument("--no-job", action="store_true", help="skip the 24-prompt job")
+    ap.add_argument("--phases", action="store_true", help="trace each compile (a cache hit too): its longest host events")
+    ap.add_argument("--xla-flags", default=None, help="XLA_FLAGS of every process run (an A/B of one flag)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.cache, args.small, args.abstract)), flush=True)
+        print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases)), flush=True)
         return
+    if args.xla_flags is not None:
+        os.environ["XLA_FLAGS"] = args.xla_flags
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
-    result = dict(small=args.small, abstract=args.abstract, cases=[], readme={})
+    result = dict(small=args.small, abstract=args.abstract, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],
+                  readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see
             if left() > 0 and not args.no_readme:
                 result["readme"][name] = run_readme(Path(tmp) / "readme", max(left(), 1))
                 print(name, "README command:", result["readme"][name], flush=True)
                 save(args.out, result)
-        if left() > 0 and not args.no_readme:
+        if left() > 0 and not (args.no_readme or args.no_job):
             result["job"] = run_job(Path(tmp), max(left(), 1))
             print("job:", result["job"], flush=True)
             save(args.out, result)

@@ -351,6 +351,16 @@ def test_schedule_covers_the_union_of_ranges_once():
     assert sched[1, :, 1].sum() == 0
 
 
+@pytest.mark.parametrize("B", [1, 4, 8, 16, 64, 128])
+def test_default_splits_round_down_to_one_wave_where_heads_allow(B):
+    """Rounded down, the grid stays within the target CTAs unless the heads alone pass it; rounded up (the
+    per-warp bodies' rule), it reaches the target. Each split keeps at least 4 blocks."""
+    H, T, BT, target = 8, 32768, 64, 528
+    down, up = (im.default_splits(B, H, T, BT, target, round_down=r) for r in (True, False))
+    assert B * H * down <= max(target, B * H) and B * H * up >= min(target, B * H * (T // (4 * BT)))
+    assert down <= up and min(down, up) >= 1 and T // BT // up >= 4
+
+
 @pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
 def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
     """The kernel module is embedded in the program, so in its persistent compile-cache key. jax 0.11

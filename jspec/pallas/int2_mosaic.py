@@ -824,9 +824,13 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
 # ----------------------------------------------------------------------------------------------
 
 
-def default_splits(B: int, H: int, T: int, BT: int = BLOCK_T, target: int = 528, min_blocks: int = 4) -> int:
-    """Enough splits for about `target` CTAs (4 per SM on 132 SMs), at least min_blocks blocks each."""
-    want = max(1, -(-target // max(1, B * H)))
+def default_splits(B: int, H: int, T: int, BT: int = BLOCK_T, target: int = 528, min_blocks: int = 4,
+                   round_down: bool = False) -> int:
+    """Splits for about `target` CTAs (4 per SM on 132 SMs), at least min_blocks blocks each. round_down:
+    at most target CTAs where B x H allows. The wgmma body (verification) takes it: at B = 8 (64 KV heads)
+    8 splits instead of 9 ran 1.31x faster, at B 4 and 16 1.15x and 1.20x; the per-warp bodies (decode) lost
+    up to 9% with it at B 16 and 64 (kernel times, H200: benchmarks/NOTES.md, session 10)."""
+    want = max(1, target // max(1, B * H)) if round_down else max(1, -(-target // max(1, B * H)))
     return max(1, min(want, T // (min_blocks * BT)))
 
 
@@ -906,7 +910,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
         raise ValueError(f"block_t {BT}: 64 or 128")
-    ns = num_splits or default_splits(B, H, T, BT)
+    ns = num_splits or default_splits(B, H, T, BT, round_down=not warp)
     f32 = jnp.float32
     par = _tma_ready(qparams.reshape(B * H, 4, T), 2, 16 // qparams.dtype.itemsize)
     # The codes as TMA rows of `wide` tokens (same bytes, same order; wider rows move faster).

@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--tokens", default="1,5,256")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--hlo", default="")
+    ap.add_argument("--variants", default="unrolled,scan_xs,fori_index,fori_dynamic")
     args = ap.parse_args()
     kw = shapes(args.small) | dict(num_layers=args.layers)
     cfg = ModelConfig(model_type="llama", **kw)
@@ -75,7 +76,8 @@ def main():
         length = jnp.zeros((B,), jnp.int32)
         pos = length[:, None] + jnp.arange(n)
         rope = model.rope_tables(cfg, pos)
-        for name, (fn, w) in variants.items():
+        for name in args.variants.split(","):
+            fn, w = variants[name]
             t0 = time.perf_counter()
             compiled = jax.jit(fn).lower(w, x, pos, rope, length).compile()
             compile_s = time.perf_counter() - t0
