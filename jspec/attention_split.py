@@ -27,6 +27,10 @@ from jax.sharding import PartitionSpec as P
 from jspec.config import KVConfig
 from jspec.kvcache import LayerKV, fake_quantize_kv
 from jspec.numerics import einsum_f32
+# Imported with the module, not while tracing: with the lazy import (153682c, untimed then) the warm README
+# command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (session 10; cause not established).
+from jspec.pallas import int2_mosaic
+from jspec.pallas.int2_attention import int2_attention
 
 # The mesh axes of jspec.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
 # model in the imports, so that the model's import chain stops short of sharding.
@@ -58,11 +62,6 @@ def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel,
     """Kernel over the INT2 history for rows [B, H, M, D] (M = n * g query rows per KV head).
 
     Returns the kernel's unmerged split partials: out [B, H, splits, M, D], lse [B, H, splits, M]."""
-    # The kernels' modules load here, while tracing: a process that reads its program back from the store
-    # (jspec.programs) never traces, and skips their import (0.38 s of a warm start on the H200, session 9).
-    from jspec.pallas import int2_mosaic
-    from jspec.pallas.int2_attention import int2_attention
-
     B, H, M, D = rows.shape
     g = M // t.shape[1]
     hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, M]
