@@ -165,9 +165,20 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
 
+# The int2 commit as one Pallas kernel (pallas/int2_commit.py) where a row is one group: read while tracing.
+# Off until timed on the GPU (benchmarks/results/logs10/next_call.sh); single-device programs only.
+FUSED_COMMIT = False
+
+
 def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped)."""
+    if FUSED_COMMIT and kv.int2 and layer.qparams.shape[-1] == 1:
+        from jspec.pallas.int2_commit import commit_int2  # imports this module: loaded here, not above
+
+        bufs = commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist, clip_k=kv.clip_k,
+                           clip_v=kv.clip_v, interpret=jax.default_backend() != "gpu")
+        return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
     upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))
     if kv.int2:
         codes, qparams = quantize_kv(k, v, kv, layer.qparams.dtype)

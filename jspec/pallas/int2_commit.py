@@ -1,0 +1,92 @@
+"""One layer's commit into the mixed KV cache as one Pallas kernel (Triton backend): the BF16 window rows,
+the OSCAR INT2 codes and their scale and zero, written in place.
+
+kvcache.commit_layer does the same with jnp: the quantiser's reductions, selects and converts, then four
+scatters, about ten small XLA kernels per layer and round on the GPU (benchmarks/RESULTS.md, session 8's
+profile: 160 dynamic-update-slices, 159 selects, 356 reductions per step at batch 1 / 128K, many of them
+the commit's). Here one program per (row, token, KV head) codes its key and value rows exactly as
+quant.quantize does for one group per row (G = D), the rank-counted clip included, and stores them at
+their slots; a slot out of range stores nothing. The cache buffers are aliased to the outputs.
+
+Opt-in (kvcache.FUSED_COMMIT) until it is timed on the GPU; interpret mode on the CPU, where the tests
+compare it with commit_layer bit for bit.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from jspec.kvcache import code_plane, qparam_plane
+from jspec.pallas.int2_attention import _compiler_params
+
+
+def _code_row(x4, xf, clip_ratio: float, sdt):
+    """quant.quantize of one row with one group: x4 [4, D/4] and xf [D] (the same row), f32 ->
+    (packed codes [D/4] uint8, scale, zero as [1, 1] f32 holding scale_dtype values)."""
+    D = xf.shape[0]
+    thr = jnp.float32(jnp.inf)
+    if clip_ratio > 0:  # sort(|x|)[idx] as the least entry with more than idx entries <= it (quant.order_statistic)
+        a = jnp.abs(xf)
+        le = jnp.sum((a[None, :] <= a[:, None]).astype(jnp.int32), axis=1)  # [D]: entries <= a_i
+        thr = jnp.min(jnp.where(le > min(int(clip_ratio * D), D - 1), a, jnp.inf))
+    mn = jnp.clip(jnp.min(xf), -thr, thr)
+    mx = jnp.clip(jnp.max(xf), -thr, thr)
+    scale = (jnp.maximum(mx - mn, 1e-8) / 3).astype(sdt).astype(jnp.float32)
+    zero = (-mn / scale).astype(sdt).astype(jnp.float32)
+    codes = jnp.clip(jnp.floor(jnp.clip(x4, -thr, thr) / scale + zero + 0.5), 0, 3).astype(jnp.int32)  # [4, D/4]
+    shifts = 2 * jax.lax.broadcasted_iota(jnp.int32, codes.shape, 0)  # quarter i in bits 2i..2i+1
+    packed = jnp.sum(codes << shifts, axis=0).astype(jnp.uint8)
+    return packed, jnp.full((1, 1), scale), jnp.full((1, 1), zero)
+
+
+def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, wk_in, wv_in, c_in, q_in,
+            wk_ref, wv_ref, c_ref, q_ref, *, clip_k: float, clip_v: float):
+    # k4/v4 [4, D/4] and kf/vf [D]: this program's key and value row (the same values, two views);
+    # slot_ref, hist_ref [B, n] int32; wk/wv [B, H, S + W, D], c [B, H, 2, T, D/4] uint8,
+    # q [B, H, 4, T, 1]: the cache's buffers, aliased (the *_in refs are the same buffers, unread).
+    b, i, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    slot, hist = slot_ref[b, i], hist_ref[b, i]
+
+    @pl.when(slot < wk_ref.shape[2])
+    def _():
+        wk_ref[b, h, pl.ds(slot, 1), :] = kf_ref[...][None].astype(wk_ref.dtype)
+        wv_ref[b, h, pl.ds(slot, 1), :] = vf_ref[...][None].astype(wv_ref.dtype)
+
+    @pl.when(hist < c_ref.shape[3])
+    def _():
+        for kind, x4, xf, clip in (("k", k4_ref, kf_ref, clip_k), ("v", v4_ref, vf_ref, clip_v)):
+            packed, scale, zero = _code_row(x4[...].astype(jnp.float32), xf[...].astype(jnp.float32), clip,
+                                            q_ref.dtype)
+            c_ref[b, h, code_plane(kind), pl.ds(hist, 1), :] = packed[None]
+            q_ref[b, h, qparam_plane(f"scale_{kind}"), pl.ds(hist, 1), :] = scale.astype(q_ref.dtype)
+            q_ref[b, h, qparam_plane(f"zero_{kind}"), pl.ds(hist, 1), :] = zero.astype(q_ref.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("clip_k", "clip_v", "interpret"))
+def commit_int2(win_k, win_v, codes, qparams, k, v, slot, hist, *, clip_k: float, clip_v: float,
+                interpret: bool = False):
+    """k, v [B, n, H, D] to window slots slot [B, n] of win_k, win_v [B, H, S + W, D] and, coded, to
+    history slots hist [B, n] of codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range
+    are dropped. Returns the four buffers, updated in place where XLA can alias them."""
+    B, n, H, D = k.shape
+    if qparams.shape[-1] != 1 or codes.shape[-1] != D // 4:
+        raise ValueError(f"the fused commit codes one group per row: qparams {qparams.shape}, codes {codes.shape}")
+    row4 = lambda x: x.reshape(B, n, H, 4, D // 4)  # the same bytes: quarter i of the row is plane i's input
+    spec4 = pl.BlockSpec((None, None, None, 4, D // 4), lambda b, i, h: (b, i, h, 0, 0))
+    spec = pl.BlockSpec((None, None, None, D), lambda b, i, h: (b, i, h, 0))
+    whole = pl.BlockSpec(memory_space=pl.ANY)
+    bufs = (win_k, win_v, codes, qparams)
+    return pl.pallas_call(
+        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v),
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bufs],
+        grid=(B, n, H),
+        in_specs=[spec4, spec, spec4, spec, whole, whole, whole, whole, whole, whole],
+        out_specs=[whole] * 4,
+        input_output_aliases={6: 0, 7: 1, 8: 2, 9: 3},
+        interpret=interpret,
+        compiler_params=None if interpret else _compiler_params(4, 1),
+    )(row4(k), k, row4(v), v, slot, hist, *bufs)

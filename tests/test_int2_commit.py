@@ -1,0 +1,108 @@
+"""The fused INT2 commit (jspec/pallas/int2_commit.py) against kvcache.commit_layer: the same buffers bit
+for bit (interpret mode on the CPU), masked slots included; a whole decode with it gives the same greedy
+tokens; its Triton kernel lowers for CUDA; on a GPU, the compiled kernel against the jnp commit."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jspec import kvcache, model
+from jspec.config import KVConfig, ModelConfig
+from jspec.pallas import int2_commit
+
+B, n, H, D, S, W, T = 2, 5, 2, 32, 2, 4, 24
+
+
+def _case(seed, sdt, clips, dtype=jnp.bfloat16):
+    """A layer cache with random contents, rows to commit, slots with some out of range, and its KVConfig."""
+    rng = np.random.default_rng(seed)
+    kv = KVConfig("int2", sink=S, recent=W, clip_k=clips[0], clip_v=clips[1])
+    layer = kvcache.LayerKV(
+        k=jnp.asarray(rng.normal(size=(B, H, S + W, D)), dtype), v=jnp.asarray(rng.normal(size=(B, H, S + W, D)), dtype),
+        codes=jnp.asarray(rng.integers(0, 256, (B, H, 2, T, D // 4)), jnp.uint8),
+        qparams=jnp.asarray(rng.normal(size=(B, H, 4, T, 1)), sdt), pinned_slots=S)
+    k = jnp.asarray(rng.normal(size=(B, n, H, D)) * rng.uniform(0.1, 3, (B, n, H, 1)), dtype)
+    v = jnp.asarray(rng.normal(size=(B, n, H, D)), dtype)
+    slot = jnp.asarray([[0, 3, 5, S + W, S + W], [1, 2, S + W, 4, S + W]], jnp.int32)  # S + W: dropped
+    hist = jnp.asarray([[3, 4, 5, T, T], [0, 7, T, 9, 23]], jnp.int32)  # T: dropped
+    return layer, k, v, slot, hist, kv
+
+
+def _fused(layer, k, v, slot, hist, kv, interpret=True):
+    bufs = int2_commit.commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist,
+                                   clip_k=kv.clip_k, clip_v=kv.clip_v, interpret=interpret)
+    return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
+
+
+@pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])
+@pytest.mark.parametrize("clips", [(0.96, 0.92), (0.0, 0.5), (1.0, 0.0)], ids=["clip", "clip_v_only", "noclip_k"])
+def test_fused_commit_equals_commit_layer(sdt, clips):
+    args = _case(0, sdt, clips)
+    want = kvcache.commit_layer(*args[:5], kv=args[5])
+    got = _fused(*args)
+    for name in ("k", "v", "codes", "qparams"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)), err_msg=name)
+    assert not np.array_equal(np.asarray(want.codes), np.asarray(args[0].codes))  # the commit wrote something
+
+
+def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
+    """Prefill, then greedy decode steps through model.forward and kvcache.commit, float32: the fused
+    commit (through kvcache.FUSED_COMMIT) and the jnp one give the same tokens and the same cache."""
+    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+                      num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
+    kv = KVConfig("int2", sink=2, recent=4)
+    params = model.init_params(cfg, jax.random.key(0), std=0.3)
+    prompt = jnp.asarray(np.random.default_rng(1).integers(0, 64, (2, 12)), jnp.int32)
+
+    def step(cache, tokens):
+        logits, (k, v) = model.forward(params, cfg, tokens, cache)
+        return jnp.argmax(logits[:, -1], -1), kvcache.commit(cache, k, v, jnp.full((2,), tokens.shape[1]))
+
+    def run(fused):
+        monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)
+        tok, cache = step(kvcache.init_cache(cfg, kv, 2, 32, jnp.float32), prompt)
+        toks = [tok]
+        for _ in range(8):
+            tok, cache = step(cache, toks[-1][:, None])
+            toks.append(tok)
+        return np.stack(toks, 1), cache
+
+    (t0, c0), (t1, c1) = run(False), run(True)
+    np.testing.assert_array_equal(t1, t0)
+    for a, b in zip(jax.tree.leaves(c1), jax.tree.leaves(c0)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_fused_commit_lowers_for_cuda():
+    """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
+    layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
+    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v)
+    args = (layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist)
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "triton" in text
+
+
+def test_fused_commit_refuses_groups_smaller_than_a_row():
+    layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
+    with pytest.raises(ValueError, match="one group per row"):
+        int2_commit.commit_int2(layer.k, layer.v, layer.codes, jnp.zeros((B, H, 4, T, 2), jnp.bfloat16), k, v,
+                                slot, hist, clip_k=0.9, clip_v=0.9, interpret=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])
+def test_compiled_fused_commit_matches_commit_layer(sdt):
+    """Compiled: window rows exact; scales and zeros to a rounding of their dtype; codes equal but where a
+    value sits on a rounding boundary (the kernel's division may round differently from XLA's)."""
+    args = _case(3, sdt, (0.96, 0.92))
+    want = kvcache.commit_layer(*args[:5], kv=args[5])
+    got = _fused(*args, interpret=False)
+    for name in ("k", "v"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)))
+    rtol = 2.0 ** -7 if sdt == jnp.bfloat16 else 1e-6
+    np.testing.assert_allclose(np.asarray(got.qparams, np.float32), np.asarray(want.qparams, np.float32), rtol=rtol)
+    assert np.mean(np.asarray(got.codes) != np.asarray(want.codes)) < 0.01
