@@ -15,7 +15,9 @@ directory and a new lookahead timing cache (cold: it times lookahead auto's cost
 and again (warm), each with the programs it missed in the compilation cache. Then a job of 24 held-out
 prompts with mixed max_new_tokens through the CLI: the programs it compiled against the capacity buckets
 its batches fell in (told apart by the KV bytes of a batch). --small swaps the 8B shapes for tiny ones (a
-CPU check of the script).
+CPU check of the script). --phases traces each case's compile with jax.profiler and keeps its longest host
+events (XLA's passes, autotuning, LLVM and ptxas; a cache hit's deserialize and load); --xla-flags sets
+XLA_FLAGS for every process (an A/B of one flag).
 """
 
 from __future__ import annotations
