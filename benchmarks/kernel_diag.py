@@ -65,7 +65,7 @@ def mosaic_call(B, T, n, **opts):
         body = opts.get("body", "auto")
         warp = body in ("warp", "lean", "lean8") or (body == "auto" and n * ab.G <= im.WARP_MAX_ROWS)
         BT = opts.get("block_t") or (im.WARP_BLOCK_T if warp else im.BLOCK_T)
-        opts["num_splits"] = max(1, min(-(-528 // (B * ab.HKV)), T // (4 * BT)))
+        opts["num_splits"] = im.default_splits(B, ab.HKV, T, BT, round_down=False)
     return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, merge=False, **opts)
 
 

@@ -16,8 +16,8 @@ and again (warm), each with the programs it missed in the compilation cache. The
 prompts with mixed max_new_tokens through the CLI: the programs it compiled against the capacity buckets
 its batches fell in (told apart by the KV bytes of a batch). --small swaps the 8B shapes for tiny ones (a
 CPU check of the script). --phases traces each case's compile with jax.profiler and keeps its longest host
-events (XLA's passes, autotuning, LLVM and ptxas; a cache hit's deserialize and load); --xla-flags sets
-XLA_FLAGS for every process (an A/B of one flag).
+events (XLA's passes, autotuning, LLVM and ptxas; a cache hit's deserialize and load). Every process
+inherits XLA_FLAGS (the result records it): set it around the script to A/B a flag.
 """
 
 from __future__ import annotations
@@ -240,15 +240,12 @@ def main():
     ap.add_argument("--no-readme", action="store_true", help="skip the README command")
     ap.add_argument("--no-job", action="store_true", help="skip the 24-prompt job")
     ap.add_argument("--phases", action="store_true", help="trace each compile (a cache hit too): its longest host events")
-    ap.add_argument("--xla-flags", default=None, help="XLA_FLAGS of every process run (an A/B of one flag)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases)), flush=True)
         return
-    if args.xla_flags is not None:
-        os.environ["XLA_FLAGS"] = args.xla_flags
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],

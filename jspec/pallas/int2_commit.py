@@ -20,19 +20,19 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from jspec import quant
 from jspec.kvcache import code_plane, qparam_plane
 from jspec.pallas.int2_attention import _compiler_params
 
 
 def _code_row(x4, xf, clip_ratio: float, sdt):
     """quant.quantize of one row with one group: x4 [4, D/4] and xf [D] (the same row), f32 ->
-    (packed codes [D/4] uint8, scale, zero as [1, 1] f32 holding scale_dtype values)."""
+    (packed codes [D/4] uint8, scale, zero as [1, 1] f32 holding scale_dtype values). Written out rather
+    than calling quant.quantize, whose numpy clip indices a Pallas kernel would capture as constants."""
     D = xf.shape[0]
     thr = jnp.float32(jnp.inf)
-    if clip_ratio > 0:  # sort(|x|)[idx] as the least entry with more than idx entries <= it (quant.order_statistic)
-        a = jnp.abs(xf)
-        le = jnp.sum((a[None, :] <= a[:, None]).astype(jnp.int32), axis=1)  # [D]: entries <= a_i
-        thr = jnp.min(jnp.where(le > min(int(clip_ratio * D), D - 1), a, jnp.inf))
+    if clip_ratio > 0:  # sort(|x|)[idx], by counting ranks as quant.order_statistic does for few rows
+        thr = jnp.min(quant._rank_candidates(jnp.abs(xf), min(int(clip_ratio * D), D - 1)))
     mn = jnp.clip(jnp.min(xf), -thr, thr)
     mx = jnp.clip(jnp.max(xf), -thr, thr)
     scale = (jnp.maximum(mx - mn, 1e-8) / 3).astype(sdt).astype(jnp.float32)

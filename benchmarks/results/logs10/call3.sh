@@ -12,3 +12,4 @@ el "startup, one thread (XLA's default)"
 timeout 200 python benchmarks/startup.py --phases --budget 180 --no-job --cases 8b+draft \
   --xla-flags=--xla_gpu_enable_llvm_module_compilation_parallelism=false --out $OUT/startup_serial.json 2>&1 | grep -v "^{'case'"
 el done
+# (--xla-flags was removed from startup.py after this call: XLA_FLAGS set around the script does the same.)
