@@ -40,15 +40,18 @@ README = ["-m", "jspec.generate", "def fibonacci(n):"]
 CASES = ("shipped", "8b", "8b+draft")
 
 
-def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False) -> dict:
+def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
+          one_program: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
-    compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept."""
+    compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
+    one_program: decode.generate_program, the prefill and rounds as one program (before session 11), against
+    the two parts compiled side by side that Engine.compile builds on one device."""
     t0 = time.perf_counter()
     import jax
 
     import jspec  # noqa: F401  (the import being timed)
-    from jspec import decode, engine
+    from jspec import decode, engine, programs
     from jspec.config import GenerateConfig, SamplingConfig
 
     out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
@@ -60,26 +63,33 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     out["load_s"] = time.perf_counter() - t
     args = eng.prepare(ids, [SamplingConfig()] * len(ids), [gen.max_new_tokens] * len(ids), gen)
     t = time.perf_counter()
-    traced = decode.generate_program.trace(*args)
+    if one_program:
+        traced = [decode.generate_program.trace(*args)]
+    else:  # engine.lower_parts, timed step by step
+        start = decode.start_program.trace(*args)
+        traced = [start, decode.rounds_program.trace(args.models, args.sampler, args.max_new, args.eos_ids,
+                                                     start.out_info)]
     out["trace_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    lowered = traced.lower()
+    lowered = [x.lower() for x in traced]
     out["lower_s"] = time.perf_counter() - t
     hits = []
     jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) if "cache_hits" in event else None)
     with tempfile.TemporaryDirectory() as trace_dir:
         with jax.profiler.trace(trace_dir) if phases else contextlib.nullcontext():
             t = time.perf_counter()
-            compiled = lowered.compile()
+            compiled = programs.compile_all(lowered)  # side by side, as Engine.compile
             out["compile_s"] = time.perf_counter() - t
         if phases:
             out["phases"] = host_events(trace_dir)
     out["cache_hit"] = bool(hits)
-    out["hlo_ops"] = sum(1 for line in compiled.as_text().splitlines() if " = " in line)
+    out["programs"] = len(compiled)
+    out["hlo_ops"] = sum(1 for c in compiled for line in c.as_text().splitlines() if " = " in line)
     if abstract:
         return out
+    run = compiled[0] if one_program else engine._back_to_back(*compiled)
     t = time.perf_counter()
-    state = jax.block_until_ready(compiled(*args))
+    state = jax.block_until_ready(run(*args))
     out["run_s"] = time.perf_counter() - t
     out.update(new_tokens=int(state.count.sum()), prompt_tokens=len(ids[0]), capacity=args.cache.capacity,
                lookahead=args.models.lookahead, kv=eng.kv.mode, attn=eng.attn_impl)
@@ -149,6 +159,7 @@ def _shapes(small: bool):
 def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
+    cmd += ["--one-program"] * args.one_program
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -240,15 +251,18 @@ def main():
     ap.add_argument("--no-readme", action="store_true", help="skip the README command")
     ap.add_argument("--no-job", action="store_true", help="skip the 24-prompt job")
     ap.add_argument("--phases", action="store_true", help="trace each compile (a cache hit too): its longest host events")
+    ap.add_argument("--one-program", action="store_true", help="the cases' prefill and rounds compiled as one "
+                    "program (decode.generate_program, as before session 11), not as Engine.compile's two parts")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases)), flush=True)
+        print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program)),
+              flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
-    result = dict(small=args.small, abstract=args.abstract, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],
+    result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],
                   readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see

@@ -6,7 +6,8 @@ target cache (rejected rows never touch it), and the accepted tokens are emitted
 the same loop with no draft and K = 0: the verify forward is then an ordinary decode step.
 
 Draft modes (Models.draft_mode, static: one drafter function is traced into the program):
-- "model": a small draft model, K single-token steps over its own BF16 cache;
+- "model": a small draft model, K steps over its own BF16 cache (one forward of two rows each: the first
+  resyncs the cache, the others feed one draft token);
 - "ngram": prompt lookup (jspec.ngram) over the prompt and the tokens emitted so far: no model;
 - "ngram+model": the n-gram copy where the row has a match, the draft model's tokens otherwise;
 - "head": an EAGLE-3 head (jspec.head) on the target's own hidden states: the verify forward also
@@ -246,11 +247,29 @@ def point_mass(drafts, vocab: int, sampler: Sampler):
 
 
 def draft_model(m: Models, s: DecodeState, sampler: Sampler, keys):
-    """The draft model's K tokens. Its cache is resynced first: positions past the target's length - 1
-    may hold rejected tokens, so [last, next] are fed again at positions length - 1 and length."""
-    dc = s.draft_cache.replace(length=s.cache.length - 1)
-    dc, logits = _resync(m, dc, jnp.stack([s.last, s.next], 1), jnp.ones_like(s.next))
-    return _rollout(m, dc, logits, sampler, keys)
+    """The draft model's K tokens from K forwards of two rows each, one traced forward in a fori_loop. The
+    first resyncs its cache: positions past the target's length - 1 may hold rejected tokens, so it feeds
+    [last, next] again at positions length - 1 and length, commits both and draws d_1 after `next`. Step i
+    feeds d_i in the first row (the second, a copy, is never committed) and draws d_{i+1}. Two rows cost a
+    one-token step no more than a few percent of its time, where a separate one-row forward would add the
+    draft's layers to the program once more (benchmarks/RESULTS.md, session 11)."""
+    key = lambda i: None if keys is None else keys[i]
+    B, K = s.next.shape[0], m.lookahead
+    resync = jnp.stack([s.last, s.next], 1)
+
+    def step(i, carry):
+        dc, drafts, qs = carry
+        d = jax.lax.dynamic_index_in_dim(drafts, jnp.maximum(i - 1, 0), 1, keepdims=False)
+        first = jnp.full((B,), i == 0)
+        logits, (k, v) = m.draft_forward(jnp.where(first[:, None], resync, d[:, None]), dc)
+        dc = kvcache.commit(dc, k, v, jnp.where(first, 2, 1))
+        d, q = draw(key(i), _pick(logits, first.astype(jnp.int32)), sampler)
+        return dc, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
+
+    qs = None if sampler.greedy else jnp.zeros((B, K, m.draft_cfg.vocab_size), jnp.float32)
+    dc, drafts, qs = jax.lax.fori_loop(0, K, step, (s.draft_cache.replace(length=s.cache.length - 1),
+                                                    jnp.zeros((B, K), jnp.int32), qs))
+    return drafts, qs, dc
 
 
 def draft_ngram(m: Models, s: DecodeState, sampler: Sampler, keys):
@@ -397,14 +416,23 @@ def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, ca
     return s.replace(tokens=tokens, count=count, done=done)
 
 
-def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache,
-              eos_ids):
-    s = _start(m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos_ids)
+def _rounds(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
+    """The rounds from state s until every row is done."""
     step = functools.partial(round_step, m, sampler, max_new, eos_ids)
     return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, s)
 
 
+def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache,
+              eos_ids):
+    s = _start(m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos_ids)
+    return _rounds(m, sampler, max_new, eos_ids, s)
+
+
 generate_program = jax.jit(_generate, donate_argnames=("cache", "draft_cache"))
-# Streaming runs the same two pieces from Python, one round per call (a host sync per round).
+# The same work as two programs run back to back with no host sync between them: the prefill (start_program)
+# and the rounds from the state it leaves (rounds_program). On one device the Engine compiles them side by
+# side, each holding the target and the draft once (benchmarks/RESULTS.md, session 11).
 start_program = jax.jit(_start, donate_argnames=("cache", "draft_cache"))
+rounds_program = jax.jit(_rounds, donate_argnums=(4,))
+# Streaming runs one round per call (a host sync per round).
 round_program = jax.jit(round_step, donate_argnums=(4,))

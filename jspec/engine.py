@@ -256,14 +256,21 @@ class Engine:
         return args if self.mesh is None else sharding.shard_program_args(self.mesh, args)
 
     def compile(self, args: ProgramArgs):
-        """(decode.generate_program compiled for these arguments' shapes, compile seconds): compiled on
-        first use, then reused (0.0 seconds)."""
+        """(the generate program compiled for these arguments' shapes, compile seconds): compiled on first
+        use, then reused (0.0 seconds). On one device it is two programs, decode.start_program and
+        decode.rounds_program, compiled side by side and run back to back; on a mesh the one
+        decode.generate_program (the rounds' input shardings are only known once the prefill is compiled)."""
         key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
         if key in self._compiled:
             return self._compiled[key], 0.0
         t0 = time.perf_counter()
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
-            compiled = programs.compiled(decode.generate_program, *args)
+            if self.mesh is None:
+                start, rounds = programs.compiled_together([("start", args), ("rounds", args)],
+                                                           lambda: lower_parts(args))
+                compiled = _back_to_back(start, rounds)
+            else:
+                compiled = programs.compiled(decode.generate_program, *args)
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
 
@@ -300,6 +307,22 @@ def text_pieces(tokenizer, rounds):
         if len(text) > len(shown):
             yield text[len(shown):]
             shown = text
+
+
+def lower_parts(args: ProgramArgs, start=decode.start_program, rounds=decode.rounds_program) -> list:
+    """The generate program's two parts lowered for args: the prefill (start) and the rounds from the state
+    it leaves (rounds), jitted as decode's."""
+    start = start.trace(*args)
+    rounds = rounds.trace(args.models, args.sampler, args.max_new, args.eos_ids, start.out_info)
+    return [start.lower(), rounds.lower()]
+
+
+def _back_to_back(start, rounds):
+    """The generate program as its two compiled parts: the rounds enqueued on the prefill's state."""
+    def run(*args):
+        a = ProgramArgs(*args)
+        return rounds(a.models, a.sampler, a.max_new, a.eos_ids, start(*a))
+    return run
 
 
 def _per_row(name: str, value, n: int) -> list:

@@ -165,15 +165,23 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
 
-# The int2 commit as one Pallas kernel (pallas/int2_commit.py) where a row is one group: read while tracing.
-# Off until timed on the GPU (benchmarks/results/logs10/next_call.sh); single-device programs only.
-FUSED_COMMIT = False
+# The int2 commit as one Pallas kernel (pallas/int2_commit.py) where a row is one group, read while tracing:
+# None (the default) on a GPU outside a mesh (GSPMD cannot split the kernel), True also on the CPU
+# (interpret mode: the tests), False never. It took the 8B step at batch 1 / 128K from 7.07 to 6.73 ms
+# (benchmarks/RESULTS.md, session 11).
+FUSED_COMMIT = None
+
+
+def _fused_commit(kv: KVConfig, layer: LayerKV) -> bool:
+    if not (kv.int2 and layer.qparams.shape[-1] == 1) or FUSED_COMMIT is False:
+        return False
+    return FUSED_COMMIT or (jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty)
 
 
 def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped)."""
-    if FUSED_COMMIT and kv.int2 and layer.qparams.shape[-1] == 1:
+    if _fused_commit(kv, layer):
         from jspec.pallas.int2_commit import commit_int2  # imports this module: loaded here, not above
 
         bufs = commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist, clip_k=kv.clip_k,

@@ -26,7 +26,6 @@ which sample a seed gives depends on K (fix `lookahead` to reproduce a sample ac
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -40,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import decode, kvcache, ngram, sharding
+from jspec import decode, kvcache, ngram, programs, sharding
 from jspec.config import KVConfig
 from jspec.sampling import Sampler
 
@@ -57,8 +56,8 @@ PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
 # the mean (the expected maximum of B normals). Fitted to the shipped pair at batch 32 on the H200 (mean
 # alpha 0.59-0.61, effective 0.27-0.37).
 ROW_SPREAD = 0.07
-_VERSION = 3  # bump when what is timed or stored changes: old files on disk are then ignored (2: the head step
-# got faster, session 6; 3: every part stores a list of times)
+_VERSION = 4  # bump when what is timed or stored changes: old files on disk are then ignored (2: the head step
+# got faster, session 6; 3: every part stores a list of times; 4: a draft step feeds two rows, session 11)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +65,7 @@ class Costs:
     """Seconds per step, measured on one device, batch and capacity."""
 
     verify: tuple[tuple[int, float], ...]  # (n, target forward + commit over n tokens per row), ascending n
-    draft_step: float = 0.0  # one draft-model token per row (forward + commit + draw)
+    draft_step: float = 0.0  # one draft-model token per row: a forward of two rows, commit, draw (decode.draft_model)
     ngram: float = 0.0  # one n-gram lookup over the history and its update
     head_step: float = 0.0  # one EAGLE-3 head token per row (forward + commit + draw)
 
@@ -76,7 +75,7 @@ class Costs:
         return float(np.interp(n, ns, ts))
 
     def draft(self, mode: str, K: int) -> float:
-        """One round's drafting: K draft-model tokens (the resync forward and K - 1 steps) and/or a lookup.
+        """One round's drafting: K draft-model tokens (K forwards, the first also resyncs) and/or a lookup.
         ngram+model is costed as if the model ran every round (it skips its K - 1 steps when every row
         matches): an upper bound. A head round is its resync forward (K + 1 pairs, costed as one step: both
         read the same weights) and K - 1 steps; its features come with the verify forward (one fc matmul,
@@ -180,7 +179,7 @@ def estimate(mode: str, seen: tuple[float, float], B: int = 1) -> tuple[float, s
 @dataclasses.dataclass
 class _Loop:
     """A jitted loop of `steps` steps of step(m, carry) -> carry, lowered for the shapes of make()'s carry.
-    make() builds the carry again for timing: loops are lowered and compiled together (compile_all), and
+    make() builds the carry again for timing: loops are lowered and compiled together (programs.compile_all), and
     their carries (caches as large as the caller's) are alive one at a time."""
 
     lowered: jax.stages.Lowered
@@ -193,15 +192,6 @@ def _loop(step, m: decode.Models, make, steps: int) -> _Loop:
     run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), make())
     return _Loop(run.lower(m, shapes), m, make, steps)
-
-
-def compile_all(loops: list[_Loop]) -> list:
-    """The loops' programs, compiled side by side: XLA compiles without holding the GIL, so a cold start's
-    cost measurement waits for its slowest program rather than for the sum of them."""
-    if len(loops) < 2:
-        return [loop.lowered.compile() for loop in loops]
-    with concurrent.futures.ThreadPoolExecutor(len(loops)) as pool:
-        return list(pool.map(lambda loop: loop.lowered.compile(), loops))
 
 
 def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
@@ -250,8 +240,9 @@ def _target_loop(m: decode.Models, kv: KVConfig, B, capacity, context, n: int, d
 
 
 def _draft_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    """One draft-model token: a forward of two rows, as decode.draft_model's steps."""
     make = lambda: _at(kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype), context,
-                       jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
+                       jnp.zeros((B, 2), jnp.int32), mesh, heads=False)
     step = _forward_step(lambda m, tok, cache: m.draft_forward(tok, cache))
     return _loop(step, m.replace(target=None), make, steps)
 
@@ -325,7 +316,7 @@ def cache_root() -> Path:
 def _cached(memo: dict, parts: dict) -> dict:
     """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loops)} on this
     device and JAX: from memo, else from its file under cache_root()/lookahead, else measured (then kept in
-    both): the missing parts' loops are compiled together (compile_all), then timed one at a time."""
+    both): the missing parts' loops are compiled together (programs.compile_all), then timed one at a time."""
     dev = jax.devices()[0]
     out, missing = {}, []
     for name, (what, loops) in parts.items():
@@ -340,7 +331,7 @@ def _cached(memo: dict, parts: dict) -> dict:
                 missing.append((name, key, path, record, loops()))
                 continue
         out[name] = memo[key]
-    runs = compile_all([loop for *_, loops in missing for loop in loops]) if missing else []
+    runs = programs.compile_all([loop.lowered for *_, loops in missing for loop in loops]) if missing else []
     for name, key, path, record, loops in missing:
         memo[key] = out[name] = [_time(runs.pop(0), loop) for loop in loops]
         _save(path, dict(record, value=memo[key]))

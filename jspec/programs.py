@@ -14,6 +14,7 @@ jaxlib) is compiled again and replaced.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import os
@@ -60,23 +61,55 @@ def key(args) -> str:
 def compiled(jitted, *args):
     """jitted compiled for args: read from the store when it holds the program (no trace, no lower),
     else lowered, compiled and kept there. Without a store (JAX's cache off, or not a GPU), compiled as usual."""
+    [program] = compiled_together([args], lambda: [jitted.lower(*args)])
+    return program
+
+
+def compiled_together(keys: list, lower):
+    """The programs keyed by the arguments in `keys` (key): each read from the store when it holds it; when
+    any is missing, lower() gives all of them lowered (in the order of keys) and the missing ones are
+    compiled side by side (compile_all) and kept."""
     where = directory()
-    if where is None:
-        return jitted.lower(*args).compile()
-    path = where / f"{key(args)}{SUFFIX}"
+    paths = [None if where is None else where / f"{key(k)}{SUFFIX}" for k in keys]
+    found = [_read(path) for path in paths]
+    if all(p is not None for p in found):
+        return found
+    lowered = lower()
+    missing = [i for i, p in enumerate(found) if p is None]
+    for i, program in zip(missing, compile_all([lowered[i] for i in missing])):
+        found[i] = program
+        if paths[i] is not None:
+            _keep(paths[i], program)
+    return found
+
+
+def compile_all(lowered: list) -> list:
+    """The lowered programs compiled, side by side in threads when there are several: XLA compiles without
+    the GIL, and its passes over one program run on one thread."""
+    if len(lowered) == 1:
+        return [lowered[0].compile()]
+    with concurrent.futures.ThreadPoolExecutor(len(lowered)) as pool:
+        return list(pool.map(lambda x: x.compile(), lowered))
+
+
+def _read(path: Path | None):
+    """The program kept at path, or None: absent, torn or from another runtime (a store never breaks a run)."""
+    if path is None:
+        return None
     try:
         program = serialize_executable.deserialize_and_load(*pickle.loads(path.read_bytes()))
         os.utime(path)  # recently used
         return program
-    except Exception:  # noqa: BLE001  absent, torn or from another runtime: compile (a store never breaks a run)
-        pass
-    program = jitted.lower(*args).compile()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _keep(path: Path, program) -> None:
     try:
         blob = pickle.dumps(serialize_executable.serialize(program))
     except Exception:  # noqa: BLE001  a program this runtime cannot serialize is not kept (JAX's cache still is)
-        return program
+        return
     _write(path, blob)
-    return program
 
 
 def _write(path: Path, blob: bytes) -> None:

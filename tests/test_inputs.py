@@ -155,15 +155,15 @@ def test_malformed_model_directories(hf_model_dir, tmp_path, cli_error):
 
 def test_lookahead_bound_and_sigint_during_compile(hf_model_dir, cli_error):
     """Class 10: --lookahead is bounded (with the reason); Ctrl-C ends the process at once even while XLA
-    compiles (here the K = 16 program, which takes tens of seconds to compile on CPU; JAX's compile log
-    says when the XLA compile starts)."""
+    compiles (here the K = 16 program's rounds, which take tens of seconds to compile on CPU beside its
+    prefill; JAX's compile log says when the XLA compile starts)."""
     line = cli_error("x", "--lookahead", "17", "--model", "/nonexistent")
     assert "--lookahead must be auto or in 0..16" in line and "compile time grows with K" in line
 
     model = hf_model_dir("llama")
     p = _spawn("--model", model, "--draft", model, "--lookahead", "16", "--max-new-tokens", "4",
                "--compile-cache", "", "x", env={"JAX_LOG_COMPILES": "1"})
-    while not p.stderr.readline().startswith("Finished jaxpr to MLIR module conversion jit(_generate)"):
+    while not p.stderr.readline().startswith("Finished jaxpr to MLIR module conversion jit(_rounds)"):
         assert p.poll() is None
     time.sleep(1)
     t0 = time.monotonic()

@@ -118,17 +118,20 @@ K = 2
 
 @pytest.fixture
 def eng(monkeypatch):
-    """A tiny int2 target + draft engine with no compiled program yet. Its generate program is traced anew
-    for each lowering (so that a patched PREFILL_CHUNK is seen: jax caches traces by function) and compiled
-    without LLVM optimisation, as test_speculative's."""
+    """A tiny int2 target + draft engine with no compiled program yet. Its generate program's parts are
+    traced anew for each lowering (so that a patched PREFILL_CHUNK is seen: jax caches traces by function)
+    and compiled without LLVM optimisation, as test_speculative's."""
     from conftest import tiny_tokenizer
 
-    def fast(*args):
-        jitted = jax.jit(lambda *a: decode._generate(*a), donate_argnums=(6, 7))
-        return types.SimpleNamespace(compile=functools.partial(jitted.lower(*args).compile,
-                                                               {"xla_backend_optimization_level": 0}))
+    lower = engine.lower_parts
 
-    monkeypatch.setattr(decode, "generate_program", types.SimpleNamespace(lower=fast))
+    def fast(args):
+        parts = lower(args, jax.jit(decode._start, donate_argnums=(6, 7)),
+                                   jax.jit(decode._rounds, donate_argnums=4))
+        return [types.SimpleNamespace(compile=functools.partial(x.compile, {"xla_backend_optimization_level": 0}))
+                for x in parts]
+
+    monkeypatch.setattr(engine, "lower_parts", fast)
     tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})
     kv = KVConfig("int2", sink=4, recent=8)
     return engine.Engine(CFG, model.init_params(CFG, jax.random.key(0), std=0.3), tok, kv, DRAFT,
@@ -158,8 +161,8 @@ def test_a_warm_start_loads_the_program_kept_on_disk_without_tracing(eng, tmp_pa
     tokens."""
     monkeypatch.setattr(programs, "directory", lambda: tmp_path)
     first = _run(eng, (5, 9), (6, 3))
-    assert len(list(tmp_path.glob("*.program"))) == 1
-    monkeypatch.setattr(decode, "generate_program", types.SimpleNamespace(lower=None))  # tracing would fail
+    assert len(list(tmp_path.glob("*.program"))) == 2  # the prefill and the rounds
+    monkeypatch.setattr(engine, "lower_parts", None)  # tracing would fail
     eng._compiled.clear()
     warm = _run(eng, (5, 9), (6, 3))
     assert [t for t, _ in warm] == [t for t, _ in first] and warm[0][1]["compile_s"] > 0

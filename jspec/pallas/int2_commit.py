@@ -8,8 +8,10 @@ the commit's). Here one program per (row, token, KV head) codes its key and valu
 quant.quantize does for one group per row (G = D), the rank-counted clip included, and stores them at
 their slots; a slot out of range stores nothing. The cache buffers are aliased to the outputs.
 
-Opt-in (kvcache.FUSED_COMMIT) until it is timed on the GPU; interpret mode on the CPU, where the tests
-compare it with commit_layer bit for bit.
+The default on a GPU outside a mesh (kvcache.FUSED_COMMIT): 0.34 ms off the 8B step at batch 1 / 128K
+(session 11). On the GPU its codes may differ from the jnp commit's where a value falls within rounding of
+a code boundary (its GPU test compares with a tolerance); on the CPU (interpret mode) the tests compare it
+with commit_layer bit for bit.
 """
 
 from __future__ import annotations
