@@ -93,6 +93,25 @@ def test_fused_commit_refuses_groups_smaller_than_a_row():
                                 slot, hist, clip_k=0.9, clip_v=0.9, interpret=True)
 
 
+def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):
+    """kvcache.FUSED_COMMIT None: on a GPU outside a mesh (GSPMD cannot split the kernel), never on the CPU,
+    nor for BF16 caches or groups smaller than a row; True and False force it."""
+    layer, *_, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
+    grouped = dataclasses.replace(layer, qparams=jnp.zeros((B, H, 4, T, 2), jnp.bfloat16))
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("dp", "tp"))
+    on = lambda kv=kv, layer=layer: kvcache._fused_commit(kv, layer)  # noqa: E731
+    assert kvcache.FUSED_COMMIT is None and on() == (jax.default_backend() == "gpu")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert on() and not on(layer=grouped) and not on(kv=KVConfig("bf16"))
+    with jax.set_mesh(mesh):
+        assert not on()
+    monkeypatch.setattr(kvcache, "FUSED_COMMIT", False)
+    assert not on()
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    monkeypatch.setattr(kvcache, "FUSED_COMMIT", True)
+    assert on() and not on(layer=grouped)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])

@@ -3,6 +3,7 @@ compiled program serve many requests, and a CLI that never imports torch."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -151,6 +152,23 @@ def test_one_program_serves_a_bucket(eng):
     assert [len(t) for t, _ in again] == [10, 4] and [len(t) for t, _ in first] == [6, 3]
     _run(eng, (12, 1), (3, 1))  # 12 + 3 + 3 = 18: the next bucket, a second program
     assert len(eng._compiled) == 2
+
+
+def test_the_two_parts_end_where_the_one_program_ends(eng):
+    """Engine.compile's two parts, the prefill and the rounds from its state, leave the one generate program's
+    final state: tokens, counts, rounds and accepted drafts, greedy and sampled. The draft: the target with its
+    weights scaled, so that some drafts are accepted and some are not."""
+    eng = dataclasses.replace(eng, draft_cfg=CFG, draft_params=jax.tree.map(lambda x: 1.1 * x, eng.params),
+                              _compiled={})
+    ids = [[(7 * n + i) % VOCAB for i in range(n)] for n in (5, 9)]
+    sampled = [SamplingConfig(temperature=0.8, seed=3), SamplingConfig(temperature=1.0, top_k=5, seed=4)]
+    for rows in ([SamplingConfig()] * 2, sampled):
+        prepare = lambda: eng.prepare(ids, rows, [6, 3], GenerateConfig(lookahead=K))  # noqa: B023
+        two = eng.compile(prepare())[0](*prepare())  # each run donates its caches: fresh arguments
+        one = decode.generate_program(*prepare())
+        for field in ("tokens", "count", "rounds", "accepted"):
+            assert np.array_equal(getattr(two, field), getattr(one, field)), field
+        assert int(one.count.sum()) == 9 and 0 < int(one.accepted.sum()) < K * int(one.rounds.sum())
 
 
 @pytest.mark.gpu
