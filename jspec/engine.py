@@ -249,10 +249,12 @@ class Engine:
         if K and self.head_params is not None:
             draft_cache = kvcache.init_cache(self.head_cfg.layer, KVConfig("bf16"), B, capacity, dt)
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
-        eos = jnp.asarray((gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,), jnp.int32)
-        args = ProgramArgs(self._models(K), jnp.asarray(prompts), jnp.asarray([len(x) for x in ids], jnp.int32),
-                           jnp.asarray(max_new, jnp.int32), sampler, jnp.asarray([s.seed for s in rows], jnp.uint32),
-                           cache, draft_cache, eos)
+        eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
+        # made on the host and put on the device: a conversion or jnp.asarray there would each be a program
+        host = lambda x, dt: jax.device_put(np.asarray(x, dt))
+        args = ProgramArgs(self._models(K), jax.device_put(prompts), host([len(x) for x in ids], np.int32),
+                           host(max_new, np.int32), sampler, host([s.seed for s in rows], np.uint32), cache,
+                           draft_cache, host(eos, np.int32))
         return args if self.mesh is None else sharding.shard_program_args(self.mesh, args)
 
     def compile(self, args: ProgramArgs):

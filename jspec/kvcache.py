@@ -20,6 +20,7 @@ dequantize_history(layer) returns the history's arrays; layer.parts() gives name
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -124,12 +125,20 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
     else:
         S, W, T = -(-capacity // ALIGN) * ALIGN, 0, 0
     G = kv.group(D)
-    # jnp.zeros, not jnp.empty: since jax 0.11 empty is uninitialized memory on GPU.
-    zeros = lambda *shape, dt=dtype: jnp.zeros((B, H, *shape), dt)
-    layer = lambda: LayerKV(zeros(S + W, D), zeros(S + W, D), zeros(2, T, D // 4, dt=jnp.uint8),
-                            zeros(4, T, D // G, dt=jnp.dtype(kv.scale_dtype)), S)
-    layers = tuple(layer() for _ in range(cfg.num_layers))
-    return KVCache(layers, jnp.zeros((B,), jnp.int32), kv, capacity)
+    dt = jnp.dtype(dtype)
+    parts = (((B, H, S + W, D), dt), ((B, H, S + W, D), dt), ((B, H, 2, T, D // 4), jnp.dtype(jnp.uint8)),
+             ((B, H, 4, T, D // G), jnp.dtype(kv.scale_dtype)))
+    bufs = _zeros(parts * cfg.num_layers + (((B,), jnp.dtype(jnp.int32)),))
+    layers = tuple(LayerKV(*bufs[i: i + 4], S) for i in range(0, 4 * cfg.num_layers, 4))
+    return KVCache(layers, bufs[-1], kv, capacity)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _zeros(parts):
+    """Zeros of every (shape, dtype) in parts, in one program: a cache costs one small compile (or load from
+    the compilation cache) at start-up, not one per buffer shape. Zeros, not jnp.empty: since jax 0.11 empty
+    is uninitialized memory on GPU."""
+    return tuple(jnp.zeros(shape, dt) for shape, dt in parts)
 
 
 def _scatter(buf, idx, rows):

@@ -22,7 +22,8 @@ class Sampler:
 
     @classmethod
     def make(cls, batch: int, temperature=0.0, top_k=0, top_p=1.0) -> "Sampler":
-        full = lambda x, dt: jnp.broadcast_to(jnp.asarray(x, dt), (batch,))
+        # made on the host and put on the device: jnp.asarray of a numpy array runs a program (lax.stage)
+        full = lambda x, dt: jax.device_put(np.broadcast_to(np.asarray(x, dt), (batch,)))
         t = full(temperature, jnp.float32)
         greedy = bool(np.all(np.asarray(temperature) == 0))  # host values: no device round trip
         return cls(t, full(top_k, jnp.int32), full(top_p, jnp.float32), greedy)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import types
@@ -152,6 +154,22 @@ def test_one_program_serves_a_bucket(eng):
     assert [len(t) for t, _ in again] == [10, 4] and [len(t) for t, _ in first] == [6, 3]
     _run(eng, (12, 1), (3, 1))  # 12 + 3 + 3 = 18: the next bucket, a second program
     assert len(eng._compiled) == 2
+
+
+def test_a_new_bucket_compiles_its_two_parts_and_its_caches_only(eng, caplog):
+    """Arguments are made on the host and each cache in one program: a call in a new bucket compiles the
+    prefill, the rounds and one zeros program per new cache shape, no program per buffer or argument."""
+    # three rows: shapes no other test compiles (this process keeps compiled programs by their module)
+    _run(eng, (5, 9, 2), (6, 3, 1))
+    jax.config.update("jax_log_compiles", True)  # for every thread (jax.log_compiles() is this thread's only)
+    try:
+        with caplog.at_level(logging.WARNING):
+            _run(eng, (12, 1, 4), (3, 1, 2))  # the next bucket
+    finally:
+        jax.config.update("jax_log_compiles", False)
+    # the draft's BF16 cache keeps its shape (its window is aligned to 256 slots): one zeros program
+    assert sorted(re.findall(r"Finished XLA compilation of jit\((\S+?)\)", caplog.text)) == [
+        "_rounds", "_start", "_zeros"]
 
 
 def test_the_two_parts_end_where_the_one_program_ends(eng):
