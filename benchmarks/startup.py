@@ -65,10 +65,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     t = time.perf_counter()
     if one_program:
         traced = [decode.generate_program.trace(*args)]
-    else:  # engine.lower_parts, timed step by step
-        start = decode.start_program.trace(*args)
-        traced = [start, decode.rounds_program.trace(args.models, args.sampler, args.max_new, args.eos_ids,
-                                                     start.out_info)]
+    else:  # Engine.compile's two parts
+        traced = engine.trace_parts(args)
     out["trace_s"] = time.perf_counter() - t
     t = time.perf_counter()
     lowered = [x.lower() for x in traced]

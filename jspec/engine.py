@@ -311,12 +311,16 @@ def text_pieces(tokenizer, rounds):
             shown = text
 
 
-def lower_parts(args: ProgramArgs, start=decode.start_program, rounds=decode.rounds_program) -> list:
-    """The generate program's two parts lowered for args: the prefill (start) and the rounds from the state
+def trace_parts(args: ProgramArgs, start=decode.start_program, rounds=decode.rounds_program) -> list:
+    """The generate program's two parts traced for args: the prefill (start) and the rounds from the state
     it leaves (rounds), jitted as decode's."""
     start = start.trace(*args)
-    rounds = rounds.trace(args.models, args.sampler, args.max_new, args.eos_ids, start.out_info)
-    return [start.lower(), rounds.lower()]
+    return [start, rounds.trace(args.models, args.sampler, args.max_new, args.eos_ids, start.out_info)]
+
+
+def lower_parts(args: ProgramArgs, *jitted) -> list:
+    """trace_parts, lowered."""
+    return [part.lower() for part in trace_parts(args, *jitted)]
 
 
 def _back_to_back(start, rounds):
