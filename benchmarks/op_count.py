@@ -71,7 +71,7 @@ def step_hlo(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     if kv.int2:
         params = dataclasses.replace(params, layers=tuple(
-            dataclasses.replace(lp, rot_k=jnp.broadcast_to(jnp.eye(cfg.head_dim, dtype=jnp.bfloat16),
+            dataclasses.replace(lp, rot_k=jnp.broadcast_to(jnp.eye(cfg.head_dim, dtype=jnp.float32),
                                                            (cfg.num_kv_heads, cfg.head_dim, cfg.head_dim)))
             for lp in params.layers))
     cache = kvcache.init_cache(cfg, kv, batch, 1024, jnp.bfloat16)

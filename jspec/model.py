@@ -33,7 +33,7 @@ class Layer:
     bqkv: jax.Array | None = None  # [Hkv, g + 2, D] Qwen2, slots as in wqkv
     q_norm: jax.Array | None = None  # [D] Qwen3
     k_norm: jax.Array | None = None  # [D]
-    rot_k: jax.Array | None = None  # [Hkv, D, D] R_K, applied to q and k after RoPE
+    rot_k: jax.Array | None = None  # [Hkv, D, D] f32, R_K transposed: q and k after RoPE times R_K (rotate)
 
 
 @struct.dataclass
@@ -114,13 +114,16 @@ def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
 SMALL_ROTATE = 32
 
 
-def rotate(x, rot):
-    """x [B, n, Hkv, j, D] @ rot [Hkv, D, D] per KV head, in x.dtype (f32 accumulation either way)."""
+def rotate(x, rot_t):
+    """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k), in
+    x.dtype (f32 accumulation either way). Transposed, the small product reduces over rot_t's minor axis
+    and reads it as it lies: kept as R, XLA converted and transposed it in a kernel of its own every step
+    (benchmarks/NOTES.md, session 11)."""
     B, n = x.shape[:2]
     if B * n > SMALL_ROTATE:
-        return jnp.einsum("bnhjd,hde->bnhje", x, rot.astype(x.dtype))
-    prod = x.astype(jnp.float32)[..., :, None] * rot.astype(jnp.float32)[:, None]  # [B, n, Hkv, j, D, D]
-    return prod.sum(-2).astype(x.dtype)
+        return jnp.einsum("bnhjd,hed->bnhje", x, rot_t.astype(x.dtype))
+    prod = x.astype(jnp.float32)[..., None, :] * rot_t.astype(jnp.float32)[:, None]  # [B, n, Hkv, j, D, D]
+    return prod.sum(-1).astype(x.dtype)
 
 
 def mlp(lp: Layer, x):

@@ -223,7 +223,9 @@ def _rotate_layer(lp, cfg: ModelConfig, rk, rv):
     wv = jnp.einsum("ehd,hdf->ehf", lp.wqkv[:, :, g + 1, :].astype(jnp.float32), rv)  # v slot [E, Hkv, D]
     wo = lp.wo.astype(jnp.float32).reshape(Hkv, g, D, -1)  # [Hkv, g, D, E]
     wo = jnp.einsum("hdf,hgde->hgfe", rv, wo).reshape(lp.wo.shape)  # R_V^T @ block
-    new = dict(rot_k=rk.astype(dtype), wqkv=lp.wqkv.at[:, :, g + 1, :].set(wv.astype(dtype)),
+    # R_K transposed in f32 (model.rotate), its values rounded to the weights' dtype as the prefill's GEMM reads
+    rot_t = jnp.swapaxes(rk.astype(dtype).astype(jnp.float32), 1, 2)
+    new = dict(rot_k=rot_t, wqkv=lp.wqkv.at[:, :, g + 1, :].set(wv.astype(dtype)),
                wo=wo.astype(lp.wo.dtype))
     if lp.bqkv is not None:
         bv = jnp.einsum("hd,hdf->hf", lp.bqkv[:, g + 1, :].astype(jnp.float32), rv)  # [Hkv, D]
