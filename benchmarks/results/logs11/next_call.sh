@@ -8,3 +8,14 @@ el "shipped pair's generate program: compile phases, cold and warm"
 timeout 150 python benchmarks/startup.py --phases --no-readme --cases shipped --budget 140 \
   --out $OUT/startup_shipped.json 2>&1 | tail -4
 el done
+# Issue 16 item 3: the step with R_K kept transposed in f32 (the default since session 11's last commits:
+# its profile should show no per-layer rot_k transpose), and the split path's weighted sums as two plain
+# reductions against the variadic one.
+el "step: default, profiled; then --plain-sums"
+timeout 120 python benchmarks/step_ab.py --tag default --cases int2:1:131072,int2:8:32768,bf16:1:131072 \
+  --profile int2:1:131072 --out $OUT/step_default.json 2>&1 | grep -v "^{" | tail -5
+timeout 90 python benchmarks/step_ab.py --tag plain-sums --plain-sums --cases int2:1:131072,int2:8:32768 \
+  --profile int2:1:131072 --out $OUT/step_plain_sums.json 2>&1 | grep -v "^{" | tail -4
+el "GPU tests"
+timeout 250 python -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -3
+el done
