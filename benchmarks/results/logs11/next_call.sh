@@ -1,5 +1,6 @@
-# Prepared in session 11 for the next device call (not run): where the cold README command's 30-34 s go
-# (issue 14's 15 s goal), program by program, and the shipped program's compile phases.
+# Prepared in session 11 for the next device call (not run; about 8 minutes): where the cold README command's
+# 30-34 s go (issue 14's 15 s goal), program by program, and the shipped program's compile phases; then the
+# INT2 step A/B and every GPU test.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 el "README command cold then warm, per-program trace / lower / compile (JAX_LOG_COMPILES)"
@@ -7,7 +8,6 @@ timeout 200 python benchmarks/results/logs11/cold_census.py --out $OUT/cold_cens
 el "shipped pair's generate program: compile phases, cold and warm"
 timeout 150 python benchmarks/startup.py --phases --no-readme --cases shipped --budget 140 \
   --out $OUT/startup_shipped.json 2>&1 | tail -4
-el done
 # Issue 16 item 3: the step with R_K kept transposed in f32 (the default since session 11's last commits:
 # its profile should show no per-layer rot_k transpose), and the split path's weighted sums as two plain
 # reductions against the variadic one.
