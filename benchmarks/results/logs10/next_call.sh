@@ -1,4 +1,4 @@
-# Prepared in session 10 for the next device call (not run): two questions this session's calls raised,
+# Prepared in session 10; run in session 11 as its call 1 (logs: results/logs11/call1.log): two questions this session's calls raised,
 # and the fused INT2 commit (pallas/int2_commit.py, kvcache.FUSED_COMMIT; CPU-tested only).
 # 1. Issue 14: does any form of a stacked weight's layer slice reach its GEMM in place (slice_probe.py)?
 # 2. Issue 14: the warm README command, 6.6-8.4 s in session 10 against 3.6-4.1 s in session 9: the Pallas

@@ -1,4 +1,4 @@
-# Prepared in session 11 for the next device call (not run; about 8 minutes): where the cold README command's
+# Prepared in session 11 for the next device call (not run; about 7 minutes): where the cold README command's
 # 30-34 s go (issue 14's 15 s goal), program by program, and the shipped program's compile phases; then the
 # INT2 step A/B and every GPU test.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
