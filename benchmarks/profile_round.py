@@ -3,9 +3,10 @@
     PYTHONPATH=. python benchmarks/profile_round.py --out $OUT/profile_round/profile_round.json --hlo
 
 Issue 19: on the H200 a head round at K = 4 costs about 4.3 plain steps where its kernel count predicts 1.24.
-For each mode (batch 1, greedy, a fixed prompt, INT2 KV by default) the library's own program is built as
-Engine.generate builds it (Engine.prepare, then decode.generate_program lowered and compiled: prefill and one
-lax.while_loop over rounds), compiled once per variant, warmed up and timed untraced (median of --reps calls
+For each mode (batch 1, greedy, a fixed prompt, INT2 KV by default) the library's own program is built from
+Engine.prepare's arguments as decode.generate_program, prefill and one lax.while_loop over rounds in one
+program (Engine.compile on one device compiles the same work as two programs since session 11, the prefill
+and the rounds: the rounds' kernels are the same), compiled once per variant, warmed up and timed untraced (median of --reps calls
 of --new tokens). Then one call is traced with jax.profiler and read from the xplane's GPU stream lines:
 kernels, kernel time and idle time per round, the kernel kinds by time, the memcpys (each trip of a while
 loop copies its predicate to the host: one MemcpyD2H per round, more for loops inside a round), the stretch
@@ -81,7 +82,8 @@ def call_args(eng, K: int, new: int):
 
 
 def compile_program(eng, args, options: dict):
-    """decode.generate_program for these arguments, as Engine.compile builds it, with XLA compiler options."""
+    """decode.generate_program for these arguments (the one-program form of Engine.compile's two parts), with
+    XLA compiler options."""
     with sharding.context(eng.mesh):
         return decode.generate_program.lower(*args).compile(compiler_options=options or None)
 
