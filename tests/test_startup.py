@@ -129,8 +129,7 @@ def eng(monkeypatch):
     lower = engine.lower_parts
 
     def fast(args):
-        parts = lower(args, jax.jit(decode._start, donate_argnums=(6, 7)),
-                                   jax.jit(decode._rounds, donate_argnums=4))
+        parts = lower(args, jax.jit(decode._start, donate_argnums=(6, 7)), jax.jit(decode._rounds, donate_argnums=4))
         return [types.SimpleNamespace(compile=functools.partial(x.compile, {"xla_backend_optimization_level": 0}))
                 for x in parts]
 
