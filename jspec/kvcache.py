@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from jspec import quant, struct
 from jspec.config import ConfigError, KVConfig, ModelConfig
+from jspec.pallas.int2_commit import commit_int2
 
 # BF16-mode windows are rounded up to a multiple of this: XLA pads the attention matmul's contracting
 # dimension to its tile, and a padded operand is a copy of the whole cache every layer of every step.
@@ -46,6 +47,10 @@ def code_plane(kind: str) -> int:
 def qparam_plane(name: str) -> int:
     """The qparams plane of "scale_k", "zero_k", "scale_v" or "zero_v"."""
     return QPARAM_PLANES.index(name)
+
+
+# The (codes, scale, zero) planes of the keys, then of the values: where the fused commit writes.
+INT2_PLANES = tuple((code_plane(x), qparam_plane(f"scale_{x}"), qparam_plane(f"zero_{x}")) for x in ("k", "v"))
 
 
 @struct.dataclass
@@ -191,10 +196,8 @@ def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped)."""
     if _fused_commit(kv, layer):
-        from jspec.pallas.int2_commit import commit_int2  # imports this module: loaded here, not above
-
         bufs = commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist, clip_k=kv.clip_k,
-                           clip_v=kv.clip_v, interpret=jax.default_backend() != "gpu")
+                           clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
         return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
     upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))
     if kv.int2:

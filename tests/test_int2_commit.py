@@ -33,7 +33,7 @@ def _case(seed, sdt, clips, dtype=jnp.bfloat16):
 
 def _fused(layer, k, v, slot, hist, kv, interpret=True):
     bufs = int2_commit.commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist,
-                                   clip_k=kv.clip_k, clip_v=kv.clip_v, interpret=interpret)
+                                   clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES, interpret=interpret)
     return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
 
 
@@ -80,7 +80,7 @@ def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
 def test_fused_commit_lowers_for_cuda():
     """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
     layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
-    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v)
+    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
     args = (layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "triton" in text
@@ -90,7 +90,7 @@ def test_fused_commit_refuses_groups_smaller_than_a_row():
     layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
     with pytest.raises(ValueError, match="one group per row"):
         int2_commit.commit_int2(layer.k, layer.v, layer.codes, jnp.zeros((B, H, 4, T, 2), jnp.bfloat16), k, v,
-                                slot, hist, clip_k=0.9, clip_v=0.9, interpret=True)
+                                slot, hist, clip_k=0.9, clip_v=0.9, planes=kvcache.INT2_PLANES, interpret=True)
 
 
 def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):

@@ -21,10 +21,9 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 from jspec import quant
-from jspec.kvcache import code_plane, qparam_plane
-from jspec.pallas.int2_attention import _compiler_params
 
 
 def _code_row(x4, xf, clip_ratio: float, sdt):
@@ -46,7 +45,7 @@ def _code_row(x4, xf, clip_ratio: float, sdt):
 
 
 def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, wk_in, wv_in, c_in, q_in,
-            wk_ref, wv_ref, c_ref, q_ref, *, clip_k: float, clip_v: float):
+            wk_ref, wv_ref, c_ref, q_ref, *, clip_k: float, clip_v: float, planes):
     # k4/v4 [4, D/4] and kf/vf [D]: this program's key and value row (the same values, two views);
     # slot_ref, hist_ref [B, n] int32; wk/wv [B, H, S + W, D], c [B, H, 2, T, D/4] uint8,
     # q [B, H, 4, T, 1]: the cache's buffers, aliased (the *_in refs are the same buffers, unread).
@@ -60,20 +59,21 @@ def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, wk_in, wv_in, c_
 
     @pl.when(hist < c_ref.shape[3])
     def _():
-        for kind, x4, xf, clip in (("k", k4_ref, kf_ref, clip_k), ("v", v4_ref, vf_ref, clip_v)):
+        for (cp, sp, zp), x4, xf, clip in zip(planes, (k4_ref, v4_ref), (kf_ref, vf_ref), (clip_k, clip_v)):
             packed, scale, zero = _code_row(x4[...].astype(jnp.float32), xf[...].astype(jnp.float32), clip,
                                             q_ref.dtype)
-            c_ref[b, h, code_plane(kind), pl.ds(hist, 1), :] = packed[None]
-            q_ref[b, h, qparam_plane(f"scale_{kind}"), pl.ds(hist, 1), :] = scale.astype(q_ref.dtype)
-            q_ref[b, h, qparam_plane(f"zero_{kind}"), pl.ds(hist, 1), :] = zero.astype(q_ref.dtype)
+            c_ref[b, h, cp, pl.ds(hist, 1), :] = packed[None]
+            q_ref[b, h, sp, pl.ds(hist, 1), :] = scale.astype(q_ref.dtype)
+            q_ref[b, h, zp, pl.ds(hist, 1), :] = zero.astype(q_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=("clip_k", "clip_v", "interpret"))
-def commit_int2(win_k, win_v, codes, qparams, k, v, slot, hist, *, clip_k: float, clip_v: float,
+@functools.partial(jax.jit, static_argnames=("clip_k", "clip_v", "planes", "interpret"))
+def commit_int2(win_k, win_v, codes, qparams, k, v, slot, hist, *, clip_k: float, clip_v: float, planes,
                 interpret: bool = False):
     """k, v [B, n, H, D] to window slots slot [B, n] of win_k, win_v [B, H, S + W, D] and, coded, to
     history slots hist [B, n] of codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range
-    are dropped. Returns the four buffers, updated in place where XLA can alias them."""
+    are dropped. planes: the (codes, scale, zero) planes of the keys, then of the values (the cache's
+    layout: kvcache.INT2_PLANES). Returns the four buffers, updated in place where XLA can alias them."""
     B, n, H, D = k.shape
     if qparams.shape[-1] != 1 or codes.shape[-1] != D // 4:
         raise ValueError(f"the fused commit codes one group per row: qparams {qparams.shape}, codes {codes.shape}")
@@ -83,12 +83,12 @@ def commit_int2(win_k, win_v, codes, qparams, k, v, slot, hist, *, clip_k: float
     whole = pl.BlockSpec(memory_space=pl.ANY)
     bufs = (win_k, win_v, codes, qparams)
     return pl.pallas_call(
-        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v),
+        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes),
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bufs],
         grid=(B, n, H),
         in_specs=[spec4, spec, spec4, spec, whole, whole, whole, whole, whole, whole],
         out_specs=[whole] * 4,
         input_output_aliases={6: 0, 7: 1, 8: 2, 9: 3},
         interpret=interpret,
-        compiler_params=None if interpret else _compiler_params(4, 1),
+        compiler_params=None if interpret else pltriton.CompilerParams(num_warps=4, num_stages=1),
     )(row4(k), k, row4(v), v, slot, hist, *bufs)
