@@ -66,12 +66,13 @@ def compiled(jitted, *args):
 
 
 def compiled_together(keys: list, lower):
-    """The programs keyed by the arguments in `keys` (key): each read from the store when it holds it; when
-    any is missing, lower() gives all of them lowered (in the order of keys) and the missing ones are
-    compiled side by side (compile_all) and kept."""
+    """The programs keyed by the arguments in `keys` (key): each read from the store when it holds it (side
+    by side, as compile_all: loading a program onto the GPU also takes seconds for an 8B one); when any is
+    missing, lower() gives all of them lowered (in the order of keys) and the missing ones are compiled side
+    by side (compile_all) and kept."""
     where = directory()
     paths = [None if where is None else where / f"{key(k)}{SUFFIX}" for k in keys]
-    found = [_read(path) for path in paths]
+    found = _side_by_side(_read, paths)
     if all(p is not None for p in found):
         return found
     lowered = lower()
@@ -86,10 +87,15 @@ def compiled_together(keys: list, lower):
 def compile_all(lowered: list) -> list:
     """The lowered programs compiled, side by side in threads when there are several: XLA compiles without
     the GIL, and its passes over one program run on one thread."""
-    if len(lowered) == 1:
-        return [lowered[0].compile()]
-    with concurrent.futures.ThreadPoolExecutor(len(lowered)) as pool:
-        return list(pool.map(lambda x: x.compile(), lowered))
+    return _side_by_side(lambda x: x.compile(), lowered)
+
+
+def _side_by_side(fn, items: list) -> list:
+    """[fn(x) for x in items], in threads when there are several (fn releases the GIL: XLA's compile, load)."""
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    with concurrent.futures.ThreadPoolExecutor(len(items)) as pool:
+        return list(pool.map(fn, items))
 
 
 def _read(path: Path | None):
