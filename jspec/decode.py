@@ -250,9 +250,9 @@ def draft_model(m: Models, s: DecodeState, sampler: Sampler, keys):
     """The draft model's K tokens from K forwards of two rows each, one traced forward in a fori_loop. The
     first resyncs its cache: positions past the target's length - 1 may hold rejected tokens, so it feeds
     [last, next] again at positions length - 1 and length, commits both and draws d_1 after `next`. Step i
-    feeds d_i in the first row (the second, a copy, is never committed) and draws d_{i+1}. Two rows cost a
-    one-token step no more than a few percent of its time, where a separate one-row forward would add the
-    draft's layers to the program once more (benchmarks/RESULTS.md, session 11)."""
+    feeds d_i in the first row (the second, a copy, is never committed) and draws d_{i+1}. A two-row step
+    measured 0.82-1.09x a one-row step's time, where a separate one-row forward would add the draft's
+    layers to the program once more (benchmarks/RESULTS.md, session 11)."""
     key = lambda i: None if keys is None else keys[i]
     B, K = s.next.shape[0], m.lookahead
     resync = jnp.stack([s.last, s.next], 1)
