@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 import jspec
-from jspec import model
+from jspec import attention_split, kvcache, model
 
 from decode import LLAMA3_8B, copy_bandwidth, kv_modes, kv_read_bytes, time_step, weight_bytes  # noqa: E402
 from profile_step import profile_case  # noqa: E402
@@ -46,13 +46,10 @@ def main():
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
     args = ap.parse_args()
     if args.plain_sums:
-        from jspec import attention_split
         attention_split.VARIADIC_SUMS = False  # read while tracing
     if args.jnp_commit:
-        from jspec import kvcache
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.gemm_products:
-        from jspec import attention_split
         model.SMALL_ROTATE = attention_split.SMALL_CHUNK = 0  # read while tracing: set before any step is traced
     if args.jspec_root and not os.path.abspath(jspec.__file__).startswith(os.path.abspath(args.jspec_root) + os.sep):
         raise SystemExit(f"jspec imported from {jspec.__file__}, not from under {args.jspec_root}")
@@ -61,8 +58,8 @@ def main():
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
-    res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit, plain_sums=args.plain_sums,
-               device=str(jax.devices()[0]), jax=jax.__version__,
+    res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
+               plain_sums=args.plain_sums, device=str(jax.devices()[0]), jax=jax.__version__,
                copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
 
