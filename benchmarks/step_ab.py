@@ -40,13 +40,9 @@ def main():
     ap.add_argument("--jspec-root", default=None, help="fail unless jspec is imported from under this folder")
     ap.add_argument("--gemm-products", action="store_true", help="issue 16 tree only: the small products (R_K, "
                     "the BF16 window's) as GEMMs again (SMALL_ROTATE = SMALL_CHUNK = 0), to time that choice alone")
-    ap.add_argument("--plain-sums", action="store_true", help="the split path's weighted sums as two plain "
-                    "reductions (attention_split.VARIADIC_SUMS = False), to time them against the variadic one")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
     args = ap.parse_args()
-    if args.plain_sums:
-        attention_split.VARIADIC_SUMS = False  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.gemm_products:
@@ -59,7 +55,7 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               plain_sums=args.plain_sums, device=str(jax.devices()[0]), jax=jax.__version__,
+               device=str(jax.devices()[0]), jax=jax.__version__,
                copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
 

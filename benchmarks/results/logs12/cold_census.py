@@ -1,11 +1,12 @@
-"""Where a cold README command's time goes, program by program (for the next device call; issue 14's 15 s goal).
+"""Where a cold README command's time goes, program by program (issue 14's 15 s goal).
 
 Runs `python -m jspec.generate "def fibonacci(n):"` in a fresh process with new compilation and lookahead
 caches and JAX_LOG_COMPILES=1, and sums JAX's own log lines per program: tracing, lowering (jaxpr to MLIR)
 and XLA compile seconds, with the count of programs of each name (the 4 `<lambda>` are lookahead's cost
 loops, compiled side by side: their seconds overlap), then a second (warm) run the same way.
 
-    PYTHONPATH=. python benchmarks/results/logs11/cold_census.py [--out census.json]
+    PYTHONPATH=. python benchmarks/results/logs12/cold_census.py [--out census.json] [--env K=V] [--cold-only]
+        [generate's own options, e.g. --lookahead 2]
 """
 
 import argparse
@@ -22,11 +23,12 @@ LINE = re.compile(r"Finished (tracing|jaxpr to MLIR module conversion|XLA compil
                   r"([0-9.e-]+) sec")
 
 
-def run(tmp: str) -> dict:
-    env = dict(os.environ, JAX_LOG_COMPILES="1", JSPEC_CACHE_DIR=os.path.join(tmp, "jspec"))
+def run(tmp: str, extra_env: dict, extra_args: list) -> dict:
+    env = dict(os.environ, JAX_LOG_COMPILES="1", JSPEC_CACHE_DIR=os.path.join(tmp, "jspec"), **extra_env)
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "jspec.generate", "def fibonacci(n):", "--compile-cache",
-                        os.path.join(tmp, "xla")], env=env, capture_output=True, text=True, timeout=300)
+                        os.path.join(tmp, "xla"), *extra_args], env=env, capture_output=True, text=True,
+                       timeout=300)
     wall = time.perf_counter() - t
     phase = {"tracing": "trace_s", "jaxpr to MLIR module conversion": "lower_s",
              "XLA compilation of": "compile_s"}
@@ -44,9 +46,14 @@ def run(tmp: str) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    args = ap.parse_args()
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for both runs")
+    ap.add_argument("--cold-only", action="store_true")
+    args, extra = ap.parse_known_args()
+    env = dict(e.split("=", 1) for e in args.env)
     with tempfile.TemporaryDirectory() as tmp:
-        out = dict(cold=run(tmp), warm=run(tmp))
+        out = dict(cold=run(tmp, env, extra))
+        if not args.cold_only:
+            out["warm"] = run(tmp, env, extra)
     for name, r in out.items():
         print(name, r["wall_s"], "s", r["stats"])
         for prog, f in list(r["programs"].items())[:12]:
