@@ -208,13 +208,15 @@ class Engine:
             return dataclasses.replace(gen, lookahead=0), None
         capacity = self.capacity(dataclasses.replace(gen, lookahead=k_max), lengths, max_new)
         # measured once per shape (self._costs, and on disk), at the largest capacity K may need
+        t0 = time.perf_counter()
         costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, capacity,
                                   max(lengths) + max(max_new) // 2, k_max, jnp.dtype(self.dtype), self.mesh,
                                   self._costs)
         B = len(lengths)
         alpha, source = lookahead.estimate(mode, self._seen.get((mode, lookahead.batch_bucket(B)), (0, 0)), B)
         K, gain = lookahead.choose(costs, mode, alpha, k_max)
-        return dataclasses.replace(gen, lookahead=K), lookahead.Choice(K, mode, alpha, source, gain, costs)
+        choice = lookahead.Choice(K, mode, alpha, source, gain, costs, time.perf_counter() - t0)
+        return dataclasses.replace(gen, lookahead=K), choice
 
     def prepare(self, ids, rows, max_new, gen) -> ProgramArgs:
         """The program's arguments for a batch (caches included), checked, padded to its capacity bucket

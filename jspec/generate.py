@@ -153,7 +153,8 @@ def _summary(r) -> str:
     s = r.stats
     spec = f", accept_length {s['accept_length']:.2f}, accept_rate {s['accept_rate']:.2f}" if s["lookahead"] else ""
     auto = s.get("lookahead_auto")
-    why = f" (auto: alpha {auto['alpha']:.2f}, predicted {auto['predicted_speedup']:.2f}x)" if auto else ""
+    timed = f", costs timed in {auto['measure_s']:.1f}s" if auto and auto["measure_s"] >= 0.05 else ""
+    why = f" (auto: alpha {auto['alpha']:.2f}, predicted {auto['predicted_speedup']:.2f}x{timed})" if auto else ""
     k = f", {s['draft_mode']} K {s['lookahead']}{why}" if s["draft_mode"] != "none" else ""
     return (f"[{s['new_tokens']} tokens, {s['rounds']} rounds{k}{spec}, kv {s['kv_mode']} "
             f"{s['batch_kv_bytes'] / 2**20:.1f} MiB per batch, compile {s['compile_s']:.1f}s, decode {s['decode_s']:.2f}s, "

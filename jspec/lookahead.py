@@ -113,10 +113,12 @@ class Choice:
     alpha_from: str  # "prior" or "N drafts measured"
     speedup: float  # predicted, at K
     costs: Costs
+    measure_s: float = 0.0  # seconds this call spent getting the costs: compiling and timing, or reading them
 
     def stats(self) -> dict:
         return dict(K=self.K, mode=self.mode, alpha=round(self.alpha, 3), alpha_from=self.alpha_from,
-                    predicted_speedup=round(self.speedup, 3), costs_ms=self.costs.as_ms())
+                    predicted_speedup=round(self.speedup, 3), costs_ms=self.costs.as_ms(),
+                    measure_s=round(self.measure_s, 3))
 
 
 def choose(costs: Costs, mode: str, alpha: float, k_max: int) -> tuple[int, float]:
