@@ -168,8 +168,9 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
 
 def run_readme(cache_dir: Path, timeout: float) -> dict:
     """The README command as a whole process, with its compilation cache and lookahead timings under
-    cache_dir; its stats line gives compile and decode time, the entries it added to JAX's cache the
-    programs it missed there (JAX_EXPLAIN_CACHE_MISSES made the command fail on the H200 under jax 0.11.2)."""
+    cache_dir; its stats line gives compile and decode time and the seconds lookahead auto spent getting its
+    costs, the entries it added to JAX's cache the programs it missed there (JAX_EXPLAIN_CACHE_MISSES made
+    the command fail on the H200 under jax 0.11.2)."""
     env = dict(_env(), JSPEC_CACHE_DIR=str(cache_dir / "jspec"))
     entries = lambda: set((cache_dir / "xla").glob("*-cache"))
     before = entries()
@@ -181,6 +182,8 @@ def run_readme(cache_dir: Path, timeout: float) -> dict:
     stats = re.search(r"compile ([\d.]+)s, decode ([\d.]+)s", p.stdout)
     if stats:
         out.update(compile_s=float(stats[1]), decode_s=float(stats[2]))
+        timed = re.search(r"costs timed in ([\d.]+)s", p.stdout)  # lookahead auto's first measurement
+        out["lookahead_measure_s"] = float(timed[1]) if timed else 0.0
     else:
         out["error"] = (p.stderr.strip().splitlines() or ["?"])[-1][:300]
     return out
@@ -231,7 +234,8 @@ def table(result: dict) -> str:
                     f"{f('load_s')} | {f('trace_s')} | {f('lower_s')} | {f('compile_s')} | {f('run_s')} | "
                     f"{f('wall_s')} |")
     for name, r in result["readme"].items():
-        detail = f"compile {r['compile_s']:.2f} s, decode {r['decode_s']:.2f} s" if "compile_s" in r else r["error"]
+        detail = (f"compile {r['compile_s']:.2f} s, decode {r['decode_s']:.2f} s, lookahead's costs "
+                  f"{r['lookahead_measure_s']:.2f} s" if "compile_s" in r else r["error"])
         detail += f", {len(r.get('cache_misses', []))} cache misses"
         rows.append(f"| README command | {name} | {detail} | | | | | | | {r['wall_s']:.2f} |")
     return "\n".join(rows)
