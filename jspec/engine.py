@@ -206,12 +206,13 @@ class Engine:
         k_max = min(MAX_LOOKAHEAD, window, self.room(gen) - need)
         if mode == "none" or k_max < 1:
             return dataclasses.replace(gen, lookahead=0), None
-        capacity = self.capacity(dataclasses.replace(gen, lookahead=k_max), lengths, max_new)
-        # measured once per shape (self._costs, and on disk), at the largest capacity K may need
+        # measured once per batch size and power of two of the largest capacity K may need (self._costs, and
+        # on disk)
+        capacity, context = lookahead.cost_shape(
+            self.capacity(dataclasses.replace(gen, lookahead=k_max), lengths, max_new), k_max)
         t0 = time.perf_counter()
-        costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, capacity,
-                                  max(lengths) + max(max_new) // 2, k_max, jnp.dtype(self.dtype), self.mesh,
-                                  self._costs)
+        costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, capacity, context,
+                                  k_max, jnp.dtype(self.dtype), self.mesh, self._costs)
         B = len(lengths)
         alpha, source = lookahead.estimate(mode, self._seen.get((mode, lookahead.batch_bucket(B)), (0, 0)), B)
         K, gain = lookahead.choose(costs, mode, alpha, k_max)

@@ -5,11 +5,12 @@ tokens and costs draft(K) + verify(K + 1); plain decoding emits one token per ve
 speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best one is taken, or 0
 (no speculation) unless the best beats plain decoding by MIN_GAIN.
 
-- Costs are measured on the device and shapes at hand by a few small jitted loops (a target forward
-  over n tokens per row for a few n, interpolated in between; one draft-model token; one EAGLE-3 head
-  step; one n-gram lookup),
-  once per engine and shape, and kept in memory and on disk (cache_root()/lookahead/, keyed by device
-  kind, models, KV layout, batch and capacity). The ordinary round overhead (accept, emit, loop) is left
+- Costs are measured on the device by a few small jitted loops (a target forward over n tokens per row
+  for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one n-gram lookup),
+  once per batch size and power of two of the cache capacity (cost_shape: every call whose capacity has
+  the same power of two at or below it shares one measurement, which costs seconds of compiling, where a
+  job's batches each paid for their own), and kept in memory and on disk (cache_root()/lookahead/, keyed
+  by device kind, models, KV layout, batch and that capacity). The ordinary round overhead (accept, emit, loop) is left
   out of both sides, which favours plain decoding: the gain is under- rather than over-estimated.
 - alpha is a prior per draft mode (PRIOR_ALPHA, from the shipped pair's measured acceptance), moved
   towards what the engine's earlier calls in that mode and batch size measured (an online estimate).
@@ -278,6 +279,17 @@ def _ngram_loop(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> 
         return history if mesh is None else sharding.shard_batch(history, mesh)
 
     return _loop(step, m.replace(target=None, draft=None), make, steps)
+
+
+def cost_shape(capacity: int, k_max: int) -> tuple[int, int]:
+    """(capacity, context) at which the costs of a call with cache `capacity` are measured: the power of two
+    at or below it (no more memory than the call's own cache), nearly full (context + k_max + 1 tokens), as
+    the midpoint of the capacities it serves (up to twice its size). A capacity too small for that keeps
+    its own shape."""
+    cap = 1 << (capacity.bit_length() - 1)
+    if cap < 2 * (k_max + 1):
+        cap = capacity
+    return cap, cap - k_max - 1
 
 
 def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int, k_max: int, dtype, mesh=None,

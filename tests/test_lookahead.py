@@ -104,6 +104,25 @@ def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeyp
     assert again.stats["lookahead_auto"]["measure_s"] < auto["measure_s"] / 10  # read from disk
 
 
+def test_cost_shape():
+    assert lookahead.cost_shape(144, 16) == (128, 111)  # the power of two at or below, nearly full
+    assert lookahead.cost_shape(256, 16) == (256, 239) and lookahead.cost_shape(511, 16) == (256, 239)
+    assert lookahead.cost_shape(48, 16) == (48, 31)  # 32 < 2 (16 + 1): its own shape
+    assert lookahead.cost_shape(48, 4) == (32, 27)
+
+
+def test_calls_within_a_power_of_two_of_capacity_share_one_measurement(hf_model_dir, cache_root, monkeypatch):
+    shapes, measure = [], lookahead.measure
+    monkeypatch.setattr(lookahead, "measure", lambda *a, **kw: shapes.append(a[3:5]) or measure(*a, **kw))
+    eng = _load(hf_model_dir)
+    first, second = (eng.generate([PROMPT], jspec.GenerateConfig(max_new_tokens=n))[0] for n in (40, 60))
+    assert eng.capacity(jspec.GenerateConfig(max_new_tokens=40, lookahead=16), [len(PROMPT)], [40]) != \
+        eng.capacity(jspec.GenerateConfig(max_new_tokens=60, lookahead=16), [len(PROMPT)], [60])  # two buckets
+    assert shapes == [(64, 47)] * 2  # one cost shape for both
+    assert second.stats["lookahead_auto"]["costs_ms"] == first.stats["lookahead_auto"]["costs_ms"]
+    assert second.stats["lookahead_auto"]["measure_s"] < first.stats["lookahead_auto"]["measure_s"] / 10
+
+
 def test_auto_speculates_when_it_pays_and_output_is_unchanged(hf_model_dir, cache_root, monkeypatch):
     flat = Costs(((1, 1e-3), (17, 1e-3)), ngram=1e-5)  # verifying 17 tokens costs what 1 does
     monkeypatch.setattr(lookahead, "measure", lambda *args, **kw: flat)
