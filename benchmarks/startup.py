@@ -191,8 +191,9 @@ def run_readme(cache_dir: Path, timeout: float) -> dict:
 
 def run_job(tmp: Path, timeout: float, n: int = 24) -> dict:
     """A batch job of n held-out prompts, each with its own max_new_tokens, through the CLI in a fresh process
-    with a new compilation cache: how many programs it compiled against how many capacity buckets its
-    batches fell in (one program per bucket and lookahead)."""
+    with a new compilation cache and lookahead timing cache: how many programs it compiled against how many
+    capacity buckets its batches fell in (one program per bucket and lookahead), and the seconds lookahead
+    auto spent measuring costs."""
     sys.path.insert(0, str(Path(__file__).parent))
     from speculative import held_out_prompts
 
@@ -207,15 +208,18 @@ def run_job(tmp: Path, timeout: float, n: int = 24) -> dict:
     cmd = [sys.executable, "-m", "jspec.generate", "--input", str(src), "--output", str(dst), "--batch-size", "8",
            "--compile-cache", str(tmp / "job-cache")]
     t = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, cwd=ROOT, env=dict(_env(), JSPEC_CACHE_DIR=str(tmp / "job-jspec")), capture_output=True,
+                       text=True, timeout=timeout)
     out = dict(wall_s=time.perf_counter() - t, returncode=p.returncode, prompts=n)
     if p.returncode:
         return dict(out, error=(p.stderr.strip().splitlines() or ["?"])[-1][:300])
     stats = [json.loads(line)["stats"] for line in dst.read_text().splitlines()]
-    batches = {(s["compile_s"], s["decode_s"], s["batch_kv_bytes"], s["lookahead"]) for s in stats}
+    batches = {(s["compile_s"], s["decode_s"], s["batch_kv_bytes"], s["lookahead"],
+                s.get("lookahead_auto", {}).get("measure_s", 0.0)) for s in stats}
     return dict(out, batches=len(batches), compiles=sum(c > 0 for c, *_ in batches),
-                buckets=len({kv for _, _, kv, _ in batches}), lookaheads=sorted({K for *_, K in batches}),
-                compile_s=round(sum(c for c, *_ in batches), 2), decode_s=round(sum(d for _, d, *_ in batches), 2))
+                buckets=len({kv for _, _, kv, *_ in batches}), lookaheads=sorted({b[3] for b in batches}),
+                compile_s=round(sum(c for c, *_ in batches), 2), decode_s=round(sum(b[1] for b in batches), 2),
+                lookahead_measure_s=round(sum(b[4] for b in batches), 2))
 
 
 def _env() -> dict:
