@@ -7,11 +7,11 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
 
 - Costs are measured on the device by a few small jitted loops (a target forward over n tokens per row
   for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one n-gram lookup),
-  once per batch size and power of two of the cache capacity (cost_shape: every call whose capacity has
-  the same power of two at or below it shares one measurement, which costs seconds of compiling, where a
-  job's batches each paid for their own), and kept in memory and on disk (cache_root()/lookahead/, keyed
-  by device kind, models, KV layout, batch and that capacity). The ordinary round overhead (accept, emit, loop) is left
-  out of both sides, which favours plain decoding: the gain is under- rather than over-estimated.
+  once per batch size and power of two of the cache capacity (cost_shape: a measurement costs seconds of
+  compiling, and keyed by the exact capacity every batch of a job paid its own), and kept in memory and on
+  disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). The
+  ordinary round overhead (accept, emit, loop) is left out of both sides, which favours plain decoding:
+  the gain is under- rather than over-estimated.
 - alpha is a prior per draft mode (PRIOR_ALPHA, from the shipped pair's measured acceptance), moved
   towards what the engine's earlier calls in that mode and batch size measured (an online estimate).
 - A batch runs in lockstep: its rounds go on until its slowest row is done, so what a call gains is set
@@ -282,10 +282,10 @@ def _ngram_loop(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> 
 
 
 def cost_shape(capacity: int, k_max: int) -> tuple[int, int]:
-    """(capacity, context) at which the costs of a call with cache `capacity` are measured: the power of two
-    at or below it (no more memory than the call's own cache), nearly full (context + k_max + 1 tokens), as
-    the midpoint of the capacities it serves (up to twice its size). A capacity too small for that keeps
-    its own shape."""
+    """(capacity, context) at which the costs of a call with cache `capacity` are measured, shared by every
+    capacity from that power of two up to twice it: the power of two at or below `capacity` (no more memory
+    than the call's own cache), nearly full (context + k_max + 1 tokens: about the geometric middle of the
+    contexts those calls decode at). A capacity too small for that keeps its own shape."""
     cap = 1 << (capacity.bit_length() - 1)
     if cap < 2 * (k_max + 1):
         cap = capacity
