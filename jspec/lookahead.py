@@ -8,7 +8,7 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
 - Costs are measured on the device by a few small jitted loops (a target forward over n tokens per row
   for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one n-gram lookup),
   once per batch size and power of two of the cache capacity (cost_shape: a measurement costs seconds of
-  compiling, and keyed by the exact capacity every batch of a job paid its own), and kept in memory and on
+  compiling; keyed by the exact capacity, every batch of a job paid for its own), and kept in memory and on
   disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). The
   ordinary round overhead (accept, emit, loop) is left out of both sides, which favours plain decoding:
   the gain is under- rather than over-estimated.
