@@ -42,7 +42,12 @@ def main():
                     "the BF16 window's) as GEMMs again (SMALL_ROTATE = SMALL_CHUNK = 0), to time that choice alone")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
+    ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
+                    "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
+                    "(pallas/window_merge.py)")
     args = ap.parse_args()
+    if args.xla_window:
+        attention_split.FUSED_WINDOW = False  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.gemm_products:
@@ -55,6 +60,7 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
+               xla_window=args.xla_window,
                device=str(jax.devices()[0]), jax=jax.__version__,
                copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

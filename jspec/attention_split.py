@@ -31,6 +31,11 @@ from jspec.numerics import einsum_f32
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (session 10; cause not established).
 from jspec.pallas import int2_mosaic
 from jspec.pallas.int2_attention import int2_attention
+from jspec.pallas.window_merge import supported as window_merge_supported, window_merge
+
+# The BF16 parts and the merge as one Pallas kernel per layer on GPUs (decode and verification chunks;
+# pallas/window_merge.py), where XLA runs about nine small kernels. A switch for A/B runs.
+FUSED_WINDOW = True
 
 # The mesh axes of jspec.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
 # model in the imports, so that the model's import chain stops short of sharding.
@@ -38,11 +43,13 @@ DP, TP = "dp", "tp"
 
 
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
-                 kernel: str = "auto", **kernel_options):
+                 kernel: str = "auto", fused_window: bool | None = None, **kernel_options):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
     has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
+    fused_window: the BF16 parts and the merge in pallas/window_merge.py (None: on GPUs where it takes
+    the shapes and FUSED_WINDOW is on), else in XLA.
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
@@ -51,8 +58,16 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     # layout, which the BF16 parts share (at n = 1 both reshapes are free).
     rows = q.reshape(B, n, H, g, D).transpose(0, 2, 1, 3, 4).reshape(B, H, n * g, D)
     t = length[:, None] + jnp.arange(n)  # [B, n] query positions
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
     with jax.named_scope("int2_history"):
         out_k, lse_k = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options)
+    if fused_window is None:
+        fused_window = FUSED_WINDOW and not interpret
+    if fused_window and window_merge_supported(n, g, D, layer.k.shape[2], kv.recent):
+        with jax.named_scope("window_merge"):
+            return window_merge(q, k, v, layer.k, layer.v, length, out_k, lse_k, sink=kv.sink, recent=kv.recent,
+                                pinned=layer.pinned_slots, interpret=interpret)
     with jax.named_scope("bf16_parts"):
         out = _bf16_parts_merged(rows, k, v, layer, length, t, kv, out_k, lse_k)  # [B, H, n * g, D] f32
     return out.reshape(B, H, n, g, D).transpose(0, 2, 1, 3, 4).reshape(B, n, Hq, D).astype(q.dtype)
@@ -66,8 +81,6 @@ def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel,
     g = M // t.shape[1]
     hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, M]
     lo = jnp.full_like(hi, kv.sink)
-    if interpret is None:
-        interpret = jax.default_backend() != "gpu"
     if kernel == "mosaic" and not int2_mosaic.available():
         raise ValueError("the mosaic INT2 kernel needs a GPU with wgmma (compute capability 9.x)")
     small = M <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel

@@ -1,0 +1,73 @@
+"""The BF16 window parts and split merge as one kernel (pallas/window_merge.py) against the XLA path of
+attend_split, in interpret mode on CPU and compiled on a GPU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jspec import attention_split, kvcache
+from jspec.config import KVConfig, ModelConfig
+from jspec.pallas import int2_mosaic, window_merge as wm
+
+CFG = ModelConfig(model_type="llama", vocab_size=32, hidden_size=256, intermediate_size=64, num_layers=1,
+                  num_heads=8, num_kv_heads=2, head_dim=64, max_position=512)
+SPLIT = jax.jit(attention_split.attend_split, static_argnames=("kv", "interpret", "kernel", "fused_window",
+                                                               "block_t", "num_splits"))
+
+
+def _inputs(sink, recent, n, dtype):
+    """A one-layer cache whose rows hold 250 committed tokens, 30 (ring slots not yet filled) and none, and
+    a chunk of n new rows: (kv, attend_split's array arguments)."""
+    kv = KVConfig(sink=sink, recent=recent)
+    lengths = jnp.asarray([250, 30, 0], jnp.int32)
+    c = kvcache.init_cache(CFG, kv, batch=3, capacity=320, lookahead=4)
+    rng = np.random.default_rng(sink + recent + n)
+    rows = lambda T, h: jnp.asarray(rng.standard_normal((3, T, h, 64)), dtype)
+    c = kvcache.commit(c, [rows(250, 2)], [rows(250, 2)], lengths)
+    return kv, (rows(n, 8), rows(n, 2), rows(n, 2), c.layers[0], c.length)
+
+
+# (sink, recent, splits): a window of 8 + 8 slots (one block) and 3 splits (one block); 8 + 70 slots (a
+# shifted-back last block) and 20 splits (a shifted-back second block).
+@pytest.mark.parametrize("sink,recent,splits", [(8, 8, 3), (8, 70, 20)])
+@pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_fused_window_matches_xla_parts(sink, recent, splits, n, dtype, interpret=True, kernel="auto"):
+    kv, args = _inputs(sink, recent, n, dtype)
+    assert wm.supported(n, 4, 64, args[3].k.shape[2], recent)
+    # block_t and num_splits go to the Triton kernel (the Mosaic one picks its own splits)
+    options = dict(kv=kv, interpret=interpret, kernel=kernel, block_t=16, num_splits=splits)
+    assert "window_merge" in str(jax.make_jaxpr(lambda *a: SPLIT(*a, fused_window=True, **options))(*args))
+    ref = SPLIT(*args, fused_window=False, **options)
+    out = SPLIT(*args, fused_window=True, **options)
+    assert out.shape == args[0].shape and out.dtype == dtype
+    tol = 1e-5 if dtype == jnp.float32 else 1e-2
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(ref, np.float32), rtol=tol, atol=tol)
+
+
+def test_fused_window_lowers_for_cuda():
+    """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
+    kv, args = _inputs(8, 70, 5, jnp.bfloat16)
+    fn = lambda *a: attention_split.attend_split(*a, kv=kv, kernel="triton", fused_window=True, interpret=False)
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "window_merge" in text and "triton" in text
+
+
+def test_unsupported_shapes_are_refused():
+    assert wm.supported(5, 4, 128, 320, 256)
+    assert not wm.supported(9, 4, 64, 64, 256)  # a chunk longer than MAX_CHUNK
+    assert not wm.supported(5, 4, 64, 64, 4)  # a chunk longer than the recent window (rows read as INT2)
+    assert not wm.supported(1, 6, 64, 64, 256)  # g not a power of two
+    assert not wm.supported(1, 4, 64, 8, 256)  # fewer than 16 window slots
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("kernel", ["triton", "mosaic"])
+@pytest.mark.parametrize("n", [1, 5])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_compiled_fused_window_matches_xla_parts(kernel, n, dtype):
+    if kernel == "mosaic" and not int2_mosaic.available():
+        pytest.skip("the Mosaic kernel needs wgmma")
+    test_fused_window_matches_xla_parts(8, 70, 20, n, dtype, interpret=False, kernel=kernel)
