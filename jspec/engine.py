@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import shutil
 import time
 from pathlib import Path
 
@@ -378,9 +379,39 @@ def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
     versions) get an access time now."""
     path = Path(path)
     _stamp_entries(path)
+    seed_autotune(path)
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30))
+
+
+# XLA's GEMM autotuning results for the shipped pair's programs (the README command's) on an H200, as XLA's
+# per-fusion autotune cache writes them (one file per fusion, keyed by the GPU's description and the fusion's
+# HLO), one folder per jaxlib version. Autotuning is most of a cold compile (about 24 of 28 s, benchmarks/
+# RESULTS.md, session 12); with the results in place XLA compiles the kernels it chose and no candidates.
+# On another GPU or jaxlib no file matches and XLA autotunes as usual.
+AUTOTUNE_DIR = Path(__file__).parent / "autotune"
+PER_FUSION = "xla_gpu_per_fusion_autotune_cache_dir"  # where JAX points XLA's autotune cache in its cache dir
+
+
+def seed_autotune(path: Path, source: Path | None = None) -> int:
+    """Copies the shipped autotuning results of this jaxlib into the per-fusion autotune folder of the
+    compilation cache at `path` (files it already has are kept). Returns the number of files copied."""
+    import jaxlib
+
+    source = source or AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}"
+    if not source.is_dir():
+        return 0
+    copied = 0
+    try:
+        (path / PER_FUSION).mkdir(parents=True, exist_ok=True)
+        for f in source.iterdir():
+            if not (path / PER_FUSION / f.name).exists():
+                shutil.copyfile(f, path / PER_FUSION / f.name)
+                copied += 1
+    except OSError:  # an unwritable cache: XLA autotunes as without the files
+        pass
+    return copied
 
 
 def _stamp_entries(path: Path) -> None:

@@ -1,16 +1,21 @@
-"""The BF16 parts of mixed-cache attention joined with the INT2 kernel's split partials: one Pallas (Triton)
-program per (batch row, KV head, query position) (issue 16 item 3: one kernel where XLA ran about nine).
+"""The BF16 parts of mixed-cache attention joined with the INT2 kernel's split partials in two Pallas (Triton)
+kernels per layer, where XLA ran about nine (issue 16 item 3).
 
 For decode and verification chunks (n <= MAX_CHUNK new rows, none of them old enough to be read as INT2),
-the same result as attention_split._bf16_parts_merged: each program holds the g query rows of one GQA group
-at one position t = length + i and runs one online softmax over
-- the chunk's own rows j <= i (first: the diagonal j = i keeps the running max finite from the start),
-- the history splits' normalised partials (out, lse), weighted by exp(lse - max),
-- the window slots as they lie in the cache: pinned slot p holds position p (read iff p < length), ring
-  slot S + r the latest position p < length with p = r mod W (read iff p >= max(sink, t - R + 1)),
-and writes out [B, n, Hq, D] in the queries' layout. Blocks of slots and of splits that do not divide
-their count are shifted back to end at the last one, with the slots already seen masked out, so no load
-leaves its array. f32 throughout; dots of f32 operands in full precision (Triton would use TF32).
+the same result as attention_split._bf16_parts_merged. Every (batch row, KV head, query position t =
+length + i) has its g query rows of one GQA group and U units of work, each a program of `window_parts`:
+- a block of BLOCK_SPLITS history splits: their normalised partials (out, lse) weighted by exp(lse - max);
+- a block of BLOCK_SLOTS window slots as they lie in the cache: pinned slot p holds position p (read iff
+  p < length), ring slot S + r the latest position p < length with p = r mod W (read iff p >= max(sink,
+  t - R + 1));
+- unit 0 also the chunk's own rows j <= i (the diagonal j = i keeps its max finite);
+each written as a softmax part (max, sum of exponentials, weighted sum of values). `window_merge` joins
+the U parts of each row under their common max and writes out [B, n, Hq, D] in the queries' layout.
+Units, not one program looping over all of it: at batch 1 there are only Hkv (8) rows of programs, and
+one loop of ten dependent loads per program measured as slow as XLA's kernels (H200, session 13).
+Blocks that do not divide their count are shifted back to end at the last element, what they repeat
+masked out, so no load leaves its array. f32 throughout; dots of f32 operands in full precision (Triton
+would use TF32).
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ except ImportError:  # pragma: no cover
     pltriton = None
 
 MAX_CHUNK = 8  # new rows per call at most (decode: 1, verification: K + 1); longer chunks stay in XLA
-BLOCK_SLOTS = 64  # window slots per loop step
-BLOCK_SPLITS = 16  # history splits per loop step
+BLOCK_SLOTS = 64  # window slots per program
+BLOCK_SPLITS = 16  # history splits per program
 WARPS = 4
 
 
@@ -44,59 +49,91 @@ def _floor_pow2(x: int, cap: int) -> int:
     return min(cap, 1 << (x.bit_length() - 1))
 
 
-def _kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, os_ref, ls_ref, o_ref, *, S: int, sink: int,
-            R: int, n: int, scale: float, bw: int, bs: int):
+def _partial(s, vals):
+    """Softmax partial of scores s [g, X] (-inf: not read) over vals [X, D] f32: (max, sum of exp, exp @ vals),
+    the max -inf and the rest 0 where a row reads nothing."""
+    m = s.max(axis=1)
+    p = jnp.exp(s - jnp.where(m == -jnp.inf, 0.0, m)[:, None])
+    return m, p.sum(axis=1), jnp.dot(p, vals, precision=lax.Precision.HIGHEST)
+
+
+def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, os_ref, ls_ref, m_ref, l_ref, acc_ref, *,
+                  S: int, sink: int, R: int, n: int, scale: float, bw: int, bs: int):
     # len_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] window | kn_ref, vn_ref [n, D] chunk rows
-    # os_ref [ns, g, D] f32, ls_ref [ns, g] f32 history splits | o_ref [g, D]
+    # os_ref [ns, g, D] f32, ls_ref [ns, g] f32 history splits | m_ref, l_ref [g], acc_ref [g, D]: this unit's part
     f32 = jnp.float32
-    hi = lax.Precision.HIGHEST
-    i = pl.program_id(2)
+    i, u = pl.program_id(2), pl.program_id(3)
     length = len_ref[0]
-    t = length + i
-    q = q_ref[...].astype(f32)
+    q = q_ref[...]
     g, D = q.shape
     X, W, ns = kw_ref.shape[0], kw_ref.shape[0] - S, os_ref.shape[0]
+    n_split_units = pl.cdiv(ns, bs)
 
-    # The chunk's own rows, causal: j <= i.
-    s_new = [jnp.where(j <= i, (q * kn_ref[j].astype(f32)[None, :]).sum(axis=1) * scale, -jnp.inf) for j in range(n)]
-    m = functools.reduce(jnp.maximum, s_new)  # [g], finite (j = 0 <= i)
-    p_new = [jnp.exp(s - m) for s in s_new]
-    l = sum(p_new)
-    acc = sum(p[:, None] * vn_ref[j].astype(f32)[None, :] for j, p in enumerate(p_new))  # [g, D]
+    def chunk():  # the chunk's own rows j <= i (causal: j = 0 is always read), a row at a time (n is no power of 2)
+        qf = q.astype(f32)
+        s = [jnp.where(j <= i, (qf * kn_ref[j].astype(f32)[None, :]).sum(axis=1) * scale, -jnp.inf) for j in range(n)]
+        m = functools.reduce(jnp.maximum, s)  # [g], finite
+        p = [jnp.exp(sj - m) for sj in s]
+        return m, sum(p), sum(pj[:, None] * vn_ref[j].astype(f32)[None, :] for j, pj in enumerate(p))
 
-    def update(carry, s, vals):  # s [g, X'] scores (-inf: not read), vals [X', D] f32
-        m, l, acc = carry
-        m_new = jnp.maximum(m, s.max(axis=1))
-        alpha, p = jnp.exp(m - m_new), jnp.exp(s - m_new[:, None])
-        return m_new, alpha * l + p.sum(axis=1), alpha[:, None] * acc + jnp.dot(p, vals, precision=hi)
-
-    def splits(c, carry):
-        a = jnp.minimum(c * bs, ns - bs)
-        fresh = a + jnp.arange(bs) >= c * bs  # [bs]: not in the previous block
+    def splits():  # a unit of bs splits: their normalised partials weighted by exp(lse - max)
+        c = u
+        a = jnp.minimum(c * bs, ns - bs)  # a last block shifted back to end at ns; what it repeats is masked
+        fresh = a + jnp.arange(bs) >= c * bs
         lse = jnp.where(fresh[:, None], ls_ref[pl.ds(a, bs), :], -jnp.inf)  # [bs, g]
-        m, l, acc = carry
-        m_new = jnp.maximum(m, lse.max(axis=0))
-        alpha, w = jnp.exp(m - m_new), jnp.exp(lse - m_new[None, :])  # [g], [bs, g]
-        part = (w[:, :, None] * os_ref[pl.ds(a, bs), :, :]).sum(axis=0)  # [g, D]
-        return m_new, alpha * l + w.sum(axis=0), alpha[:, None] * acc + part
+        m = lse.max(axis=0)
+        w = jnp.exp(lse - jnp.where(m == -jnp.inf, 0.0, m)[None, :])
+        return m, w.sum(axis=0), (w[:, :, None] * os_ref[pl.ds(a, bs), :, :]).sum(axis=0)
 
-    def window(c, carry):
+    def window():  # a unit of bw window slots
+        c = u - n_split_units
         a = jnp.minimum(c * bw, X - bw)
         x = a + jnp.arange(bw)  # slots
         if W:
             last = length - 1
-            r = lax.rem(last - (x - S), W)
+            r = lax.rem(last - (x - S), W)  # truncating: made non-negative below
             pos = jnp.where(x < S, x, last - jnp.where(r < 0, r + W, r))
         else:
             pos = x
-        ok = (x >= c * bw) & jnp.where(x < S, x < length, (pos >= jnp.maximum(sink, t - R + 1)) & (pos >= 0))
-        k = kw_ref[pl.ds(a, bw), :].astype(q_ref.dtype)
-        s = jnp.dot(q_ref[...], k.T, precision=hi, preferred_element_type=f32) * scale  # [g, bw]
-        return update(carry, jnp.where(ok[None, :], s, -jnp.inf), vw_ref[pl.ds(a, bw), :].astype(f32))
+        ok = (x >= c * bw) & jnp.where(x < S, x < length, (pos >= jnp.maximum(sink, length + i - R + 1)) & (pos >= 0))
+        k = kw_ref[pl.ds(a, bw), :].astype(q.dtype)
+        s = jnp.dot(q, k.T, precision=lax.Precision.HIGHEST, preferred_element_type=f32) * scale  # [g, bw]
+        return _partial(jnp.where(ok[None, :], s, -jnp.inf), vw_ref[pl.ds(a, bw), :].astype(f32))
 
-    carry = lax.fori_loop(0, pl.cdiv(ns, bs), splits, (m, l, acc))
-    m, l, acc = lax.fori_loop(0, pl.cdiv(X, bw), window, carry)
-    o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
+    def store(part):
+        m_ref[...], l_ref[...], acc_ref[...] = part
+
+    def joined(x, y):  # two parts as one; x's max may be -inf, y's is finite
+        m = jnp.maximum(x[0], y[0])
+        wx, wy = jnp.exp(x[0] - m), jnp.exp(y[0] - m)
+        return m, wx * x[1] + wy * y[1], wx[:, None] * x[2] + wy[:, None] * y[2]
+
+    n_units = n_split_units + pl.cdiv(X, bw)
+
+    @pl.when(u == 0)  # the first unit of splits and the chunk's rows (there is always one split)
+    def _():
+        store(joined(splits(), chunk()))
+
+    @pl.when((u > 0) & (u < n_split_units))
+    def _():
+        store(splits())
+
+    @pl.when((u >= n_split_units) & (u < n_units))
+    def _():
+        store(window())
+
+    @pl.when(u >= n_units)  # the units past the last, up to a power of two: empty
+    def _():
+        store((jnp.full((g,), -jnp.inf, f32), jnp.zeros((g,), f32), jnp.zeros((g, D), f32)))
+
+
+def _merge_kernel(m_ref, l_ref, acc_ref, o_ref):
+    # m_ref, l_ref [U, g], acc_ref [U, g, D] the units' parts | o_ref [g, D]
+    m = m_ref[...]
+    mx = m.max(axis=0)  # finite: unit 0 holds the chunk's diagonal
+    w = jnp.exp(m - mx[None, :])  # 0 for empty units
+    num = (w[:, :, None] * acc_ref[...]).sum(axis=0)
+    o_ref[...] = (num / (w * l_ref[...]).sum(axis=0)[:, None]).astype(o_ref.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("sink", "recent", "pinned", "interpret"))
@@ -113,25 +150,41 @@ def window_merge(q, k, v, win_k, win_v, length, out_k, lse_k, *, sink: int, rece
         raise ValueError(f"window_merge: n {n}, g {g}, D {D}, {X} slots, recent {recent} not supported")
     if out_k.shape != (B, H, ns, n * g, D) or lse_k.shape != (B, H, ns, n * g):
         raise ValueError(f"split partials {out_k.shape} / {lse_k.shape} do not match q {q.shape}")
-    bs = _floor_pow2(ns, BLOCK_SPLITS)
-    kernel = functools.partial(_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5),
-                               bw=_floor_pow2(X, BLOCK_SLOTS), bs=bs)
-    rows = pl.BlockSpec((None, None, g, D), lambda b, h, i: (b, i, h, 0))  # q and out: [B, n, Hq, D]
-    chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i: (b, 0, h, 0))
-    win = pl.BlockSpec((None, None, X, D), lambda b, h, i: (b, h, 0, 0))
-    params = None
-    if not interpret and pltriton is not None:
-        cls = getattr(pltriton, "CompilerParams", None) or getattr(pltriton, "TritonCompilerParams", None)
-        params = cls(num_warps=WARPS, num_stages=2)
-    return pl.pallas_call(
+    bs, bw = _floor_pow2(ns, BLOCK_SPLITS), _floor_pow2(X, BLOCK_SLOTS)
+    U = 1 << (-(-ns // bs) + -(-X // bw) - 1).bit_length()  # units: blocks of splits, then of slots; a power of two
+    kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs)
+    rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # q and out: [B, n, Hq, D]
+    chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i, u: (b, 0, h, 0))
+    win = pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
+    part = lambda *shape: pl.BlockSpec((None, None, None, None, *shape), lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
+    parts = [jax.ShapeDtypeStruct((B, H, n, U, *shape), jnp.float32) for shape in ((g,), (g,), (g, D))]
+    m, l, acc = pl.pallas_call(
         kernel,
+        grid=(B, H, n, U),
+        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), rows, win, win, chunk, chunk,
+                  pl.BlockSpec((None, None, ns, g, D), lambda b, h, i, u: (b, h, 0, i, 0)),
+                  pl.BlockSpec((None, None, ns, g), lambda b, h, i, u: (b, h, 0, i))],
+        out_specs=[part(g), part(g), part(g, D)],
+        out_shape=parts,
+        compiler_params=_params(interpret),
+        interpret=interpret,
+        name="window_parts",
+    )(length.astype(jnp.int32), q, win_k, win_v, k, v, out_k, lse_k.astype(jnp.float32))
+    whole = lambda *shape: pl.BlockSpec((None, None, None, U, *shape), lambda b, h, i: (b, h, i, 0) + (0,) * len(shape))
+    return pl.pallas_call(
+        _merge_kernel,
         grid=(B, H, n),
-        in_specs=[pl.BlockSpec((1,), lambda b, h, i: (b,)), rows, win, win, chunk, chunk,
-                  pl.BlockSpec((None, None, ns, g, D), lambda b, h, i: (b, h, 0, i, 0)),
-                  pl.BlockSpec((None, None, ns, g), lambda b, h, i: (b, h, 0, i))],
+        in_specs=[whole(g), whole(g), whole(g, D)],
         out_specs=rows,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-        compiler_params=params,
+        compiler_params=_params(interpret),
         interpret=interpret,
         name="window_merge",
-    )(length.astype(jnp.int32), q, win_k, win_v, k, v, out_k, lse_k.astype(jnp.float32))
+    )(m, l, acc)
+
+
+def _params(interpret: bool):
+    if interpret or pltriton is None:
+        return None
+    cls = getattr(pltriton, "CompilerParams", None) or getattr(pltriton, "TritonCompilerParams", None)
+    return cls(num_warps=WARPS, num_stages=1)

@@ -1,38 +1,32 @@
-"""Does a cold README command skip XLA's GEMM autotuning when its per-fusion autotune results are there?
+"""The cold README command with and without XLA's autotuning results shipped (engine.seed_autotune).
 
-Run 1: the cold README command (cold_census.run: new compilation and lookahead caches), with XLA's new
-autotuner also pointed at a directory of its own (--xla_gpu_experimental_autotuner_cache_dir), to see
-which of the two caches the autotuner of this jaxlib writes. Then every file that is not a compiled program
-is copied out ($OUT/autotune) and into a second new cache, and run 2 is the cold README command again with
-those results in place (no compiled program, no lookahead costs: only the autotuner's results), run 3 the
-same with the per-fusion directory only (the experimental one left empty).
+Run 1: the cold README command (cold_census.run: new compilation and lookahead caches) with no shipped
+results (jspec/autotune/jaxlib-<version> moved aside); the per-fusion autotune files it leaves in its
+compilation cache become the shipped folder (in this tree, and under --out to bring back). Runs 2 and 3:
+the cold README command again in new caches, which engine.use_compile_cache seeds from that folder.
 
     PYTHONPATH=.:benchmarks/results/logs12 python benchmarks/results/logs13/autotune_seed.py --out DIR
 """
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import cold_census
+import jaxlib
 
-PER_FUSION = "xla_gpu_per_fusion_autotune_cache_dir"
+from jspec import engine
 
-
-def listing(root: Path) -> dict:
-    """Files under root that are not JAX cache entries, with their sizes."""
-    return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.endswith(("-cache", "-atime"))}
+SHIPPED = engine.AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}"
 
 
-def cold(tmp: Path, exp: Path) -> dict:
-    exp.mkdir(parents=True, exist_ok=True)
-    env = {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_experimental_autotuner_cache_dir={exp}"}
-    r = cold_census.run(str(tmp), env, [])
-    r["files"] = listing(tmp)
+def cold(tmp: Path) -> dict:
+    r = cold_census.run(str(tmp), {}, [])
+    tuned = tmp / "xla" / engine.PER_FUSION
+    r["autotune_files"] = sorted(p.name for p in tuned.iterdir()) if tuned.is_dir() else []
+    r["autotune_bytes"] = sum(p.stat().st_size for p in tuned.iterdir()) if tuned.is_dir() else 0
     return r
 
 
@@ -41,26 +35,20 @@ def main():
     ap.add_argument("--out", required=True)
     out = Path(ap.parse_args().out)
     res = {}
-    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b, tempfile.TemporaryDirectory() as c:
-        a, b, c = Path(a), Path(b), Path(c)
-        res["run1_cold"] = cold(a, a / "exp")
-        shutil.copytree(a, out / "autotune", ignore=shutil.ignore_patterns("*-cache", "*-atime", "jspec"))
-        # run 2: both autotune directories seeded
-        (b / "xla").mkdir()
-        if (a / "xla" / PER_FUSION).exists():
-            shutil.copytree(a / "xla" / PER_FUSION, b / "xla" / PER_FUSION)
-        shutil.copytree(a / "exp", b / "exp")
-        res["run2_seeded_both"] = cold(b, b / "exp")
-        # run 3: only the per-fusion directory (the one JAX sets up by itself)
-        (c / "xla").mkdir()
-        if (a / "xla" / PER_FUSION).exists():
-            shutil.copytree(a / "xla" / PER_FUSION, c / "xla" / PER_FUSION)
-        res["run3_seeded_per_fusion"] = cold(c, c / "exp")
+    aside = SHIPPED.with_name(SHIPPED.name + ".aside")
+    if SHIPPED.exists():
+        SHIPPED.rename(aside)
+    with tempfile.TemporaryDirectory() as a:
+        res["run1_cold_unseeded"] = cold(Path(a))
+        shutil.copytree(Path(a) / "xla" / engine.PER_FUSION, SHIPPED)
+    shutil.copytree(SHIPPED, out / "autotune" / SHIPPED.name)
+    for run in ("run2_cold_seeded", "run3_cold_seeded"):
+        with tempfile.TemporaryDirectory() as b:
+            res[run] = cold(Path(b))
     for k, r in res.items():
-        print(k, r["wall_s"], "s rc", r["returncode"], r["stats"][-160:])
-        print("   files:", len(r["files"]), sum(r["files"].values()), "bytes;",
-              sorted({f.split("/")[0] + "/" + f.split("/")[1] if "/" in f else f for f in r["files"]})[:6])
-        for prog, f in list(r["programs"].items())[:6]:
+        print(k, r["wall_s"], "s rc", r["returncode"], r["stats"][-170:])
+        print(f"   autotune files {len(r['autotune_files'])}, {r['autotune_bytes']} bytes")
+        for prog, f in list(r["programs"].items())[:5]:
             print(f"   {prog:32s} {dict(f)}")
     (out / "autotune_seed.json").write_text(json.dumps(res, indent=1))
 
