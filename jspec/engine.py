@@ -396,18 +396,18 @@ PER_FUSION = "xla_gpu_per_fusion_autotune_cache_dir"  # where JAX points XLA's a
 
 def seed_autotune(path: Path, source: Path | None = None) -> int:
     """Copies the shipped autotuning results of this jaxlib into the per-fusion autotune folder of the
-    compilation cache at `path` (files it already has are kept). Returns the number of files copied."""
+    compilation cache at `path` (XLA keeps one subfolder per GPU kind; files already there are kept).
+    Returns the number of files copied."""
     import jaxlib
 
     source = source or AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}"
-    if not source.is_dir():
-        return 0
     copied = 0
     try:
-        (path / PER_FUSION).mkdir(parents=True, exist_ok=True)
-        for f in source.iterdir():
-            if not (path / PER_FUSION / f.name).exists():
-                shutil.copyfile(f, path / PER_FUSION / f.name)
+        for f in sorted(source.rglob("*")) if source.is_dir() else []:
+            dst = path / PER_FUSION / f.relative_to(source)
+            if f.is_file() and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dst)
                 copied += 1
     except OSError:  # an unwritable cache: XLA autotunes as without the files
         pass

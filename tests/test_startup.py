@@ -317,21 +317,22 @@ def test_shipped_autotune_results_seed_a_new_compile_cache(tmp_path):
     autotune folder (where JAX points XLA's autotuner), keeping files that are there already."""
     import jaxlib
 
-    source = tmp_path / "shipped"
-    source.mkdir()
+    source = tmp_path / "shipped" / "gpu-kind"  # XLA's layout: a subfolder per GPU kind
+    source.mkdir(parents=True)
     (source / "a.textproto").write_text("shipped a")
     (source / "b.textproto").write_text("shipped b")
     cache = tmp_path / "cache"
-    (cache / engine.PER_FUSION).mkdir(parents=True)
-    (cache / engine.PER_FUSION / "b.textproto").write_text("tuned here")
+    tuned = cache / engine.PER_FUSION / "gpu-kind"
+    tuned.mkdir(parents=True)
+    (tuned / "b.textproto").write_text("tuned here")
+    source = source.parent
     assert engine.seed_autotune(cache, source) == 1
-    tuned = cache / engine.PER_FUSION
     assert (tuned / "a.textproto").read_text() == "shipped a" and (tuned / "b.textproto").read_text() == "tuned here"
     assert engine.seed_autotune(cache, source) == 0
     assert engine.seed_autotune(cache, tmp_path / "absent") == 0
     # use_compile_cache seeds from the folder of this jaxlib's version
-    (tmp_path / "ours" / f"jaxlib-{jaxlib.__version__}").mkdir(parents=True)
-    (tmp_path / "ours" / f"jaxlib-{jaxlib.__version__}" / "c.textproto").write_text("ours")
+    (tmp_path / "ours" / f"jaxlib-{jaxlib.__version__}" / "gpu-kind").mkdir(parents=True)
+    (tmp_path / "ours" / f"jaxlib-{jaxlib.__version__}" / "gpu-kind" / "c.textproto").write_text("ours")
     (tmp_path / "ours" / "jaxlib-0.0.1").mkdir()
     (tmp_path / "ours" / "jaxlib-0.0.1" / "d.textproto").write_text("another jaxlib's")
     code = (f"from pathlib import Path\nfrom jspec import engine\nengine.AUTOTUNE_DIR = Path({str(tmp_path / 'ours')!r})\n"
@@ -339,4 +340,5 @@ def test_shipped_autotune_results_seed_a_new_compile_cache(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert p.returncode == 0, p.stderr[-2000:]
-    assert [f.name for f in (tmp_path / "new" / engine.PER_FUSION).iterdir()] == ["c.textproto"]
+    assert [str(f.relative_to(tmp_path / "new" / engine.PER_FUSION)) for f in (tmp_path / "new").rglob("*.textproto")] \
+        == ["gpu-kind/c.textproto"]

@@ -2,7 +2,7 @@
 
 Run 1: the cold README command (cold_census.run: new compilation and lookahead caches) with no shipped
 results (jspec/autotune/jaxlib-<version> moved aside); the per-fusion autotune files it leaves in its
-compilation cache become the shipped folder (in this tree, and under --out to bring back). Runs 2 and 3:
+compilation cache become the shipped folder (in this tree, and as autotune.tar.gz under --out). Runs 2 and 3:
 the cold README command again in new caches, which engine.use_compile_cache seeds from that folder.
 
     PYTHONPATH=.:benchmarks/results/logs12 python benchmarks/results/logs13/autotune_seed.py --out DIR
@@ -22,11 +22,17 @@ from jspec import engine
 SHIPPED = engine.AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}"
 
 
+def files(root: Path) -> list:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+
+
 def cold(tmp: Path) -> dict:
+    """The cold README command in tmp, with the autotune files it found (seeded) and left."""
     r = cold_census.run(str(tmp), {}, [])
     tuned = tmp / "xla" / engine.PER_FUSION
-    r["autotune_files"] = sorted(p.name for p in tuned.iterdir()) if tuned.is_dir() else []
-    r["autotune_bytes"] = sum(p.stat().st_size for p in tuned.iterdir()) if tuned.is_dir() else 0
+    r["autotune_files"] = files(tuned)
+    r["autotune_bytes"] = sum((tuned / f).stat().st_size for f in r["autotune_files"])
+    r["autotune_new"] = len(set(r["autotune_files"]) - set(files(SHIPPED)))
     return r
 
 
@@ -41,13 +47,13 @@ def main():
     with tempfile.TemporaryDirectory() as a:
         res["run1_cold_unseeded"] = cold(Path(a))
         shutil.copytree(Path(a) / "xla" / engine.PER_FUSION, SHIPPED)
-    shutil.copytree(SHIPPED, out / "autotune" / SHIPPED.name)
+    shutil.make_archive(str(out / "autotune"), "gztar", SHIPPED.parent, SHIPPED.name)  # one file to bring back
     for run in ("run2_cold_seeded", "run3_cold_seeded"):
         with tempfile.TemporaryDirectory() as b:
             res[run] = cold(Path(b))
     for k, r in res.items():
         print(k, r["wall_s"], "s rc", r["returncode"], r["stats"][-170:])
-        print(f"   autotune files {len(r['autotune_files'])}, {r['autotune_bytes']} bytes")
+        print(f"   autotune files {len(r['autotune_files'])} ({r['autotune_new']} not shipped), {r['autotune_bytes']} bytes")
         for prog, f in list(r["programs"].items())[:5]:
             print(f"   {prog:32s} {dict(f)}")
     (out / "autotune_seed.json").write_text(json.dumps(res, indent=1))
