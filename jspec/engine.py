@@ -8,9 +8,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import numbers
-import shutil
 import time
 from pathlib import Path
 
@@ -385,33 +386,34 @@ def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
     jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30))
 
 
-# XLA's GEMM autotuning results for the shipped pair's programs (the README command's) on an H200, as XLA's
-# per-fusion autotune cache writes them (one file per fusion, keyed by the GPU's description and the fusion's
-# HLO), one folder per jaxlib version. Autotuning is most of a cold compile (about 24 of 28 s, benchmarks/
-# RESULTS.md, session 12); with the results in place XLA compiles the kernels it chose and no candidates.
-# On another GPU or jaxlib no file matches and XLA autotunes as usual.
+# XLA's GEMM autotuning results for the shipped pair's programs (the README command's) on an H200, the files
+# XLA's per-fusion autotune cache wrote (one small proto per fusion, in a subfolder per GPU kind, named by a
+# hash of the fusion's HLO), packed as one JSON of base64 contents per jaxlib version. Autotuning is most
+# of a cold compile: with them in place the cold README command took 22.1-22.6 s against 33.9 s (H200,
+# session 13, benchmarks/RESULTS.md). On another GPU or jaxlib no file matches and XLA autotunes as usual.
 AUTOTUNE_DIR = Path(__file__).parent / "autotune"
 PER_FUSION = "xla_gpu_per_fusion_autotune_cache_dir"  # where JAX points XLA's autotune cache in its cache dir
 
 
 def seed_autotune(path: Path, source: Path | None = None) -> int:
-    """Copies the shipped autotuning results of this jaxlib into the per-fusion autotune folder of the
-    compilation cache at `path` (XLA keeps one subfolder per GPU kind; files already there are kept).
-    Returns the number of files copied."""
+    """Writes the shipped autotuning results of this jaxlib (source: a JSON of relative path -> base64
+    contents) into the per-fusion autotune folder of the compilation cache at `path`, keeping files that
+    are there already. Returns the number of files written."""
     import jaxlib
 
-    source = source or AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}"
-    copied = 0
+    source = source or AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}.json"
+    written = 0
     try:
-        for f in sorted(source.rglob("*")) if source.is_dir() else []:
-            dst = path / PER_FUSION / f.relative_to(source)
-            if f.is_file() and not dst.exists():
+        files = json.loads(source.read_text()) if source.is_file() else {}
+        for name, data in files.items():
+            dst = path / PER_FUSION / name
+            if not dst.exists():
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(f, dst)
-                copied += 1
-    except OSError:  # an unwritable cache: XLA autotunes as without the files
+                dst.write_bytes(base64.b64decode(data))
+                written += 1
+    except (OSError, ValueError):  # an unwritable cache or a damaged file: XLA autotunes as without them
         pass
-    return copied
+    return written
 
 
 def _stamp_entries(path: Path) -> None:

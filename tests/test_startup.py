@@ -313,32 +313,47 @@ def test_compile_cache_writes_beside_entries_an_unbounded_cache_left(tmp_path):
 
 
 def test_shipped_autotune_results_seed_a_new_compile_cache(tmp_path):
-    """use_compile_cache copies the shipped autotuning results of this jaxlib into the cache's per-fusion
-    autotune folder (where JAX points XLA's autotuner), keeping files that are there already."""
+    """use_compile_cache writes the shipped autotuning results of this jaxlib into the cache's per-fusion
+    autotune folder (where JAX points XLA's autotuner), byte for byte, keeping files that are there already."""
+    import base64
+
     import jaxlib
 
-    source = tmp_path / "shipped" / "gpu-kind"  # XLA's layout: a subfolder per GPU kind
-    source.mkdir(parents=True)
-    (source / "a.textproto").write_text("shipped a")
-    (source / "b.textproto").write_text("shipped b")
-    cache = tmp_path / "cache"
-    tuned = cache / engine.PER_FUSION / "gpu-kind"
+    pack = lambda files: json.dumps({k: base64.b64encode(v).decode() for k, v in files.items()})
+    source = tmp_path / "shipped.json"
+    source.write_text(pack({"gpu-kind/a.pb": b"\x00shipped a\xff", "gpu-kind/b.pb": b"shipped b"}))
+    tuned = tmp_path / "cache" / engine.PER_FUSION / "gpu-kind"  # XLA's layout: a subfolder per GPU kind
     tuned.mkdir(parents=True)
-    (tuned / "b.textproto").write_text("tuned here")
-    source = source.parent
-    assert engine.seed_autotune(cache, source) == 1
-    assert (tuned / "a.textproto").read_text() == "shipped a" and (tuned / "b.textproto").read_text() == "tuned here"
-    assert engine.seed_autotune(cache, source) == 0
-    assert engine.seed_autotune(cache, tmp_path / "absent") == 0
-    # use_compile_cache seeds from the folder of this jaxlib's version
-    (tmp_path / "ours" / f"jaxlib-{jaxlib.__version__}" / "gpu-kind").mkdir(parents=True)
-    (tmp_path / "ours" / f"jaxlib-{jaxlib.__version__}" / "gpu-kind" / "c.textproto").write_text("ours")
-    (tmp_path / "ours" / "jaxlib-0.0.1").mkdir()
-    (tmp_path / "ours" / "jaxlib-0.0.1" / "d.textproto").write_text("another jaxlib's")
-    code = (f"from pathlib import Path\nfrom jspec import engine\nengine.AUTOTUNE_DIR = Path({str(tmp_path / 'ours')!r})\n"
+    (tuned / "b.pb").write_bytes(b"tuned here")
+    assert engine.seed_autotune(tmp_path / "cache", source) == 1
+    assert (tuned / "a.pb").read_bytes() == b"\x00shipped a\xff" and (tuned / "b.pb").read_bytes() == b"tuned here"
+    assert engine.seed_autotune(tmp_path / "cache", source) == 0
+    assert engine.seed_autotune(tmp_path / "cache", tmp_path / "absent.json") == 0
+    # use_compile_cache seeds from the file of this jaxlib's version, not another's
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / f"jaxlib-{jaxlib.__version__}.json").write_text(pack({"gpu-kind/c.pb": b"ours"}))
+    (ours / "jaxlib-0.0.1.json").write_text(pack({"gpu-kind/d.pb": b"another jaxlib's"}))
+    code = (f"from pathlib import Path\nfrom jspec import engine\nengine.AUTOTUNE_DIR = Path({str(ours)!r})\n"
             f"engine.use_compile_cache({str(tmp_path / 'new')!r})\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert p.returncode == 0, p.stderr[-2000:]
-    assert [str(f.relative_to(tmp_path / "new" / engine.PER_FUSION)) for f in (tmp_path / "new").rglob("*.textproto")] \
-        == ["gpu-kind/c.textproto"]
+    assert [str(f.relative_to(tmp_path / "new" / engine.PER_FUSION)) for f in (tmp_path / "new").rglob("*.pb")] \
+        == ["gpu-kind/c.pb"]
+
+
+def test_shipped_autotune_results_are_xla_files():
+    """The shipped pack holds XLA's per-fusion files as it names them: <GPU kind>/<32 hex digits>.pb, each a
+    small proto naming its GPU kind (the H200's, as written on the device in session 13)."""
+    import base64
+
+    packs = sorted(engine.AUTOTUNE_DIR.glob("jaxlib-*.json"))
+    assert packs
+    for pack in packs:
+        files = json.loads(pack.read_text())
+        assert len(files) > 100
+        for name, data in files.items():
+            kind, leaf = name.split("/")
+            assert re.fullmatch(r"[0-9a-f]{16}", kind) and re.fullmatch(r"[0-9a-f]{32}\.pb", leaf), name
+            assert kind.encode() in base64.b64decode(data) and len(base64.b64decode(data)) < 1024

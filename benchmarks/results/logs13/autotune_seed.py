@@ -1,16 +1,18 @@
 """The cold README command with and without XLA's autotuning results shipped (engine.seed_autotune).
 
 Run 1: the cold README command (cold_census.run: new compilation and lookahead caches) with no shipped
-results (jspec/autotune/jaxlib-<version> moved aside); the per-fusion autotune files it leaves in its
-compilation cache become the shipped folder (in this tree, and as autotune.tar.gz under --out). Runs 2 and 3:
-the cold README command again in new caches, which engine.use_compile_cache seeds from that folder.
+results (jspec/autotune/jaxlib-<version>.json moved aside); the per-fusion autotune files it leaves in its
+compilation cache become the shipped pack (relative path -> base64 contents; in this tree, and under --out
+to bring back). Runs 2 and 3: the cold README command again in new caches, which engine.use_compile_cache
+seeds from that pack. (Session 13's call 3 ran it with the pack as a folder of the same files, before they
+were packed into one JSON: the round trip is byte for byte.)
 
     PYTHONPATH=.:benchmarks/results/logs12 python benchmarks/results/logs13/autotune_seed.py --out DIR
 """
 
 import argparse
+import base64
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import jaxlib
 
 from jspec import engine
 
-SHIPPED = engine.AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}"
+SHIPPED = engine.AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}.json"
 
 
 def files(root: Path) -> list:
@@ -32,7 +34,7 @@ def cold(tmp: Path) -> dict:
     tuned = tmp / "xla" / engine.PER_FUSION
     r["autotune_files"] = files(tuned)
     r["autotune_bytes"] = sum((tuned / f).stat().st_size for f in r["autotune_files"])
-    r["autotune_new"] = len(set(r["autotune_files"]) - set(files(SHIPPED)))
+    r["autotune_new"] = len(set(r["autotune_files"]) - set(json.loads(SHIPPED.read_text()) if SHIPPED.exists() else {}))
     return r
 
 
@@ -46,8 +48,13 @@ def main():
         SHIPPED.rename(aside)
     with tempfile.TemporaryDirectory() as a:
         res["run1_cold_unseeded"] = cold(Path(a))
-        shutil.copytree(Path(a) / "xla" / engine.PER_FUSION, SHIPPED)
-    shutil.make_archive(str(out / "autotune"), "gztar", SHIPPED.parent, SHIPPED.name)  # one file to bring back
+        tuned = Path(a) / "xla" / engine.PER_FUSION
+        pack = {f: base64.b64encode((tuned / f).read_bytes()).decode() for f in files(tuned)}
+        if not pack:  # no GPU autotuner ran (a CPU): keep what was shipped
+            aside.rename(SHIPPED) if aside.exists() else None
+            raise SystemExit("run 1 left no autotune files")
+        SHIPPED.write_text(json.dumps(pack, indent=0, sort_keys=True) + "\n")
+    (out / SHIPPED.name).write_text(SHIPPED.read_text())
     for run in ("run2_cold_seeded", "run3_cold_seeded"):
         with tempfile.TemporaryDirectory() as b:
             res[run] = cold(Path(b))
