@@ -76,16 +76,15 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, os_ref, ls_ref
         p = [jnp.exp(sj - m) for sj in s]
         return m, sum(p), sum(pj[:, None] * vn_ref[j].astype(f32)[None, :] for j, pj in enumerate(p))
 
-    def splits():  # a unit of bs splits: their normalised partials weighted by exp(lse - max)
-        c = u
-        a = jnp.minimum(c * bs, ns - bs)  # a last block shifted back to end at ns; what it repeats is masked
-        fresh = a + jnp.arange(bs) >= c * bs
+    def splits():  # unit u < n_split_units: bs splits, their normalised partials weighted by exp(lse - max)
+        a = jnp.minimum(u * bs, ns - bs)  # a last block shifted back to end at ns; what it repeats is masked
+        fresh = a + jnp.arange(bs) >= u * bs
         lse = jnp.where(fresh[:, None], ls_ref[pl.ds(a, bs), :], -jnp.inf)  # [bs, g]
         m = lse.max(axis=0)
         w = jnp.exp(lse - jnp.where(m == -jnp.inf, 0.0, m)[None, :])
         return m, w.sum(axis=0), (w[:, :, None] * os_ref[pl.ds(a, bs), :, :]).sum(axis=0)
 
-    def window():  # a unit of bw window slots
+    def window():  # the other units: bw window slots each
         c = u - n_split_units
         a = jnp.minimum(c * bw, X - bw)
         x = a + jnp.arange(bw)  # slots
@@ -156,7 +155,7 @@ def window_merge(q, k, v, win_k, win_v, length, out_k, lse_k, *, sink: int, rece
     rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # q and out: [B, n, Hq, D]
     chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i, u: (b, 0, h, 0))
     win = pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
-    part = lambda *shape: pl.BlockSpec((None, None, None, None, *shape), lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
+    part = lambda *shape: pl.BlockSpec((None,) * 4 + shape, lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
     parts = [jax.ShapeDtypeStruct((B, H, n, U, *shape), jnp.float32) for shape in ((g,), (g,), (g, D))]
     m, l, acc = pl.pallas_call(
         kernel,

@@ -60,7 +60,8 @@ def main():
             res[run] = cold(Path(b))
     for k, r in res.items():
         print(k, r["wall_s"], "s rc", r["returncode"], r["stats"][-170:])
-        print(f"   autotune files {len(r['autotune_files'])} ({r['autotune_new']} not shipped), {r['autotune_bytes']} bytes")
+        print(f"   autotune files {len(r['autotune_files'])} ({r['autotune_new']} not shipped), "
+              f"{r['autotune_bytes']} bytes")
         for prog, f in list(r["programs"].items())[:5]:
             print(f"   {prog:32s} {dict(f)}")
     (out / "autotune_seed.json").write_text(json.dumps(res, indent=1))
