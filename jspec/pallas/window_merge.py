@@ -26,11 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-
-try:  # the Triton backend module; absent or renamed in some jax builds
-    from jax.experimental.pallas import triton as pltriton
-except ImportError:  # pragma: no cover
-    pltriton = None
+from jax.experimental.pallas import triton as pltriton
 
 MAX_CHUNK = 8  # new rows per call at most (decode: 1, verification: K + 1); longer chunks stay in XLA
 BLOCK_SLOTS = 64  # window slots per program
@@ -183,7 +179,4 @@ def window_merge(q, k, v, win_k, win_v, length, out_k, lse_k, *, sink: int, rece
 
 
 def _params(interpret: bool):
-    if interpret or pltriton is None:
-        return None
-    cls = getattr(pltriton, "CompilerParams", None) or getattr(pltriton, "TritonCompilerParams", None)
-    return cls(num_warps=WARPS, num_stages=1)
+    return None if interpret else pltriton.CompilerParams(num_warps=WARPS, num_stages=1)
