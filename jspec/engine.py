@@ -12,6 +12,7 @@ import base64
 import dataclasses
 import json
 import numbers
+import os
 import time
 from pathlib import Path
 
@@ -407,9 +408,11 @@ def seed_autotune(path: Path, source: Path | None = None) -> int:
         files = json.loads(source.read_text()) if source.is_file() else {}
         for name, data in files.items():
             dst = path / PER_FUSION / name
-            if not dst.exists():
+            if not dst.exists():  # written whole, then renamed: XLA never reads half a file
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_bytes(base64.b64decode(data))
+                tmp = dst.with_name(f".{dst.name}.{os.getpid()}")
+                tmp.write_bytes(base64.b64decode(data))
+                tmp.replace(dst)
                 written += 1
     except (OSError, ValueError):  # an unwritable cache or a damaged file: XLA autotunes as without them
         pass

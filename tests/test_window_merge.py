@@ -1,6 +1,12 @@
 """The BF16 window parts and split merge as one kernel (pallas/window_merge.py) against the XLA path of
 attend_split, in interpret mode on CPU and compiled on a GPU."""
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,6 +58,32 @@ def test_fused_window_lowers_for_cuda():
     fn = lambda *a: attention_split.attend_split(*a, kv=kv, kernel="triton", fused_window=True, interpret=False)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "window_merge" in text and "triton" in text
+
+
+def test_fused_window_under_a_mesh_matches_xla_parts():
+    """Under a (dp 1, tp 2) mesh of two CPU devices attend_split runs per device on its KV heads
+    (attention_split.per_shard); the fused path there (interpret mode) equals the XLA path."""
+    code = textwrap.dedent("""
+        import functools, jax, jax.numpy as jnp, numpy as np
+        from jspec import attention_split, sharding
+        from test_window_merge import _inputs
+        kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.float32)
+        mesh = sharding.make_mesh("tp=2,dp=1")
+        outs = []
+        for fused in (False, True):
+            fn = functools.partial(attention_split.attend_split, interpret=True, fused_window=fused, block_t=16)
+            run = attention_split.per_shard(fn, mesh)
+            outs.append(np.asarray(jax.jit(run, static_argnums=5)(q, k, v, layer, length, kv)))
+        np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+        assert "window_merge" in str(jax.make_jaxpr(attention_split.per_shard(functools.partial(
+            attention_split.attend_split, interpret=True, fused_window=True), mesh), static_argnums=5)(
+            q, k, v, layer, length, kv))
+        print("ok")
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=Path(__file__).parent)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
 
 
 def test_unsupported_shapes_are_refused():
