@@ -9,7 +9,9 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
   for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one n-gram lookup),
   once per batch size and power of two of the cache capacity (cost_shape: a measurement costs seconds of
   compiling; keyed by the exact capacity, every batch of a job paid for its own), and kept in memory and on
-  disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). The
+  disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). Files
+  of the same names shipped in SHIPPED (costs measured on the GPUs jspec is tuned on, for the README
+  command) are read where the disk cache has none: a first run on such a GPU skips the measurement. The
   ordinary round overhead (accept, emit, loop) is left out of both sides, which favours plain decoding:
   the gain is under- rather than over-estimated.
 - alpha is a prior per draft mode (PRIOR_ALPHA, from the shipped pair's measured acceptance), moved
@@ -59,6 +61,10 @@ PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
 ROW_SPREAD = 0.07
 _VERSION = 4  # bump when what is timed or stored changes: old files on disk are then ignored (2: the head step
 # got faster, session 6; 3: every part stores a list of times; 4: a draft step feeds two rows, session 11)
+# Cost files as cache_root()/lookahead holds them, measured on an H200 for the README command's shapes, shipped
+# beside XLA's autotuning results (engine.AUTOTUNE_DIR): a key names the device kind, JAX, the models and shapes,
+# so elsewhere none matches and the costs are measured.
+SHIPPED = Path(__file__).parent / "autotune" / "lookahead"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,8 +335,9 @@ def cache_root() -> Path:
 
 def _cached(memo: dict, parts: dict) -> dict:
     """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loops)} on this
-    device and JAX: from memo, else from its file under cache_root()/lookahead, else measured (then kept in
-    both): the missing parts' loops are compiled together (programs.compile_all), then timed one at a time."""
+    device and JAX: from memo, else from its file under cache_root()/lookahead or SHIPPED, else measured (then
+    kept in memo and the former): the missing parts' loops are compiled together (programs.compile_all), then
+    timed one at a time."""
     dev = jax.devices()[0]
     out, missing = {}, []
     for name, (what, loops) in parts.items():
@@ -338,12 +345,16 @@ def _cached(memo: dict, parts: dict) -> dict:
                       jax=jax.__version__, version=_VERSION)
         key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:32]
         path = cache_root() / "lookahead" / f"{name}-{key}.json"
-        if key not in memo:
+        for file in (path, SHIPPED / path.name):
+            if key in memo:
+                break
             try:
-                memo[key] = json.loads(path.read_text())["value"]
-            except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: measure
-                missing.append((name, key, path, record, loops()))
-                continue
+                memo[key] = json.loads(file.read_text())["value"]
+            except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: the next, else measure
+                pass
+        if key not in memo:
+            missing.append((name, key, path, record, loops()))
+            continue
         out[name] = memo[key]
     runs = programs.compile_all([loop.lowered for *_, loops in missing for loop in loops]) if missing else []
     for name, key, path, record, loops in missing:

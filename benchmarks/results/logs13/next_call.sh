@@ -1,11 +1,16 @@
-# Prepared in session 13 for the next session's first device call (about 5 minutes; not run).
+# Prepared in session 13 for the next session's first device call (about 6 minutes; not run).
 # Issue 14: the cold README command is 22-23 s with the shipped autotuning results; of it, lookahead's first
-# cost measurement is about 10 s. measure_layers.py times that measurement with the target cut to 1-2 layers
-# and whether the cut loops predict the full costs (the next way to the 15 s goal). Issue 16: the 1M-token
+# cost measurement is about 10 s. ship_costs.py measures the README command's costs once and times the cold
+# command with them shipped (lookahead.SHIPPED; on the CPU: 11.6 s against about 26 s): afterwards commit
+# $OUT/lookahead/*.json as jspec/autotune/lookahead/ and say so in the README. measure_layers.py times the
+# measurement with the target cut to 1-2 layers and whether the cut loops predict the full costs (for the
+# shapes no file covers). Issue 16: the 1M-token
 # row with the window kernels (72 tok/s before them); the kernel at B 1 / 128K (44% of copy; 65% at B 64) with
 # other split counts; the step's profile for the next small-kernel target.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks:benchmarks/results/logs12
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+el "cold README with lookahead's costs shipped"
+timeout 150 python benchmarks/results/logs13/ship_costs.py --out $OUT 2>&1 | tail -16
 el "lookahead's first measurement: full target, first 2 and 1 layers"
 timeout 120 python benchmarks/results/logs12/measure_layers.py --phases --out $OUT/measure_layers.json 2>&1 | tail -20
 el "decode.py 1M, batch 1"
