@@ -1,4 +1,4 @@
-"""The BF16 window parts and split merge as one kernel (pallas/window_merge.py) against the XLA path of
+"""The BF16 window parts and split merge as two kernels (pallas/window_merge.py) against the XLA path of
 attend_split, in interpret mode on CPU and compiled on a GPU."""
 
 import os
