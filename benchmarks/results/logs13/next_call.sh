@@ -1,8 +1,8 @@
 # Prepared in session 13 for the next session's first device call (about 6 minutes; not run).
 # Issue 14: the cold README command is 22-23 s with the shipped autotuning results; of it, lookahead's first
 # cost measurement is about 10 s. ship_costs.py measures the README command's costs once and times the cold
-# command with them shipped (lookahead.SHIPPED; on the CPU: 11.6 s against about 26 s): afterwards commit
-# $OUT/lookahead/*.json as jspec/autotune/lookahead/ and say so in the README. measure_layers.py times the
+# command with them shipped (lookahead.SHIPPED; on the CPU: 11.6 s against 22.4 s measuring them, same run):
+# afterwards commit $OUT/lookahead/*.json as jspec/autotune/lookahead/ and say so in the README. measure_layers.py times the
 # measurement with the target cut to 1-2 layers and whether the cut loops predict the full costs (for the
 # shapes no file covers). Issue 16: the 1M-token
 # row with the window kernels (72 tok/s before them); the kernel at B 1 / 128K (44% of copy; 65% at B 64) with
