@@ -1,4 +1,4 @@
-# Prepared in session 13 for the next session's first device call (about 6 minutes; not run).
+# Session 14, device call 1 (prepared in session 13 as logs13/next_call.sh; 208 s on one H200).
 # Issue 14: the cold README command is 22-23 s with the shipped autotuning results; of it, lookahead's first
 # cost measurement is about 10 s. ship_costs.py measures the README command's costs once and times the cold
 # command with them shipped (lookahead.SHIPPED; on the CPU: 11.6 s against 22.4 s measuring them, same run):
