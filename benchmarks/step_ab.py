@@ -16,6 +16,7 @@ trace with profile_step.profile_case (kernels per step by kind; the HLO is writt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 
 import jspec
 from jspec import attention_split, kvcache, model
+from jspec.pallas import int2_mosaic
 
 from decode import LLAMA3_8B, copy_bandwidth, kv_modes, kv_read_bytes, time_step, weight_bytes  # noqa: E402
 from profile_step import profile_case  # noqa: E402
@@ -45,7 +47,11 @@ def main():
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
+    ap.add_argument("--one-wave-splits", action="store_true", help="decode's kernel grid as before session 14: "
+                    "one wave of 528 CTAs (int2_mosaic.default_splits rounded up), to time it against decode_splits")
     args = ap.parse_args()
+    if args.one_wave_splits:
+        int2_mosaic.decode_splits = lambda B, H, T, BT: int2_mosaic.default_splits(B, H, T, BT)  # read while tracing
     if args.xla_window:
         attention_split.FUSED_WINDOW = False  # read while tracing
     if args.jnp_commit:
@@ -55,12 +61,14 @@ def main():
     if args.jspec_root and not os.path.abspath(jspec.__file__).startswith(os.path.abspath(args.jspec_root) + os.sep):
         raise SystemExit(f"jspec imported from {jspec.__file__}, not from under {args.jspec_root}")
     t0 = time.perf_counter()
-    cfg = LLAMA3_8B
+    longest = max(int(c.split(":")[2]) for c in filter(None, args.cases.split(",")))
+    cfg = LLAMA3_8B if longest + 1024 <= LLAMA3_8B.max_position else \
+        dataclasses.replace(LLAMA3_8B, max_position=longest + 1024)  # as decode.py for 1M
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window,
+               xla_window=args.xla_window, one_wave_splits=args.one_wave_splits,
                device=str(jax.devices()[0]), jax=jax.__version__,
                copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

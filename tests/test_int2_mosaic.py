@@ -361,6 +361,20 @@ def test_default_splits_round_down_to_one_wave_where_heads_allow(B):
     assert down <= up and min(down, up) >= 1 and T // BT // up >= 4
 
 
+@pytest.mark.parametrize("B, T", [(1, 8192), (1, 131072), (1, 1 << 20), (4, 1 << 20), (8, 32768), (64, 32768), (140, 32768)])
+def test_decode_splits_two_waves_of_long_splits(B, T):
+    """Decode's grid: about DECODE_TARGET CTAs, splits of at least DECODE_MIN_TOKENS unless that leaves fewer
+    than DECODE_MIN_CTAS CTAs, and never a split under 4 blocks."""
+    H, BT = 8, im.WARP_BLOCK_T
+    ns = im.decode_splits(B, H, T, BT)
+    assert 1 <= ns and (ns == 1 or T // ns >= 4 * BT)
+    assert B * H * ns <= max(1.5 * im.DECODE_TARGET, B * H)
+    if T // ns < im.DECODE_MIN_TOKENS and T // (4 * BT) > ns:  # short splits only to keep the SMs busy
+        assert B * H * ns <= im.DECODE_MIN_CTAS + B * H
+    if B * H * (T // (4 * BT)) >= im.DECODE_MIN_CTAS:  # enough blocks: at least 2 CTAs per SM
+        assert B * H * ns >= im.DECODE_MIN_CTAS
+
+
 @pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
 def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
     """The kernel module is embedded in the program, so in its persistent compile-cache key. jax 0.11

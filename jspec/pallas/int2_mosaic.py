@@ -828,10 +828,25 @@ def default_splits(B: int, H: int, T: int, BT: int = BLOCK_T, target: int = 528,
                    round_down: bool = False) -> int:
     """Splits for about `target` CTAs (4 per SM on 132 SMs), at least min_blocks blocks each. round_down:
     at most target CTAs where B x H allows. The wgmma body (verification) takes it: at B = 8 (64 KV heads)
-    8 splits instead of 9 ran 1.31x faster, at B 4 and 16 1.15x and 1.20x; the per-warp bodies (decode) lost
-    up to 9% with it at B 16 and 64 (kernel times, H200: benchmarks/NOTES.md, session 10)."""
+    8 splits instead of 9 ran 1.31x faster, at B 4 and 16 1.15x and 1.20x (kernel times, H200:
+    benchmarks/NOTES.md, session 10). The per-warp bodies (decode) take decode_splits."""
     want = max(1, target // max(1, B * H)) if round_down else max(1, -(-target // max(1, B * H)))
     return max(1, min(want, T // (min_blocks * BT)))
+
+
+# Decode's grid (the per-warp bodies): about two waves of 4 CTAs per SM, no split shorter than DECODE_MIN_TOKENS
+# unless that leaves fewer than 2 CTAs per SM. One wave of short splits was measured slower (H200, kernel
+# time, benchmarks/NOTES.md session 14): at B 1 / 1M 132 splits per KV head (two waves of 8K tokens) ran
+# 1.13x faster than 66 (one wave), at B 4 / 1M 33 splits 1.23x faster than 17, at B 8 / 128K 17 splits 1.07x
+# faster than 9; at B 1 / 128K 33 splits of 4K tokens (2 CTAs per SM) 1.07x faster than 66 of 2K.
+DECODE_TARGET, DECODE_MIN_TOKENS, DECODE_MIN_CTAS = 1056, 4096, 264
+
+
+def decode_splits(B: int, H: int, T: int, BT: int = WARP_BLOCK_T) -> int:
+    """Splits per KV head of the per-warp bodies' grid (DECODE_TARGET; at least 4 blocks per split)."""
+    heads = max(1, B * H)
+    want = min(max(1, round(DECODE_TARGET / heads)), max(T // DECODE_MIN_TOKENS, -(-DECODE_MIN_CTAS // heads)))
+    return max(1, min(want, T // (4 * BT)))
 
 
 def schedule(lo, hi, T: int, splits: int, BT: int):
@@ -910,7 +925,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
         raise ValueError(f"block_t {BT}: 64 or 128")
-    ns = num_splits or default_splits(B, H, T, BT, round_down=not warp)
+    ns = num_splits or (decode_splits(B, H, T, BT) if warp else default_splits(B, H, T, BT, round_down=True))
     f32 = jnp.float32
     par = _tma_ready(qparams.reshape(B * H, 4, T), 2, 16 // qparams.dtype.itemsize)
     # The codes as TMA rows of `wide` tokens (same bytes, same order; wider rows move faster).
