@@ -61,11 +61,17 @@ def kernel_share(fn, args, trace_dir) -> dict:
 def mosaic_call(B, T, n, **opts):
     lo = jnp.zeros((B, n * ab.G), jnp.int32)  # the wrapper's default splits for the options' block size
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
-    if opts.get("num_splits") == "ceil":  # the splits rule before session 10: target CTAs rounded up
-        body = opts.get("body", "auto")
+    rule = str(opts.get("num_splits", ""))
+    if rule == "ceil" or rule.startswith("t"):  # "ceil": target CTAs rounded up (decode's rule before session
+        body = opts.get("body", "auto")  # 14, everything's before session 10); "tN": decode_splits aiming at N CTAs
         warp = body in ("warp", "lean", "lean8") or (body == "auto" and n * ab.G <= im.WARP_MAX_ROWS)
         BT = opts.get("block_t") or (im.WARP_BLOCK_T if warp else im.BLOCK_T)
-        opts["num_splits"] = im.default_splits(B, ab.HKV, T, BT, round_down=False)
+        if rule == "ceil":
+            opts["num_splits"] = im.default_splits(B, ab.HKV, T, BT, round_down=False)
+        else:
+            im.DECODE_TARGET, before = int(rule[1:]), im.DECODE_TARGET
+            opts["num_splits"] = im.decode_splits(B, ab.HKV, T, BT)
+            im.DECODE_TARGET = before
     return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, merge=False, **opts)
 
 

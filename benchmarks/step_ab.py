@@ -49,7 +49,11 @@ def main():
                     "(pallas/window_merge.py)")
     ap.add_argument("--one-wave-splits", action="store_true", help="decode's kernel grid as before session 14: "
                     "one wave of 528 CTAs (int2_mosaic.default_splits rounded up), to time it against decode_splits")
+    ap.add_argument("--decode-target", type=int, default=None, help="int2_mosaic.DECODE_TARGET: the CTAs decode's "
+                    "kernel grid aims at")
     args = ap.parse_args()
+    if args.decode_target:
+        int2_mosaic.DECODE_TARGET = args.decode_target  # read while tracing
     if args.one_wave_splits:
         int2_mosaic.decode_splits = lambda B, H, T, BT: int2_mosaic.default_splits(B, H, T, BT)  # read while tracing
     if args.xla_window:
@@ -68,7 +72,7 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, one_wave_splits=args.one_wave_splits,
+               xla_window=args.xla_window, one_wave_splits=args.one_wave_splits, decode_target=args.decode_target,
                device=str(jax.devices()[0]), jax=jax.__version__,
                copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
