@@ -35,15 +35,19 @@ def copy_bandwidth(gib: float = 2.0) -> float:
     context), else XLA's x + 1 (about 2.6 TB/s there: before session 14 every floor here used it, so the
     floors of earlier results are about 1.6x too high)."""
     code = f"import json, attention; print(json.dumps(attention.copy_bandwidth({gib}, 10)))"
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false",
+               PYTHONPATH=os.pathsep.join([str(here.parent), str(here)]))
+    err = "timed out"
     try:
-        p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, capture_output=True,
-                           text=True, timeout=120)
+        p = subprocess.run([sys.executable, "-c", code], cwd=here, env=env, capture_output=True, text=True, timeout=120)
+        err = p.stderr.strip()[-300:]
         copy = json.loads(p.stdout.strip().splitlines()[-1])
         if "torch_error" in copy:
             print("copy bandwidth without torch:", copy["torch_error"], flush=True)
         return copy["copy_GBps"] * 1e9
     except (subprocess.TimeoutExpired, ValueError, IndexError, KeyError):
+        print(f"copy bandwidth: no figure from the child ({err}); XLA's x + 1 in this process", flush=True)
         x = jnp.ones((int(gib * 2**30) // 2,), jnp.bfloat16)
         f = jax.jit(lambda x: x + 1)
         jax.block_until_ready(f(x))

@@ -387,11 +387,12 @@ def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
     jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30))
 
 
-# XLA's GEMM autotuning results for the shipped pair's programs (the README command's) on an H200, the files
-# XLA's per-fusion autotune cache wrote (one small proto per fusion, in a subfolder per GPU kind, named by a
-# hash of the fusion's HLO), packed as one JSON of base64 contents per jaxlib version. Autotuning is most
-# of a cold compile: with them in place the cold README command took 22.1-22.6 s against 33.9 s (H200,
-# session 13, benchmarks/RESULTS.md). On another GPU or jaxlib no file matches and XLA autotunes as usual.
+# XLA's GEMM autotuning results for the shipped pair's programs (the README command's) and the 8B-shaped
+# benchmark program (benchmarks/startup.py's "8b+draft") on an H200, the files XLA's per-fusion autotune cache
+# wrote (one small proto per fusion, in a subfolder per GPU kind, named by a hash of the fusion's HLO), packed
+# as one JSON of base64 contents per jaxlib version. Autotuning is most of a cold compile: with them in place
+# the cold README command took 22.1-22.6 s against 33.9 s, the 8B program's compile 14.9 s against 22.9 s (H200,
+# sessions 13 and 14, benchmarks/RESULTS.md). On another GPU or jaxlib no file matches and XLA autotunes as usual.
 AUTOTUNE_DIR = Path(__file__).parent / "autotune"
 PER_FUSION = "xla_gpu_per_fusion_autotune_cache_dir"  # where JAX points XLA's autotune cache in its cache dir
 

@@ -361,7 +361,8 @@ def test_default_splits_round_down_to_one_wave_where_heads_allow(B):
     assert down <= up and min(down, up) >= 1 and T // BT // up >= 4
 
 
-@pytest.mark.parametrize("B, T", [(1, 8192), (1, 131072), (1, 1 << 20), (4, 1 << 20), (8, 32768), (64, 32768), (140, 32768)])
+@pytest.mark.parametrize("B, T", [(1, 8192), (1, 131072), (1, 1 << 20), (4, 1 << 20), (8, 32768), (64, 32768),
+                                  (140, 32768)])
 def test_decode_splits_two_waves_of_long_splits(B, T):
     """Decode's grid: about DECODE_TARGET CTAs, splits of at least DECODE_MIN_TOKENS unless that leaves fewer
     than DECODE_MIN_CTAS CTAs, and never a split under 4 blocks."""
