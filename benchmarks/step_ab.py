@@ -51,7 +51,11 @@ def main():
                     "one wave of 528 CTAs (int2_mosaic.default_splits rounded up), to time it against decode_splits")
     ap.add_argument("--decode-target", type=int, default=None, help="int2_mosaic.DECODE_TARGET: the CTAs decode's "
                     "kernel grid aims at")
+    ap.add_argument("--fused-add-norm", action="store_true", help="the residual add after attention and the MLP's "
+                    "RMSNorm as one Pallas kernel (model.FUSED_ADD_NORM = True), to time it against XLA's three")
     args = ap.parse_args()
+    if args.fused_add_norm:
+        model.FUSED_ADD_NORM = True  # read while tracing
     if args.decode_target:
         int2_mosaic.DECODE_TARGET = args.decode_target  # read while tracing
     if args.one_wave_splits:
@@ -73,6 +77,7 @@ def main():
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
                xla_window=args.xla_window, one_wave_splits=args.one_wave_splits, decode_target=args.decode_target,
+               fused_add_norm=args.fused_add_norm,
                device=str(jax.devices()[0]), jax=jax.__version__,
                copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

@@ -18,6 +18,7 @@ from jspec.attention import attend
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 from jspec.numerics import einsum_f32
+from jspec.pallas import add_norm as add_norm_kernel
 
 
 @struct.dataclass
@@ -48,6 +49,22 @@ def rms_norm(x, w, eps):
     xf = x.astype(jnp.float32)
     xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return (xf * w.astype(jnp.float32)).astype(x.dtype)
+
+
+# The residual add after attention and the MLP's RMSNorm as one Pallas kernel (pallas/add_norm.py) instead of
+# XLA's three: opt-in until timed on the GPU (benchmarks/step_ab.py --fused-add-norm). Read while tracing, so
+# set it before the first forward (the layers' nested jit, _block, keeps its traces); on one device only (under
+# a mesh GSPMD would gather the kernel's operands) and where E is a power of two.
+FUSED_ADD_NORM = False
+
+
+def add_norm(x, y, w, eps):
+    """(x + y, rms_norm(x + y, w, eps))."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if FUSED_ADD_NORM and add_norm_kernel.supported(x.shape[-1]) and (mesh is None or mesh.empty):
+        return add_norm_kernel.add_rms_norm(x, y, w, eps, interpret=jax.default_backend() != "gpu")
+    s = x + y
+    return s, rms_norm(s, w, eps)
 
 
 def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
@@ -177,8 +194,8 @@ def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv,
     h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
     q, k, v = qkv(lp, cfg, h, pos, rope)
     o = attend(q, k, v, layer_cache, length, kv, attn_impl)
-    x = x + o.reshape(B, n, -1) @ lp.wo
-    x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
+    x, h = add_norm(x, o.reshape(B, n, -1) @ lp.wo, lp.mlp_norm, cfg.rms_eps)
+    x = x + mlp(lp, h)
     return x, k, v
 
 
