@@ -22,7 +22,16 @@ def supported(E: int) -> bool:
     return E >= 16 and E & (E - 1) == 0
 
 
+def add_rms_norm_reference(x, y, w, eps: float):
+    """(x + y, rms_norm(x + y, w, eps)) in jnp, as model.add_norm runs it without the kernel."""
+    s = x + y
+    sf = s.astype(jnp.float32)
+    h = sf * lax.rsqrt(jnp.mean(sf * sf, axis=-1, keepdims=True) + eps) * w.astype(jnp.float32)
+    return s, h.astype(x.dtype)
+
+
 def _kernel(x_ref, y_ref, w_ref, s_ref, h_ref, *, eps: float):
+    # x_ref, y_ref [E] one row | w_ref [E] the norm's weight | s_ref, h_ref [E] the sum and its norm
     f32 = jnp.float32
     s = (x_ref[...].astype(f32) + y_ref[...].astype(f32)).astype(s_ref.dtype)
     s_ref[...] = s
