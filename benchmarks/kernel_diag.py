@@ -61,9 +61,11 @@ def kernel_share(fn, args, trace_dir) -> dict:
 def mosaic_call(B, T, n, **opts):
     lo = jnp.zeros((B, n * ab.G), jnp.int32)  # the wrapper's default splits for the options' block size
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
+    # num_splits "ceil": 528 CTAs rounded up (decode's rule before session 14, every body's before session 10);
+    # "tN": decode_splits aiming at N CTAs.
     rule = str(opts.get("num_splits", ""))
-    if rule == "ceil" or rule.startswith("t"):  # "ceil": target CTAs rounded up (decode's rule before session
-        body = opts.get("body", "auto")  # 14, everything's before session 10); "tN": decode_splits aiming at N CTAs
+    if rule == "ceil" or rule.startswith("t"):
+        body = opts.get("body", "auto")
         warp = body in ("warp", "lean", "lean8") or (body == "auto" and n * ab.G <= im.WARP_MAX_ROWS)
         BT = opts.get("block_t") or (im.WARP_BLOCK_T if warp else im.BLOCK_T)
         if rule == "ceil":
