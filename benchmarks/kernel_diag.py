@@ -71,9 +71,7 @@ def mosaic_call(B, T, n, **opts):
         if rule == "ceil":
             opts["num_splits"] = im.default_splits(B, ab.HKV, T, BT, round_down=False)
         else:
-            im.DECODE_TARGET, before = int(rule[1:]), im.DECODE_TARGET
-            opts["num_splits"] = im.decode_splits(B, ab.HKV, T, BT)
-            im.DECODE_TARGET = before
+            opts["num_splits"] = im.decode_splits(B, ab.HKV, T, BT, target=int(rule[1:]))
     return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, merge=False, **opts)
 
 

@@ -59,7 +59,7 @@ def main():
     if args.decode_target:
         int2_mosaic.DECODE_TARGET = args.decode_target  # read while tracing
     if args.one_wave_splits:
-        int2_mosaic.decode_splits = lambda B, H, T, BT: int2_mosaic.default_splits(B, H, T, BT)  # read while tracing
+        int2_mosaic.decode_splits = lambda B, H, T, BT, target=None: int2_mosaic.default_splits(B, H, T, BT)  # tracing
     if args.xla_window:
         attention_split.FUSED_WINDOW = False  # read while tracing
     if args.jnp_commit:

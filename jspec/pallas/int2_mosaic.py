@@ -842,10 +842,12 @@ def default_splits(B: int, H: int, T: int, BT: int = BLOCK_T, target: int = 528,
 DECODE_TARGET, DECODE_MIN_TOKENS, DECODE_MIN_CTAS = 1056, 4096, 264
 
 
-def decode_splits(B: int, H: int, T: int, BT: int = WARP_BLOCK_T) -> int:
-    """Splits per KV head of the per-warp bodies' grid (DECODE_TARGET; at least 4 blocks per split)."""
+def decode_splits(B: int, H: int, T: int, BT: int = WARP_BLOCK_T, target: int | None = None) -> int:
+    """Splits per KV head of the per-warp bodies' grid, for about `target` CTAs (None: DECODE_TARGET, read at
+    the call); at least 4 blocks per split."""
     heads = max(1, B * H)
-    want = min(max(1, round(DECODE_TARGET / heads)), max(T // DECODE_MIN_TOKENS, -(-DECODE_MIN_CTAS // heads)))
+    target = DECODE_TARGET if target is None else target
+    want = min(max(1, round(target / heads)), max(T // DECODE_MIN_TOKENS, -(-DECODE_MIN_CTAS // heads)))
     return max(1, min(want, T // (4 * BT)))
 
 
