@@ -1,4 +1,4 @@
-# Prepared in session 14 for the next session's first device call (about 4 minutes; not run).
+# Session 15, call 1 (prepared in session 14 as logs14/next_call.sh).
 # Issue 16 item 3: each residual add and the RMSNorm after it as one Pallas kernel (pallas/add_norm.py,
 # model.FUSED_ADD_NORM, opt-in) against XLA's three kernels, per 8B step; its GPU tests first. Prediction
 # (NOTES.md session 14): -4 kernels per layer (811 -> ~683 per step), about -0.15 ms per step at B 1 (BF16 as
