@@ -55,23 +55,36 @@ def kernel_share(fn, args, trace_dir) -> dict:
     jax.profiler.stop_trace()
     ev = gpu_kernels(trace_dir)
     mine = sum(d for name, _, d, _ in ev if "int2" in name) * 1e-6
-    return dict(kernel_ms=mine, other_ms=sum(d for _, _, d, _ in ev) * 1e-6 - mine, events=len(ev))
+    # the kernel's launch as the profiler saw it: registers, shared memory, grid, theoretical occupancy
+    details = next(({k: str(v) for k, v in st.items() if "occupancy" in k or k == "kernel_details"}
+                    for name, _, _, st in ev if "int2" in name), {})
+    return dict(kernel_ms=mine, other_ms=sum(d for _, _, d, _ in ev) * 1e-6 - mine, events=len(ev), details=details)
+
+
+def splits_s14(B: int, H: int, T: int, BT: int) -> int:
+    """Decode's grid rule of session 14 (int2_mosaic.decode_splits until session 15): about 1056 CTAs, none
+    shorter than 4096 tokens unless that leaves fewer than 264 CTAs, at least 4 blocks each; for A/B runs."""
+    heads = max(1, B * H)
+    want = min(max(1, round(1056 / heads)), max(T // 4096, -(-264 // heads)))
+    return max(1, min(want, T // (4 * BT)))
 
 
 def mosaic_call(B, T, n, **opts):
     lo = jnp.zeros((B, n * ab.G), jnp.int32)  # the wrapper's default splits for the options' block size
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
     # num_splits "ceil": 528 CTAs rounded up (decode's rule before session 14, every body's before session 10);
-    # "tN": decode_splits aiming at N CTAs.
+    # "s14": session 14's rule (splits_s14); "wN": decode_splits in waves of N CTAs.
     rule = str(opts.get("num_splits", ""))
-    if rule == "ceil" or rule.startswith("t"):
+    if rule in ("ceil", "s14") or rule.startswith("w"):
         body = opts.get("body", "auto")
         warp = body in ("warp", "lean", "lean8") or (body == "auto" and n * ab.G <= im.WARP_MAX_ROWS)
         BT = opts.get("block_t") or (im.WARP_BLOCK_T if warp else im.BLOCK_T)
         if rule == "ceil":
             opts["num_splits"] = im.default_splits(B, ab.HKV, T, BT, round_down=False)
+        elif rule == "s14":
+            opts["num_splits"] = splits_s14(B, ab.HKV, T, BT)
         else:
-            opts["num_splits"] = im.decode_splits(B, ab.HKV, T, BT, target=int(rule[1:]))
+            opts["num_splits"] = im.decode_splits(B, ab.HKV, T, BT, wave=int(rule[1:]))
     return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, merge=False, **opts)
 
 

@@ -29,6 +29,7 @@ from jspec import attention_split, kvcache, model
 from jspec.pallas import int2_mosaic
 
 from decode import LLAMA3_8B, copy_bandwidth, kv_modes, kv_read_bytes, time_step, weight_bytes  # noqa: E402
+from kernel_diag import splits_s14  # noqa: E402
 from profile_step import profile_case  # noqa: E402
 
 
@@ -47,19 +48,11 @@ def main():
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
-    ap.add_argument("--one-wave-splits", action="store_true", help="decode's kernel grid as before session 14: "
-                    "one wave of 528 CTAs (int2_mosaic.default_splits rounded up), to time it against decode_splits")
-    ap.add_argument("--decode-target", type=int, default=None, help="int2_mosaic.DECODE_TARGET: the CTAs decode's "
-                    "kernel grid aims at")
-    ap.add_argument("--fused-add-norm", action="store_true", help="the residual add after attention and the MLP's "
-                    "RMSNorm as one Pallas kernel (model.FUSED_ADD_NORM = True), to time it against XLA's three")
+    ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
+                    "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
     args = ap.parse_args()
-    if args.fused_add_norm:
-        model.FUSED_ADD_NORM = True  # read while tracing
-    if args.decode_target:
-        int2_mosaic.DECODE_TARGET = args.decode_target  # read while tracing
-    if args.one_wave_splits:
-        int2_mosaic.decode_splits = lambda B, H, T, BT, target=None: int2_mosaic.default_splits(B, H, T, BT)  # tracing
+    if args.splits_s14:
+        int2_mosaic.decode_splits = lambda B, H, T, BT: splits_s14(B, H, T, BT)  # read while tracing
     if args.xla_window:
         attention_split.FUSED_WINDOW = False  # read while tracing
     if args.jnp_commit:
@@ -76,10 +69,8 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, one_wave_splits=args.one_wave_splits, decode_target=args.decode_target,
-               fused_add_norm=args.fused_add_norm,
-               device=str(jax.devices()[0]), jax=jax.__version__,
-               copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
+               xla_window=args.xla_window, splits_s14=args.splits_s14, device=str(jax.devices()[0]),
+               jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
 
     def save():

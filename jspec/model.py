@@ -18,7 +18,6 @@ from jspec.attention import attend
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 from jspec.numerics import einsum_f32
-from jspec.pallas import add_norm as add_norm_kernel
 
 
 @struct.dataclass
@@ -49,27 +48,6 @@ def rms_norm(x, w, eps):
     xf = x.astype(jnp.float32)
     xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
     return (xf * w.astype(jnp.float32)).astype(x.dtype)
-
-
-# Each residual add and the RMSNorm after it (the MLP's; the next layer's attention norm, or the final norm) as
-# one Pallas kernel (pallas/add_norm.py) instead of XLA's three: opt-in until timed on the GPU
-# (benchmarks/step_ab.py --fused-add-norm). Read while tracing, so set it before the first forward (the layers'
-# nested jit, _block, keeps its traces); on one device only (under a mesh GSPMD would gather the kernel's
-# operands) and where E is a power of two.
-FUSED_ADD_NORM = False
-
-
-def _fused_add_norm(E: int) -> bool:
-    mesh = jax.sharding.get_abstract_mesh()
-    return FUSED_ADD_NORM and add_norm_kernel.supported(E) and (mesh is None or mesh.empty)
-
-
-def add_norm(x, y, w, eps):
-    """(x + y, rms_norm(x + y, w, eps))."""
-    if _fused_add_norm(x.shape[-1]):
-        return add_norm_kernel.add_rms_norm(x, y, w, eps, interpret=jax.default_backend() != "gpu")
-    s = x + y
-    return s, rms_norm(s, w, eps)
 
 
 def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
@@ -177,40 +155,31 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     # multiplies that fuse into what reads them (R_K), not sines and cosines of its own.
     rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
     new_k, new_v, tapped = [], [], {}
-    layers, eps = params.layers, cfg.rms_eps
-    # Fused (FUSED_ADD_NORM): a layer returns its MLP's output un-added, and the add joins the next norm here.
-    h = rms_norm(x, layers[0].attn_norm, eps) if _fused_add_norm(x.shape[-1]) else None
-    for i, lp in enumerate(layers):
+    for i, lp in enumerate(params.layers):
         tapped[i] = x
         with jax.named_scope(f"layer{i}"):
             layer_cache = cache.layers[i] if cache is not None else None
-            x, y, k, v = _block(lp, x, h, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
+            x, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
             new_k.append(k)
             new_v.append(v)
-            if y is not None:
-                x, h = add_norm(x, y, layers[i + 1].attn_norm if i + 1 < len(layers) else params.norm, eps)
-    tapped[len(layers)] = x
-    x = rms_norm(x, params.norm, eps) if h is None else h
+    tapped[len(params.layers)] = x
+    x = rms_norm(x, params.norm, cfg.rms_eps)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = einsum_f32("bne,ev->bnv", x, head)
     features = jnp.concatenate([tapped[j] for j in taps], -1) if taps else None
     return logits, (new_k, new_v), features
 
 
-def block(lp: Layer, x, h, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv, attn_impl: str):
-    """One decoder layer over x [B, n, E] at positions pos [B, n] (rope: their rope_tables) -> (x, y, its new
-    k and v rows). h: x's attention RMSNorm when the caller computed it (the fused add and norm; then x is
-    returned after attention and y is the MLP's output, for the caller to add), else None (x after the whole
-    layer, y None)."""
+def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv, attn_impl: str):
+    """One decoder layer over x [B, n, E] at positions pos [B, n] (rope: their rope_tables) -> (x, its new
+    k and v rows)."""
     B, n, _ = x.shape
-    fused = h is not None
-    if h is None:
-        h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
+    h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
     q, k, v = qkv(lp, cfg, h, pos, rope)
     o = attend(q, k, v, layer_cache, length, kv, attn_impl)
-    x, h = add_norm(x, o.reshape(B, n, -1) @ lp.wo, lp.mlp_norm, cfg.rms_eps)
-    y = mlp(lp, h)
-    return (x, y, k, v) if fused else (x + y, None, k, v)
+    x = x + o.reshape(B, n, -1) @ lp.wo
+    x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
+    return x, k, v
 
 
 # A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the

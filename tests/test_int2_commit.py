@@ -31,18 +31,23 @@ def _case(seed, sdt, clips, dtype=jnp.bfloat16):
     return layer, k, v, slot, hist, kv
 
 
-def _fused(layer, k, v, slot, hist, kv, interpret=True):
+def _fused(layer, k, v, slot, hist, kv, interpret=True, **opts):
     bufs = int2_commit.commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist,
-                                   clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES, interpret=interpret)
+                                   clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES, interpret=interpret,
+                                   **opts)
     return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
 
 
-@pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])
-@pytest.mark.parametrize("clips", [(0.96, 0.92), (0.0, 0.5), (1.0, 0.0)], ids=["clip", "clip_v_only", "noclip_k"])
-def test_fused_commit_equals_commit_layer(sdt, clips):
+@pytest.mark.parametrize("sdt,clips,opts", [
+    (jnp.bfloat16, (0.96, 0.92), {}), (jnp.float32, (0.96, 0.92), {}), (jnp.bfloat16, (0.0, 0.5), {}),
+    (jnp.float32, (0.0, 0.5), {}), (jnp.bfloat16, (1.0, 0.0), {}), (jnp.float32, (1.0, 0.0), {}),
+    (jnp.bfloat16, (0.96, 0.92), dict(warps=4))],
+    ids=["bf16_scales-clip", "f32_scales-clip", "bf16_scales-clip_v_only", "f32_scales-clip_v_only",
+         "bf16_scales-noclip_k", "f32_scales-noclip_k", "bf16_scales-clip-warps4"])
+def test_fused_commit_equals_commit_layer(sdt, clips, opts):
     args = _case(0, sdt, clips)
     want = kvcache.commit_layer(*args[:5], kv=args[5])
-    got = _fused(*args)
+    got = _fused(*args, **opts)
     for name in ("k", "v", "codes", "qparams"):
         np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)), err_msg=name)
     assert not np.array_equal(np.asarray(want.codes), np.asarray(args[0].codes))  # the commit wrote something
@@ -115,12 +120,13 @@ def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])
-def test_compiled_fused_commit_matches_commit_layer(sdt):
+@pytest.mark.parametrize("warps", [int2_commit.WARPS, 4])
+def test_compiled_fused_commit_matches_commit_layer(sdt, warps):
     """Compiled: window rows exact; scales and zeros to a rounding of their dtype; codes equal but where a
     value sits on a rounding boundary (the kernel's division may round differently from XLA's)."""
     args = _case(3, sdt, (0.96, 0.92))
     want = kvcache.commit_layer(*args[:5], kv=args[5])
-    got = _fused(*args, interpret=False)
+    got = _fused(*args, interpret=False, warps=warps)
     for name in ("k", "v"):
         np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)))
     rtol = 2.0 ** -7 if sdt == jnp.bfloat16 else 1e-6

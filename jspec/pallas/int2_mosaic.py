@@ -834,21 +834,35 @@ def default_splits(B: int, H: int, T: int, BT: int = BLOCK_T, target: int = 528,
     return max(1, min(want, T // (min_blocks * BT)))
 
 
-# Decode's grid (the per-warp bodies): about two waves of 4 CTAs per SM, no split shorter than DECODE_MIN_TOKENS
-# unless that leaves fewer than 2 CTAs per SM. One wave of short splits was measured slower (H200, kernel
-# time, benchmarks/NOTES.md session 14): at B 1 / 1M 132 splits per KV head (two waves of 8K tokens) ran
-# 1.13x faster than 66 (one wave), at B 4 / 1M 33 splits 1.23x faster than 17, at B 8 / 128K 17 splits 1.07x
-# faster than 9; at B 1 / 128K 33 splits of 4K tokens (2 CTAs per SM) 1.07x faster than 66 of 2K.
-DECODE_TARGET, DECODE_MIN_TOKENS, DECODE_MIN_CTAS = 1056, 4096, 264
+# Decode's grid (the per-warp bodies) in whole waves. The lean8 body takes 161 registers per thread, so
+# DECODE_CTAS_PER_SM = 3 CTAs of 128 threads fit on an SM: a wave is 396 CTAs on the H200's 132 SMs (the
+# profiler's kernel_details: regs 161, 54 KB of shared memory, theoretical occupancy 18.75%). A grid a few CTAs
+# past a wave runs a whole extra round for them: at B 1 / 1M 50 splits per KV head (400 CTAs) read at 44.9% of
+# copy against 61.9% for 49 (392), 100 at 53.8% against 62.5% for 99; at B 4 / 1M 13 splits 47.7% against
+# 63.5% for 12 (kernel time, H200, benchmarks/NOTES.md session 15). So the splits fill k waves, k the fewest
+# that leave at most DECODE_CTA_TOKENS tokens per CTA and fill at least 90% of the last one; no split is
+# shorter than DECODE_MIN_BLOCKS blocks (at B 1 / 32K 49 splits of 5 blocks read at 34.0% of copy, 33 of 8 at
+# 36.1%).
+DECODE_CTAS_PER_SM, DECODE_CTA_TOKENS, DECODE_MIN_BLOCKS = 3, 16384, 8
 
 
-def decode_splits(B: int, H: int, T: int, BT: int = WARP_BLOCK_T, target: int | None = None) -> int:
-    """Splits per KV head of the per-warp bodies' grid, for about `target` CTAs (None: DECODE_TARGET, read at
-    the call); at least 4 blocks per split."""
+def decode_wave() -> int:
+    """CTAs of the decode kernel resident at once on the default device (an H200's 132 SMs off a GPU)."""
+    sms = getattr(jax.devices()[0], "core_count", None) if jax.default_backend() == "gpu" else None
+    return DECODE_CTAS_PER_SM * (sms or 132)
+
+
+def decode_splits(B: int, H: int, T: int, BT: int = WARP_BLOCK_T, wave: int | None = None) -> int:
+    """Splits per KV head of the per-warp bodies' grid: B x H x splits CTAs in whole waves of `wave` CTAs
+    (None: decode_wave()); at least DECODE_MIN_BLOCKS blocks per split."""
     heads = max(1, B * H)
-    target = DECODE_TARGET if target is None else target
-    want = min(max(1, round(target / heads)), max(T // DECODE_MIN_TOKENS, -(-DECODE_MIN_CTAS // heads)))
-    return max(1, min(want, T // (4 * BT)))
+    wave = wave or decode_wave()
+    most = max(1, T // (DECODE_MIN_BLOCKS * BT))
+    for k in range(1, 4 * heads + 1):  # k waves; s = 1 fills the last k at the latest
+        s = min(k * wave // heads, most)
+        if s and (s == most or (T <= s * DECODE_CTA_TOKENS and 10 * heads * s >= 9 * k * wave)):
+            return s
+    return 1
 
 
 def schedule(lo, hi, T: int, splits: int, BT: int):
