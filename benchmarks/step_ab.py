@@ -50,7 +50,11 @@ def main():
                     "(pallas/window_merge.py)")
     ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
                     "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
+    ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
+                    "ring depth")
     args = ap.parse_args()
+    if args.warp_stages:
+        int2_mosaic.WARP_STAGES = args.warp_stages  # read while tracing
     if args.splits_s14:
         int2_mosaic.decode_splits = lambda B, H, T, BT: splits_s14(B, H, T, BT)  # read while tracing
     if args.xla_window:
@@ -69,7 +73,8 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, splits_s14=args.splits_s14, device=str(jax.devices()[0]),
+               xla_window=args.xla_window, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
+               device=str(jax.devices()[0]),
                jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)
 

@@ -57,7 +57,10 @@ if plgpu is not None:
 
 BLOCK_T = 64  # tokens per block: the wgmma M tile of the score product, K tile of the value product
 STAGES = 4  # blocks in flight per CTA (TMA ring)
-WARP_BLOCK_T, WARP_STAGES = 128, 3  # the per-warp body's defaults (measured best: benchmarks/NOTES.md)
+# The per-warp bodies' defaults. 4 stages read 4-5% faster than 3 at every point measured, and 2 as fast as 4
+# (H200, session 15: benchmarks/NOTES.md); likely the ring's j mod S and j / S per block, a mask and a shift
+# for a power of two, not the depth.
+WARP_BLOCK_T, WARP_STAGES = 128, 4
 ROW_BYTES = 128  # the codes' TMA box rows: 128 bytes (4 tokens at D = 128) instead of one token's 32
 APPROX = False  # ex2.approx for exp2: measured no faster (benchmarks/NOTES.md), so exact by default
 _MAGIC = 0x43004300  # two bf16 128.0: a code in the low mantissa bits reads as 128 + code

@@ -1,7 +1,8 @@
 # Session 15, device call 2. Issue 16: (1) how many CTAs of the decode kernel fit on an SM (the profiler's
 # kernel_details and theoretical occupancy) and split sweeps around waves of 396 (3 per SM) and 528 (4 per SM),
 # to set decode_splits by waves; (2) the fused commit alone with fewer/more warps and keys and values in
-# programs of their own (its GPU tests first).
+# programs of their own (its GPU tests first). commit_ab.py's variants then included split_kv (keys and values in
+# programs of their own), now the only layout, so rerunning this script times today's kernel under other names.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 el "commit GPU tests"
