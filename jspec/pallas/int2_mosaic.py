@@ -1011,11 +1011,16 @@ def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = Fals
         (kdims, kf), qdt, offset = key_slots(D), jnp.bfloat16, _OFFSET
     qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
     qp = (qb[..., kdims].astype(f32) / kf).astype(qdt)
-    pad_rows = lambda x: jnp.pad(x.astype(f32), ((0, 0), (0, N - M)))  # padded rows: lo = hi = 0, empty
-    colv = jnp.stack([offset * qp.astype(f32).sum(-1), qb.astype(f32).sum(-1),
-                      jnp.broadcast_to(pad_rows(lo)[:, None], (B, H, N)),
-                      jnp.broadcast_to(pad_rows(hi)[:, None], (B, H, N))], 2)
-    return qp, colv, schedule(lo, hi, T, splits, BT)
+    return qp, row_vectors(offset * qp.astype(f32).sum(-1), qb, lo, hi), schedule(lo, hi, T, splits, BT)
+
+
+def row_vectors(first, qb, lo, hi):
+    """colv [B, H, 4, N] f32: first [B, H, N] (the body's score offset or scale), sum(q) over qb [B, H, N, D]
+    (the queries padded to N rows), lo and hi (padded rows: lo = hi = 0, empty). One stack, written once."""
+    B, H, N, _ = qb.shape
+    pad_rows = lambda x: jnp.broadcast_to(jnp.pad(x.astype(jnp.float32), ((0, 0), (0, N - x.shape[1])))[:, None],
+                                          (B, H, N))
+    return jnp.stack([first, qb.astype(jnp.float32).sum(-1), pad_rows(lo), pad_rows(hi)], 2)
 
 
 @functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))

@@ -68,9 +68,8 @@ def prepare_imma(q, lo, hi, T: int, splits: int, BT: int):
     """prepare_warp for keys="s8": Q as two digits per slot, bytes [B, H, N, 2 D] uint8 (row n = 8 nt + g;
     thread column c reads D / 2 bytes at c D / 2: per chunk kc, digit (s8 high, u8 low), half hf, 4 bytes
     of k slots 16 hf + 4 c + b), colv[0] = s_n / 4 (the score scale), the rest as prepare_warp."""
-    _, colv, sched = im.prepare_warp(q, lo, hi, T, splits, BT)
     B, H, M, D = q.shape
-    N = colv.shape[-1]
+    N = -(-M // 8) * 8
     dims, factor = imma_slots(D)
     qb = jnp.pad(q.astype(jnp.bfloat16).astype(jnp.float32), ((0, 0), (0, 0), (0, N - M), (0, 0)))
     v = qb[..., dims] * jnp.asarray(4.0 / factor, jnp.float32)  # [B, H, N, D] slot order
@@ -79,7 +78,9 @@ def prepare_imma(q, lo, hi, T: int, splits: int, BT: int):
     fixed = jnp.round(v / s).astype(jnp.int32)  # in [-32767, 32767]
     digits = jnp.stack([(fixed >> 8).astype(jnp.int8).view(jnp.uint8), (fixed & 255).astype(jnp.uint8)], -1)
     digits = digits.reshape(B, H, N, D // 32, 2, 4, 4, 2).transpose(0, 1, 2, 5, 3, 7, 4, 6)  # n, c, kc, dig, hf, b
-    return digits.reshape(B, H, N, 2 * D), colv.at[:, :, 0].set(s[..., 0] / 4.0), sched
+    # colv built here with its first row (not prepare_warp's, then overwritten: that was a kernel of its own)
+    sched = im._with_inside(im.schedule(lo, hi, T, splits, BT), lo, hi)
+    return digits.reshape(B, H, N, 2 * D), im.row_vectors(s[..., 0] / 4.0, qb, lo, hi), sched
 
 
 def key_slots(D: int):
