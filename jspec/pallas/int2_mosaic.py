@@ -829,7 +829,8 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
 
 def default_splits(B: int, H: int, T: int, BT: int = BLOCK_T, target: int = 528, min_blocks: int = 4,
                    round_down: bool = False) -> int:
-    """Splits for about `target` CTAs (4 per SM on 132 SMs), at least min_blocks blocks each. round_down:
+    """Splits for about `target` CTAs, at least min_blocks blocks each (528: two waves of the wgmma body, whose
+    206 registers per thread leave 2 CTAs per SM on the H200's 132; session 15's profile). round_down:
     at most target CTAs where B x H allows. The wgmma body (verification) takes it: at B = 8 (64 KV heads)
     8 splits instead of 9 ran 1.31x faster, at B 4 and 16 1.15x and 1.20x (kernel times, H200:
     benchmarks/NOTES.md, session 10). The per-warp bodies (decode) take decode_splits."""
