@@ -405,6 +405,8 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
                                                      (4, 64, jnp.float32, 64, "warp", True),
                                                      (8, 128, jnp.bfloat16, 128, "lean8", False),
                                                      (20, 64, jnp.float32, 64, "lean8", True),
+                                                     (8, 128, jnp.bfloat16, 128, "lean8+late_values", True),
+                                                     (20, 64, jnp.float32, 64, "lean+late_values", False),
                                                      (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
                                                      (20, 64, jnp.float32, 64, "wgmma+lop3", False),
                                                      (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False)])
@@ -415,7 +417,8 @@ def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     shapes = [((1, 2, M, D), jnp.bfloat16), ((1, 2, 2, 300, D // 4), jnp.uint8), ((1, 2, 4, 300, 1), sdt),
               ((1, M), jnp.int32), ((1, M), jnp.int32)]
     body, *opts = body.split("+")
-    kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts)
+    kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts,
+              late_values="late_values" in opts)
     f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
     assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
         lowering_platforms=("cuda",)).as_text()
@@ -451,6 +454,10 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="lean8", block_t=64)),
     (2, 4, 20, 128, 1500, jnp.float32, 2, dict(body="lean8")),
     (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean8", release=True)),
+    # the value fragments unpacked after the scores (opt-in): lean8 and lean, D 128 / 64, M 4 / 20
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean8", release=True, late_values=True)),
+    (2, 4, 20, 64, 1500, jnp.float32, 2, dict(body="lean8", late_values=True, block_t=64)),
+    (2, 8, 8, 128, 4099, jnp.float32, 4, dict(body="lean", late_values=True)),
     # ring slots released through mbarriers (no block barrier; warps 1-3 run ahead): many blocks per split
     # (the mbarrier phases wrap), 2 stages, both per-warp bodies
     (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean", release=True)),

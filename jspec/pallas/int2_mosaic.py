@@ -765,11 +765,12 @@ def _release(ref, code):
 def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
                  q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, empty_smem=None, *,
                  BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0, keys: str = "f16",
-                 lop3: bool = False):
+                 lop3: bool = False, late_values: bool = False):
     # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
     # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
     # xt > 0: the lean body (int2_mosaic_lean.block; q_gmem f16) with xt tiles of sums after the output's.
     # lop3: the per-warp body's unpack as one lop3 per register (the lean bodies always are).
+    # late_values: the lean bodies' value fragments unpacked after the scores (int2_mosaic_lean.block).
     f32 = jnp.float32
     bh, sp = lax.axis_index("bh"), lax.axis_index("split")
     b = lax.div(bh, q_gmem.shape[0] // sched_gmem.shape[0])
@@ -810,7 +811,7 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
     if xt:
         from jspec.pallas import int2_mosaic_lean as lean
 
-        block = functools.partial(lean.block, XT=xt, keys=keys)
+        block = functools.partial(lean.block, XT=xt, keys=keys, late_values=late_values)
         init = (zeros(4 * D + 64 * xt), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64))
     else:
         block = functools.partial(warp_block, lop3=lop3)
@@ -892,10 +893,11 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
-                                             "row_bytes", "ablate", "body", "release", "lop3", "edge_mask"))
+                                             "row_bytes", "ablate", "body", "release", "lop3", "edge_mask",
+                                             "late_values"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
                           block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
-                          release=False, lop3=False, edge_mask=False):
+                          release=False, lop3=False, edge_mask=False, late_values=False):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -912,6 +914,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
     lop3: the warp and wgmma bodies' mask-and-magic unpack as one lop3 per register (_andor; lean always is).
     edge_mask: the wgmma body masks ranges only in blocks not inside every row's range (as the per-warp bodies).
+    late_values: the lean bodies unpack a sub-block's values after its scores (fewer live registers; opt-in
+    until measured on the GPU; with "auto", for decode's lean8 only).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -937,10 +941,13 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     elif body == "auto":  # the fastest measured (session 8, NOTES.md), flags included
         body, release, lop3, edge_mask = ("lean8", True, False, False) if N <= WARP_MAX_ROWS else \
             ("wgmma", False, True, True)
+        late_values = late_values and body == "lean8"
     warp = body in per_warp
     lean = body in ("lean", "lean8")
     if release and not warp:
         raise ValueError("release: only the per-warp bodies ('warp', 'lean')")
+    if late_values and not lean:
+        raise ValueError("late_values: only the lean bodies ('lean', 'lean8')")
     BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
@@ -975,7 +982,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
             qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
         xt = (1 if par.dtype == jnp.bfloat16 else 2) if lean else 0  # the lean body's tiles of sums
         kernel = functools.partial(_warp_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E, xt=xt,
-                                   keys="s8" if body == "lean8" else "f16", lop3=lop3)
+                                   keys="s8" if body == "lean8" else "f16", lop3=lop3, late_values=late_values)
         scratch.update(q_smem=plgpu.SMEM(qp.shape[2:], qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32))
         if release:
             scratch.update(empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per slot

@@ -177,13 +177,16 @@ def _zero_pairs(pbase, isz: int, BT: int, tok):
     return [hi, pack(*(arith.subf(z[k], hf[k]) for k in range(2)))]
 
 
-def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, BT, D, N, scale2, XT, keys="f16"):
+def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, BT, D, N, scale2, XT, keys="f16",
+          late_values=False):
     """One block of BT tokens: (acc [64 (D/16 + XT), N], m, l [64, N]) -> new state.
 
     As int2_mosaic.warp_block, but acc has XT extra m-tiles after the D/16 output tiles: row g of each
     holds sum_t W_t z_t (z split into XT bf16 parts), row g + 8 of the first sum_t W_t; qoff is -1024
     sum(Q') (the score accumulator's start) and Q' is f16; keys="s8": prepare_imma's digits, qoff the
-    score scale s_n / 4."""
+    score scale s_n / 4. late_values: the value fragments (D/16 x 4 registers) loaded and unpacked after the
+    scores, once the key fragments and Q's are dead, not before them: fewer registers live at once (the
+    lean8 body takes 161, 3 CTAs per SM; 128 would fit 4), if ptxas keeps the order."""
     MT, NT = D // 16, N // 8
     spec = lambda shape: plgpu.ShapeDtypeStruct(shape, jnp.float32, layout=plgpu.Layout.WGMMA)
     small = spec((64, N))
@@ -229,7 +232,7 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
             ks = [mul(param(0, tokrow[hr]), fc(scale2)) for hr in range(2)]
             kz, vs = ([param(i, tokrow[hr]) for hr in range(2)] for i in (1, 2))
             kregs = (_keys_s8 if keys == "s8" else _keys)(cbase, tokrow, c, D)
-            va = _values(cbase, BT * D // 4, wid, lane, sb, D)
+            va = None if late_values else _values(cbase, BT * D // 4, wid, lane, sb, D)
             zp = [_zero_pairs(pbase, isz, BT, arith.addi(kpair, im._c(64 * sb + 8 * kh))) for kh in range(2)]
             xa = [[zp[0][x], ones if x == 0 else zero, zp[1][x], ones if x == 0 else zero] for x in range(XT)]
 
@@ -270,6 +273,8 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
                     l_v[nt][hr] = [add(l_v[nt][hr][e], p[e]) for e in range(2)]
                     wb.append(im._asm([i32], [packed], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
                                       side_effects=True)[0])
+                if va is None:
+                    va = _values(cbase, BT * D // 4, wid, lane, sb, D)
                 for mt in range(MT + XT):
                     acc4 = mma_bf(va[mt] if mt < MT else xa[mt - MT], wb, [*acc_v[mt][nt][0], *acc_v[mt][nt][1]])
                     acc_v[mt][nt] = [acc4[0:2], acc4[2:4]]
