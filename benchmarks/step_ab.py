@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -52,7 +53,11 @@ def main():
                     "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
     ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
                     "ring depth")
+    ap.add_argument("--early-values", action="store_true", help="the lean8 body unpacks its values before the "
+                    "scores (int2_attention_mosaic(late_values=False)), to time that against the default")
     args = ap.parse_args()
+    if args.early_values:  # attention_split reads the module attribute while tracing
+        int2_mosaic.int2_attention_mosaic = functools.partial(int2_mosaic.int2_attention_mosaic, late_values=False)
     if args.warp_stages:
         int2_mosaic.WARP_STAGES = args.warp_stages  # read while tracing
     if args.splits_s14:

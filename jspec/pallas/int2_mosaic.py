@@ -897,7 +897,7 @@ def _tma_ready(x, T_axis: int, multiple: int):
                                              "late_values"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
                           block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
-                          release=False, lop3=False, edge_mask=False, late_values=False):
+                          release=False, lop3=False, edge_mask=False, late_values=None):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -914,8 +914,9 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     release: the per-warp bodies free ring slots through mbarriers instead of a block barrier (_release).
     lop3: the warp and wgmma bodies' mask-and-magic unpack as one lop3 per register (_andor; lean always is).
     edge_mask: the wgmma body masks ranges only in blocks not inside every row's range (as the per-warp bodies).
-    late_values: the lean bodies unpack a sub-block's values after its scores (fewer live registers; opt-in
-    until measured on the GPU; with "auto", for decode's lean8 only).
+    late_values: the lean bodies unpack a sub-block's values after its scores (None: on with "auto", for decode's
+    lean8; 1.02-1.03x kernel time at all five points measured, H200 session 16, though ptxas still gives 144
+    registers, not <= 128: benchmarks/NOTES.md).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -941,7 +942,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     elif body == "auto":  # the fastest measured (session 8, NOTES.md), flags included
         body, release, lop3, edge_mask = ("lean8", True, False, False) if N <= WARP_MAX_ROWS else \
             ("wgmma", False, True, True)
-        late_values = late_values and body == "lean8"
+        late_values = late_values is not False and body == "lean8"
+    late_values = bool(late_values)
     warp = body in per_warp
     lean = body in ("lean", "lean8")
     if release and not warp:
