@@ -90,6 +90,9 @@ def build_hf_model(family: str, seed: int = 0):
 
 _CACHE_FLAGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
                 "jax_compilation_cache_max_size")
+# Recorded at import, not in the module fixture below: a session-scoped fixture (test_cli's `reference`) is set
+# up before the module-scoped one, so a value read there could already be the cache turned on, never undone.
+_CACHE_DEFAULTS = {name: getattr(jax.config, name) for name in _CACHE_FLAGS}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -100,10 +103,9 @@ def _persistent_cache_ends_with_its_module():
     eviction: minutes over a suite."""
     from jax.experimental.compilation_cache import compilation_cache
 
-    before = {name: getattr(jax.config, name) for name in _CACHE_FLAGS}
     yield
-    if any(getattr(jax.config, name) != value for name, value in before.items()):
-        for name, value in before.items():
+    if any(getattr(jax.config, name) != value for name, value in _CACHE_DEFAULTS.items()):
+        for name, value in _CACHE_DEFAULTS.items():
             jax.config.update(name, value)
         compilation_cache.reset_cache()
 
