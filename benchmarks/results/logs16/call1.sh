@@ -1,4 +1,4 @@
-# Session 16, device call 1 (prepared in session 15). Issue 16: the lean
+# Session 16, device call 1 (prepared in session 15 as logs15/next_call.sh). Issue 16: the lean
 # bodies' value fragments unpacked after the scores (int2_attention_mosaic(late_values=True), opt-in): does ptxas
 # then fit the lean8 decode body in 128 registers (4 CTAs per SM instead of 3; kernel_details' regs), and is the
 # kernel faster? If regs drop to <= 128, decode_splits' DECODE_CTAS_PER_SM must become 4 with it (the wave).
