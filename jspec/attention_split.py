@@ -61,23 +61,26 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     t = length[:, None] + jnp.arange(n)  # [B, n] query positions
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    with jax.named_scope("int2_history"):
-        out_k, lse_k = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options)
     if fused_window is None:
         fused_window = FUSED_WINDOW and not interpret
-    if fused_window and window_merge_supported(n, g, D, layer.k.shape[2], kv.recent):
+    fused_window = fused_window and window_merge_supported(n, g, D, layer.k.shape[2], kv.recent)
+    with jax.named_scope("int2_history"):
+        splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window)
+    if fused_window:
         with jax.named_scope("window_merge"):
-            return window_merge(q, k, v, layer.k, layer.v, length, out_k, lse_k, sink=kv.sink, recent=kv.recent,
+            return window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
                                 pinned=layer.pinned_slots, interpret=interpret)
+    out_k, lse_k = splits
     with jax.named_scope("bf16_parts"):
         out = _bf16_parts_merged(rows, k, v, layer, length, t, kv, out_k, lse_k)  # [B, H, n * g, D] f32
     return out.reshape(B, H, n, g, D).transpose(0, 2, 1, 3, 4).reshape(B, n, Hq, D).astype(q.dtype)
 
 
-def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, kernel_options):
+def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, kernel_options, raw=False):
     """Kernel over the INT2 history for rows [B, H, M, D] (M = n * g query rows per KV head).
 
-    Returns the kernel's unmerged split partials: out [B, H, splits, M, D], lse [B, H, splits, M]."""
+    Returns the kernel's unmerged split partials: out [B, H, splits, M, D], lse [B, H, splits, M]; with raw, the
+    Mosaic kernel's as it leaves them (its merge="raw"), for window_merge."""
     B, H, M, D = rows.shape
     g = M // t.shape[1]
     hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, M]
@@ -87,7 +90,7 @@ def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel,
     small = M <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel
     auto = kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()
     if small and (kernel == "mosaic" or auto):
-        return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=False)
+        return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge="raw" if raw else False)
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 
 

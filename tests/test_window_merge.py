@@ -60,6 +60,35 @@ def test_fused_window_lowers_for_cuda():
     assert "window_merge" in text and "triton" in text
 
 
+@pytest.mark.parametrize("body", ["lean", False])  # the per-warp bodies' value rows (decode), the wgmma body's
+@pytest.mark.parametrize("n", [1, 5])
+def test_raw_mosaic_partials_match_finished_ones(body, n, ns=20):
+    """window_merge finishing the Mosaic kernel's raw partials itself (merge="raw") equals it merging what
+    int2_mosaic.finish makes of them: random raw tiles and stats, empty splits (l = 0, max -1e30) included."""
+    kv, (q, k, v, layer, length) = _inputs(8, 70, n, jnp.float32)
+    B, H, D, M = 3, 2, 64, n * 4
+    N = -(-M // 8) * 8
+    rng = np.random.default_rng(n)
+    l = rng.uniform(0.5, 40, (B, H, ns, N)) * (rng.uniform(size=(B, H, ns, N)) > 0.2)
+    m = np.where(l > 0, rng.normal(0, 4, (B, H, ns, N)), -1e30)
+    sw, zw = rng.uniform(0, 2, (B, H, ns, N)) * (l > 0), rng.normal(0, 1, (B, H, ns, N)) * (l > 0)
+    raw = jnp.asarray(128 * sw[..., None, :] + rng.normal(0, 3, (B, H, ns, D, N)) * (l > 0)[..., None, :], jnp.float32)
+    stats = jnp.asarray(np.stack([m, l, sw, zw], 3), jnp.float32)
+    merge = lambda splits: wm.window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
+                                           pinned=layer.pinned_slots, interpret=True)
+    want = merge(int2_mosaic.finish(raw, stats, M, body))
+    got = merge((raw, stats, *int2_mosaic.raw_rows(D, body)))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
+def test_raw_partials_lower_for_cuda():
+    kv, (q, k, v, layer, length) = _inputs(8, 70, 1, jnp.bfloat16)
+    splits = (jnp.zeros((3, 2, 20, 64, 8)), jnp.zeros((3, 2, 20, 4, 8)), *int2_mosaic.raw_rows(64, "lean"))
+    fn = lambda *a: wm.window_merge(*a, sink=kv.sink, recent=kv.recent, pinned=layer.pinned_slots)
+    text = jax.jit(fn).trace(q, k, v, layer.k, layer.v, length, splits).lower(lowering_platforms=("cuda",)).as_text()
+    assert "window_parts" in text and "triton" in text
+
+
 def test_fused_window_under_a_mesh_matches_xla_parts():
     """Under a (dp 1, tp 2) mesh of two CPU devices attend_split runs per device on its KV heads
     (attention_split.per_shard); the fused path there (interpret mode) equals the XLA path."""

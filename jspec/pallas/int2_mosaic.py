@@ -902,7 +902,9 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
     [B, M] int32. Returns out [B, H, M, D] f32 and lse [B, H, M] (merge=True) or the splits'
-    partials out [B, H, splits, M, D], lse [B, H, splits, M] (merge=False). block_t: tokens per
+    partials out [B, H, splits, M, D], lse [B, H, splits, M] (merge=False), or the kernel's own partials
+    before finish (merge="raw": raw [B, H, splits, D, N], stats [B, H, splits, 4, N] and raw_rows' order and
+    scales, for window_merge to finish them itself: two XLA kernels fewer per layer). block_t: tokens per
     block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA (both
     default per body: WARP_BLOCK_T / WARP_STAGES, else BLOCK_T / STAGES).
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
@@ -1001,7 +1003,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
                               grid_names=("bh", "split"), compiler_params=params,
                               kernel_name="int2_attention_mosaic")(
         qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
-    out, lse = finish(raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N), M, "lean" if lean else warp)
+    raw, stats = raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N)
+    if merge == "raw":
+        return raw, stats, *raw_rows(D, "lean" if lean else warp)
+    out, lse = finish(raw, stats, M, "lean" if lean else warp)
     return merge_lse(out, lse, axis=2) if merge else (out, lse)
 
 
@@ -1021,16 +1026,17 @@ def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = Fals
         (kdims, kf), qdt, offset = key_slots(D), jnp.bfloat16, _OFFSET
     qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
     qp = (qb[..., kdims].astype(f32) / kf).astype(qdt)
-    return qp, row_vectors(offset * qp.astype(f32).sum(-1), qb, lo, hi), schedule(lo, hi, T, splits, BT)
+    qsum = qb.astype(f32).sum(-1)
+    return qp, row_vectors(offset * qp.astype(f32).sum(-1), qsum, lo, hi), schedule(lo, hi, T, splits, BT)
 
 
-def row_vectors(first, qb, lo, hi):
-    """colv [B, H, 4, N] f32: first [B, H, N] (the body's score offset or scale), sum(q) over qb [B, H, N, D]
-    (the queries padded to N rows), lo and hi (padded rows: lo = hi = 0, empty). One stack, written once."""
-    B, H, N, _ = qb.shape
+def row_vectors(first, qsum, lo, hi):
+    """colv [B, H, 4, N] f32: first [B, H, N] (the body's score offset or scale), qsum [B, H, N] (sum(q) of
+    each row), lo and hi (padded rows: lo = hi = 0, empty). One stack, written once."""
+    B, H, N = qsum.shape
     pad_rows = lambda x: jnp.broadcast_to(jnp.pad(x.astype(jnp.float32), ((0, 0), (0, N - x.shape[1])))[:, None],
                                           (B, H, N))
-    return jnp.stack([first, qb.astype(jnp.float32).sum(-1), pad_rows(lo), pad_rows(hi)], 2)
+    return jnp.stack([first, qsum, pad_rows(lo), pad_rows(hi)], 2)
 
 
 @functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
@@ -1051,19 +1057,26 @@ def _with_inside(sched, lo, hi):
     return jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
 
 
+def raw_rows(D: int, warp=False):
+    """(perm [D] int32, inv [D] f32): head dimension d of the output is raw row perm[d], to be multiplied by
+    inv[d] (1 / its plane factor, exact). warp: False (wgmma body), True (per-warp body) or "lean"."""
+    if warp == "lean":
+        from jspec.pallas import int2_mosaic_lean as lm
+
+        vdims, vf = lm.value_slots(D)
+    else:
+        vdims, vf = (warp_value_slots if warp else value_slots)(D)
+    perm = np.argsort(vdims)  # value_slots order -> head dimension order
+    return perm.astype(np.int32), (1.0 / vf[perm]).astype(np.float32)
+
+
 @functools.partial(jax.jit, static_argnames=("M", "warp"))
 def finish(raw, stats, M: int, warp=False):
     """Kernel partials -> normalised out [B, H, splits, M, D] f32 and lse [B, H, splits, M] (natural log).
     warp: False (wgmma body), True (per-warp body) or "lean" (its value rows)."""
-    if warp == "lean":
-        from jspec.pallas import int2_mosaic_lean as lm
-
-        vdims, vf = lm.value_slots(raw.shape[-2])
-    else:
-        vdims, vf = (warp_value_slots if warp else value_slots)(raw.shape[-2])
+    perm, inv = raw_rows(raw.shape[-2], warp)
     m, l, sw, zw = (stats[..., i, :] for i in range(4))  # [B, H, ns, N]
-    c = (raw - _OFFSET * sw[..., None, :]) * jnp.asarray(1.0 / vf, jnp.float32)[:, None] - zw[..., None, :]
-    c = c[..., np.argsort(vdims), :]  # value_slots order -> head dimension order
+    c = (raw[..., perm, :] - _OFFSET * sw[..., None, :]) * jnp.asarray(inv)[:, None] - zw[..., None, :]
     live = l > 0
     out = jnp.where(live[..., None, :], c / jnp.where(live, l, 1.0)[..., None, :], 0.0)
     lse = jnp.where(live, (m + jnp.log2(jnp.where(live, l, 1.0))) * _LN2, -jnp.inf)

@@ -32,6 +32,7 @@ MAX_CHUNK = 8  # new rows per call at most (decode: 1, verification: K + 1); lon
 BLOCK_SLOTS = 64  # window slots per program
 BLOCK_SPLITS = 16  # history splits per program
 WARPS = 4
+LN2 = 0.6931471805599453
 
 
 def supported(n: int, g: int, D: int, slots: int, recent: int) -> bool:
@@ -53,16 +54,19 @@ def _partial(s, vals):
     return m, p.sum(axis=1), jnp.dot(p, vals, precision=lax.Precision.HIGHEST)
 
 
-def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, os_ref, ls_ref, m_ref, l_ref, acc_ref, *,
-                  S: int, sink: int, R: int, n: int, scale: float, bw: int, bs: int):
+def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int, sink: int, R: int, n: int,
+                  scale: float, bw: int, bs: int):
     # len_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] window | kn_ref, vn_ref [n, D] chunk rows
-    # os_ref [ns, g, D] f32, ls_ref [ns, g] f32 history splits | m_ref, l_ref [g], acc_ref [g, D]: this unit's part
+    # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, D, g],
+    # st_ref [ns, 4, g] f32, perm_ref [D] int32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
+    # m_ref, l_ref [g], acc_ref [g, D]: this unit's part
     f32 = jnp.float32
+    split_refs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
     i, u = pl.program_id(2), pl.program_id(3)
     length = len_ref[0]
     q = q_ref[...]
     g, D = q.shape
-    X, W, ns = kw_ref.shape[0], kw_ref.shape[0] - S, os_ref.shape[0]
+    X, W, ns = kw_ref.shape[0], kw_ref.shape[0] - S, split_refs[0].shape[0]
     n_split_units = pl.cdiv(ns, bs)
 
     def chunk():  # the chunk's own rows j <= i (causal: j = 0 is always read), a row at a time (n is no power of 2)
@@ -74,11 +78,29 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, os_ref, ls_ref
 
     def splits():  # unit u < n_split_units: bs splits, their normalised partials weighted by exp(lse - max)
         a = jnp.minimum(u * bs, ns - bs)  # a last block shifted back to end at ns; what it repeats is masked
-        fresh = a + jnp.arange(bs) >= u * bs
-        lse = jnp.where(fresh[:, None], ls_ref[pl.ds(a, bs), :], -jnp.inf)  # [bs, g]
+        fresh = (a + jnp.arange(bs) >= u * bs)[:, None]  # [bs, 1]
+        if len(split_refs) == 4:
+            return raw_splits(a, fresh, *split_refs)
+        os_ref, ls_ref = split_refs
+        lse = jnp.where(fresh, ls_ref[pl.ds(a, bs), :], -jnp.inf)  # [bs, g]
         m = lse.max(axis=0)
         w = jnp.exp(lse - jnp.where(m == -jnp.inf, 0.0, m)[None, :])
         return m, w.sum(axis=0), (w[:, :, None] * os_ref[pl.ds(a, bs), :, :]).sum(axis=0)
+
+    def raw_splits(a, fresh, raw_ref, st_ref, perm_ref, inv_ref):
+        # int2_mosaic.finish's work on the way: split s holds sum 2^(x - m_s) = l_s over its keys (log2 units),
+        # 128 sum(w) and sum(w z) offsets (sw, zw) in its value rows, which are in kernel order times the plane
+        # factors. Weighted by 2^(m_s - max) the offsets and factors are linear: applied once, after the sum.
+        blk = pl.ds(a, bs)
+        m2 = jnp.where(fresh, st_ref[blk, 0, :], -jnp.inf)  # [bs, g]; an empty split's max is -1e30: weight 0
+        mx = m2.max(axis=0)
+        w = jnp.exp((m2 - jnp.where(mx == -jnp.inf, 0.0, mx)[None, :]) * LN2)
+        wsum = lambda x: (w * x).sum(axis=0)  # [bs, g] -> [g]
+        # A gather of the rows in head dimension order (Triton's lowering takes all-array indices only)
+        idx = (a + jnp.arange(bs)[:, None, None], perm_ref[...][None, :, None], jnp.arange(w.shape[1])[None, None, :])
+        rows = (w[:, None, :] * raw_ref[idx]).sum(axis=0)  # [D, g]
+        c = (rows - 128.0 * wsum(st_ref[blk, 2, :])[None, :]) * inv_ref[...][:, None] - wsum(st_ref[blk, 3, :])[None, :]
+        return mx * LN2, wsum(st_ref[blk, 1, :]), c.T
 
     def window():  # the other units: bw window slots each
         c = u - n_split_units
@@ -132,19 +154,23 @@ def _merge_kernel(m_ref, l_ref, acc_ref, o_ref):
 
 
 @functools.partial(jax.jit, static_argnames=("sink", "recent", "pinned", "interpret"))
-def window_merge(q, k, v, win_k, win_v, length, out_k, lse_k, *, sink: int, recent: int, pinned: int,
+def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: int, pinned: int,
                  interpret: bool = False):
     """q [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v [B, n, Hkv, D] the chunk's rows;
-    win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots); out_k [B, Hkv, ns, n * g, D] f32 and
-    lse_k [B, Hkv, ns, n * g] the INT2 kernel's split partials (row i * g + head in group). Returns
-    [B, n, Hq, D] in q.dtype."""
+    win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots); splits: the INT2 kernel's split partials
+    (row i * g + head in group), normalised (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as
+    the Mosaic kernel leaves them (int2_mosaic's merge="raw": raw [B, Hkv, ns, D, N], stats [B, Hkv, ns, 4, N],
+    perm [D], inv [D]; N >= n * g). Returns [B, n, Hq, D] in q.dtype."""
     B, n, Hq, D = q.shape
     H, X = k.shape[2], win_k.shape[2]
-    g, ns = Hq // H, out_k.shape[2]
+    g, ns = Hq // H, splits[0].shape[2]
     if not supported(n, g, D, X, recent):
         raise ValueError(f"window_merge: n {n}, g {g}, D {D}, {X} slots, recent {recent} not supported")
-    if out_k.shape != (B, H, ns, n * g, D) or lse_k.shape != (B, H, ns, n * g):
-        raise ValueError(f"split partials {out_k.shape} / {lse_k.shape} do not match q {q.shape}")
+    raw = len(splits) == 4
+    N = splits[0].shape[-1] if raw else n * g
+    want = ((B, H, ns, D, N), (B, H, ns, 4, N), (D,), (D,)) if raw else ((B, H, ns, n * g, D), (B, H, ns, n * g))
+    if tuple(x.shape for x in splits) != want or N < n * g or N % g:
+        raise ValueError(f"split partials {[x.shape for x in splits]} do not match q {q.shape}")
     bs, bw = _floor_pow2(ns, BLOCK_SPLITS), _floor_pow2(X, BLOCK_SLOTS)
     U = 1 << (-(-ns // bs) + -(-X // bw) - 1).bit_length()  # units: blocks of splits, then of slots; a power of two
     kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs)
@@ -153,18 +179,25 @@ def window_merge(q, k, v, win_k, win_v, length, out_k, lse_k, *, sink: int, rece
     win = pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
     part = lambda *shape: pl.BlockSpec((None,) * 4 + shape, lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
     parts = [jax.ShapeDtypeStruct((B, H, n, U, *shape), jnp.float32) for shape in ((g,), (g,), (g, D))]
+    if raw:  # this position's g columns of the kernel's [D, N] and [4, N] tiles; the row order and scales whole
+        split_specs = [pl.BlockSpec((None, None, ns, D, g), lambda b, h, i, u: (b, h, 0, 0, i)),
+                       pl.BlockSpec((None, None, ns, 4, g), lambda b, h, i, u: (b, h, 0, 0, i)),
+                       pl.BlockSpec((D,), lambda *_: (0,)), pl.BlockSpec((D,), lambda *_: (0,))]
+        splits = (splits[0], splits[1], jnp.asarray(splits[2], jnp.int32), jnp.asarray(splits[3], jnp.float32))
+    else:
+        split_specs = [pl.BlockSpec((None, None, ns, g, D), lambda b, h, i, u: (b, h, 0, i, 0)),
+                       pl.BlockSpec((None, None, ns, g), lambda b, h, i, u: (b, h, 0, i))]
+        splits = (splits[0], splits[1].astype(jnp.float32))
     m, l, acc = pl.pallas_call(
         kernel,
         grid=(B, H, n, U),
-        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), rows, win, win, chunk, chunk,
-                  pl.BlockSpec((None, None, ns, g, D), lambda b, h, i, u: (b, h, 0, i, 0)),
-                  pl.BlockSpec((None, None, ns, g), lambda b, h, i, u: (b, h, 0, i))],
+        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), rows, win, win, chunk, chunk, *split_specs],
         out_specs=[part(g), part(g), part(g, D)],
         out_shape=parts,
         compiler_params=_params(interpret),
         interpret=interpret,
         name="window_parts",
-    )(length.astype(jnp.int32), q, win_k, win_v, k, v, out_k, lse_k.astype(jnp.float32))
+    )(length.astype(jnp.int32), q, win_k, win_v, k, v, *splits)
     whole = lambda *shape: pl.BlockSpec((None, None, None, U, *shape), lambda b, h, i: (b, h, i, 0) + (0,) * len(shape))
     return pl.pallas_call(
         _merge_kernel,
