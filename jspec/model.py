@@ -88,25 +88,41 @@ def apply_rope(x, cos, sin):
 
 
 def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
-    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
-    layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
+    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D] (qkv_rows, sliced)."""
+    return split_rows(qkv_rows(lp, cfg, h, pos, rope), cfg)
+
+
+def split_rows(x, cfg: ModelConfig):
+    """qkv_rows' x [B, n, Hkv, g + 2, D] -> q [B, n, Hq, D], k and v [B, n, Hkv, D]."""
+    g = cfg.q_per_kv
+    return x[..., :g, :].reshape(*x.shape[:2], cfg.num_heads, x.shape[-1]), x[..., g, :], x[..., g + 1, :]
+
+
+def qkv_rows(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
+    """The layer's q, k and v rows side by side, [B, n, Hkv, g + 2, D] in wqkv's slots: q and k after RoPE,
+    then R_K when the layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
     rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
 
-    The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
+    The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two. Up
+    to SMALL_ROTATE tokens the v slot passes through the same ops unchanged (times 1, R_K's place taken by the
+    identity: exact), so that one fusion writes all three and the Pallas kernels read q, k and v in place:
+    slices of it would each be a kernel of their own (3 per layer, 0.11 ms per 8B step at batch 1, H200).
     """
     B, n, _ = h.shape
-    g, D = cfg.q_per_kv, cfg.head_dim
+    g = cfg.q_per_kv
     y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
-    qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
+    small = B * n <= SMALL_ROTATE
+    x = y if small else y[..., : g + 1, :]  # query head h*g + j is slot j of h; k is slot g (v: g + 1)
+    qk = (jnp.arange(x.shape[-2]) < g + 1)[:, None]  # [slots, 1]: the slots RoPE and R_K turn
     if lp.q_norm is not None:
-        w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
-        qk = rms_norm(qk, w, cfg.rms_eps)
-    qk = apply_rope(qk, *(rope if rope is not None else rope_tables(cfg, pos)))
+        w = jnp.where(jnp.arange(x.shape[-2])[:, None] < g, lp.q_norm, lp.k_norm)  # [slots, D], not a concatenation
+        x = jnp.where(qk, rms_norm(x, w, cfg.rms_eps), x)
+    x = jnp.where(qk, apply_rope(x, *(rope if rope is not None else rope_tables(cfg, pos))), x)
     if lp.rot_k is not None:
-        qk = rotate(qk, lp.rot_k)
-    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
+        x = rotate(x, lp.rot_k, qk)
+    return x if small else jnp.concatenate([x, y[..., g + 1 :, :]], axis=-2)
 
 
 # Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
@@ -114,15 +130,17 @@ def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
 SMALL_ROTATE = 32
 
 
-def rotate(x, rot_t):
+def rotate(x, rot_t, turn):
     """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k), in
-    x.dtype (f32 accumulation either way). Transposed, the small product reduces over rot_t's minor axis
-    and reads it as it lies: kept as R, XLA converted and transposed it in a kernel of its own every step
-    (benchmarks/NOTES.md, session 11)."""
+    x.dtype (f32 accumulation either way); slots where turn [j, 1] is False unchanged (small products only;
+    a GEMM takes all slots). Transposed, the small product reduces over rot_t's minor axis and reads it as it
+    lies: kept as R, XLA converted and transposed it in a kernel of its own every step (benchmarks/NOTES.md,
+    session 11)."""
     B, n = x.shape[:2]
     if B * n > SMALL_ROTATE:
         return jnp.einsum("bnhjd,hed->bnhje", x, rot_t.astype(x.dtype))
-    prod = x.astype(jnp.float32)[..., None, :] * rot_t.astype(jnp.float32)[:, None]  # [B, n, Hkv, j, D, D]
+    rot = jnp.where(turn[..., None], rot_t.astype(jnp.float32)[:, None], jnp.eye(x.shape[-1], dtype=jnp.float32))
+    prod = x.astype(jnp.float32)[..., None, :] * rot  # [B, n, Hkv, j, D, D]
     return prod.sum(-1).astype(x.dtype)
 
 
@@ -175,8 +193,9 @@ def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv,
     k and v rows)."""
     B, n, _ = x.shape
     h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
-    q, k, v = qkv(lp, cfg, h, pos, rope)
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl)
+    rows = qkv_rows(lp, cfg, h, pos, rope)
+    q, k, v = split_rows(rows, cfg)
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv_rows=rows)
     x = x + o.reshape(B, n, -1) @ lp.wo
     x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
     return x, k, v

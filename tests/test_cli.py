@@ -61,7 +61,8 @@ def reference(cache_dir):
 
 
 def _spawn(cache_dir, *args, **kw) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"JAX_PLATFORMS": "cpu"}
+    # XLA_FLAGS (conftest's) kept: it is part of the persistent cache's key, which this process's programs share
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
     cmd = [sys.executable, "-m", "jspec.generate", *SHAPES, "--batch-size", "1", "--compile-cache", str(cache_dir),
            *map(str, args)]
     # A shell's background job inherits SIGINT ignored, and so would the child (Ctrl-C test): a handler here

@@ -206,6 +206,8 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_bo
         a = np.exp2(m - big)  # [4, N]
         raw[b, h, sp] = (acc * a[:, None]).sum(0)
         stats[b, h, sp] = [big, (lt * a).sum(0), (wt * a).sum(0), (zt * a).sum(0)]
+    # warp_merge's thread d writes head dimension d: its warp_value_slots row, as the [N, D] tile finish takes
+    raw = np.swapaxes(raw[..., im.warp_value_slot(np.arange(D), D), :], -1, -2)
     return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, "lean" if lean_body else True)
 
 
@@ -316,6 +318,7 @@ def test_warp_value_slots_hold_the_advertised_codes(D):
     vdims, vf = im.warp_value_slots(D)
     np.testing.assert_array_equal(_model_warp_values(tile, D), 128 + vf[:, None] * _codes(tile, D)[:, vdims].T)
     assert sorted(vdims) == list(range(D))
+    np.testing.assert_array_equal(vdims[im.warp_value_slot(np.arange(D), D)], np.arange(D))  # its inverse
 
 
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),
@@ -568,3 +571,38 @@ def test_split_path_with_mosaic_kernel_matches_reference():
     ref = attention.attend_reference(*args, kv)
     out = jax.jit(attention_split.attend_split, static_argnames=("kv", "kernel"))(*args, kv=kv, kernel="mosaic")
     assert _rel(out, ref) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+@pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
+def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
+    """A tiny model's cached steps with attn_impl="pallas" on one GPU (the Mosaic kernel, window_merge reading
+    q, k and v in place from model.qkv_rows, every layer committed by one kernel) against the reference
+    attention and the jnp commit, float32: the same logits to the kernel's bf16 queries' precision."""
+    from jspec import kvcache, model
+    from jspec.config import KVConfig, ModelConfig
+
+    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=256, intermediate_size=128, num_layers=2,
+                      num_heads=8, num_kv_heads=2, head_dim=64, max_position=1024)
+    kv = KVConfig("int2", sink=4, recent=16)
+    params = model.init_params(cfg, jax.random.key(0), std=0.1)
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 64, (2, 300 + 4 * n)), jnp.int32)
+
+    def run(impl, fused):
+        kvcache.FUSED_COMMIT = fused
+        step = jax.jit(lambda c, t: model.forward(params, cfg, t, c, attn_impl=impl))
+        cache = kvcache.init_cache(cfg, kv, 2, 400, jnp.float32)
+        logits, (k, v) = step(cache, tokens[:, :300])
+        cache, out = kvcache.commit(cache, k, v, jnp.full((2,), 300)), []
+        for i in range(4):
+            logits, (k, v) = step(cache, tokens[:, 300 + n * i: 300 + n * (i + 1)])
+            cache = kvcache.commit(cache, k, v, jnp.asarray([n, 1]))
+            out.append(np.asarray(logits))
+        return np.stack(out)
+
+    try:
+        ref, got = run("reference", False), run("pallas", None)
+    finally:
+        kvcache.FUSED_COMMIT = None
+    assert _rel(jnp.asarray(got), jnp.asarray(ref)) <= 1e-2

@@ -161,7 +161,8 @@ def _dp_step():
 def test_data_parallel_matches_one_device(tmp_path):
     """Two (fake CPU) devices, one row each, give the params one device gives: the batch is split by
     rows, the params replicated, and the gradients summed over both."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"  # conftest's kept
+    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu",
                PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     proc = subprocess.run([sys.executable, "-c", _DATA_PARALLEL, str(tmp_path), str(Path(__file__).parent)],
                           env=env, capture_output=True, text=True)

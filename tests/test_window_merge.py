@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import attention_split, kvcache
+from jspec import attention_split, kvcache, model
 from jspec.config import KVConfig, ModelConfig
 from jspec.pallas import int2_mosaic, window_merge as wm
 
@@ -60,11 +60,11 @@ def test_fused_window_lowers_for_cuda():
     assert "window_merge" in text and "triton" in text
 
 
-@pytest.mark.parametrize("body", ["lean", False])  # the per-warp bodies' value rows (decode), the wgmma body's
+@pytest.mark.parametrize("body", ["lean", True])  # the per-warp bodies' value factors
 @pytest.mark.parametrize("n", [1, 5])
 def test_raw_mosaic_partials_match_finished_ones(body, n, ns=20):
-    """window_merge finishing the Mosaic kernel's raw partials itself (merge="raw") equals it merging what
-    int2_mosaic.finish makes of them: random raw tiles and stats, empty splits (l = 0, max -1e30) included."""
+    """window_merge finishing the Mosaic per-warp kernel's raw partials itself (merge="raw") equals it merging
+    what int2_mosaic.finish makes of them: random raw tiles and stats, empty splits (l = 0, max -1e30) included."""
     kv, (q, k, v, layer, length) = _inputs(8, 70, n, jnp.float32)
     B, H, D, M = 3, 2, 64, n * 4
     N = -(-M // 8) * 8
@@ -72,21 +72,38 @@ def test_raw_mosaic_partials_match_finished_ones(body, n, ns=20):
     l = rng.uniform(0.5, 40, (B, H, ns, N)) * (rng.uniform(size=(B, H, ns, N)) > 0.2)
     m = np.where(l > 0, rng.normal(0, 4, (B, H, ns, N)), -1e30)
     sw, zw = rng.uniform(0, 2, (B, H, ns, N)) * (l > 0), rng.normal(0, 1, (B, H, ns, N)) * (l > 0)
-    raw = jnp.asarray(128 * sw[..., None, :] + rng.normal(0, 3, (B, H, ns, D, N)) * (l > 0)[..., None, :], jnp.float32)
+    raw = jnp.asarray(128 * sw[..., None] + rng.normal(0, 3, (B, H, ns, N, D)) * (l > 0)[..., None], jnp.float32)
     stats = jnp.asarray(np.stack([m, l, sw, zw], 3), jnp.float32)
     merge = lambda splits: wm.window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
                                            pinned=layer.pinned_slots, interpret=True)
     want = merge(int2_mosaic.finish(raw, stats, M, body))
-    got = merge((raw, stats, *int2_mosaic.raw_rows(D, body)))
+    got = merge((raw, stats, int2_mosaic.value_factors(D, body)))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_raw_partials_lower_for_cuda():
     kv, (q, k, v, layer, length) = _inputs(8, 70, 1, jnp.bfloat16)
-    splits = (jnp.zeros((3, 2, 20, 64, 8)), jnp.zeros((3, 2, 20, 4, 8)), *int2_mosaic.raw_rows(64, "lean"))
+    splits = (jnp.zeros((3, 2, 20, 8, 64)), jnp.zeros((3, 2, 20, 4, 8)), int2_mosaic.value_factors(64, "lean"))
     fn = lambda *a: wm.window_merge(*a, sink=kv.sink, recent=kv.recent, pinned=layer.pinned_slots)
     text = jax.jit(fn).trace(q, k, v, layer.k, layer.v, length, splits).lower(lowering_platforms=("cuda",)).as_text()
     assert "window_parts" in text and "triton" in text
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_q_k_v_read_in_place_from_their_rows(n):
+    """window_merge reading q, k and v out of the [B, n, Hkv, g + 2, D] array they are slices of (model.qkv_rows)
+    gives what it gives for the slices; and that form lowers for CUDA."""
+    kv, (q, k, v, layer, length) = _inputs(8, 70, n, jnp.float32)
+    rows = jnp.asarray(np.random.default_rng(n).standard_normal((3, n, 2, 6, 64)), jnp.float32)
+    q, k, v = model.split_rows(rows, CFG)
+    splits = (jnp.asarray(np.random.default_rng(0).standard_normal((3, 2, 5, 4 * n, 64)), jnp.float32),
+              jnp.zeros((3, 2, 5, 4 * n)))
+    merge = lambda interpret=True, **kw: wm.window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink,
+                                                           recent=kv.recent, pinned=layer.pinned_slots,
+                                                           interpret=interpret, **kw)
+    np.testing.assert_array_equal(np.asarray(merge(qkv_rows=rows)), np.asarray(merge()))
+    fn = jax.jit(lambda rows: merge(interpret=False, qkv_rows=rows))
+    assert "window_parts" in fn.trace(rows).lower(lowering_platforms=("cuda",)).as_text()
 
 
 def test_fused_window_under_a_mesh_matches_xla_parts():

@@ -657,9 +657,28 @@ def _st(addr, v, pred=None):
     llvm.inline_asm(ir.Type.parse("!llvm.void"), args, asm, cons, has_side_effects=True)
 
 
+def warp_value_slot(d, D: int):
+    """The row r of warp_value_slots holding head dimension d (its inverse; d: int or numpy array).
+    D = 128: d = 32 i + 16 h + 2 g + e, r = 16 (4 e + i) + 8 h + g; D = 64: d = 16 i + 2 g + e, r = 16 i + 8 e + g."""
+    if D == 128:
+        return 64 * (d & 1) + 16 * (d >> 5) + 8 * ((d >> 4) & 1) + ((d >> 1) & 7)
+    return 16 * (d >> 4) + 8 * (d & 1) + ((d >> 1) & 7)
+
+
+def _value_slot(dim, D: int):
+    """warp_value_slot on an i32 value (a thread's head dimension)."""
+    bits = lambda shift, mask: arith.andi(arith.shrui(dim, _c(shift)), _c(mask))
+    if D == 128:
+        parts = ((bits(0, 1), 64), (bits(5, 3), 16), (bits(4, 1), 8), (bits(1, 7), 1))
+    else:
+        parts = ((bits(4, 3), 16), (bits(0, 1), 8), (bits(1, 7), 1))
+    return functools.reduce(arith.addi, [arith.muli(x, _c(f)) for x, f in parts])
+
+
 def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0):
-    """The 4 warps' partials -> o_ref [D, N] (rows as warp_value_slots) and st_ref [4, N] (reference max,
-    sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory and one barrier.
+    """The 4 warps' partials -> o_ref [N, D] (head dimensions in order, each times its value plane factor) and
+    st_ref [4, N] (reference max, sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory
+    (rows as warp_value_slots) and one barrier.
     xt > 0 (the lean body): no w, z; acc's xt tiles after the D/16 output tiles hold the warp's sums
     (row g: sum W z in xt parts, row g + 8 of the first: sum W), already summed over its tokens."""
     MT, NT = D // 16, N // 8
@@ -699,8 +718,9 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0)
                 for k, x in enumerate((m_v[nt][0][e], *sums)):  # all 8 row groups store the same value
                     _st(arith.addi(wbase, arith.shli(arith.addi(_c(D * N + k * N), colx), _c(2))), x)
         llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
-        live = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.ult, tid, _c(D)))  # thread t: output row t
-        row = arith.remui(tid, _c(D))
+        live = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.ult, tid, _c(D)))  # thread t: head dimension t
+        dim = arith.remui(tid, _c(D))
+        row = _value_slot(dim, D)  # its row in the warps' partials
         for colx in range(N):
             mw = [ld(arith.addi(rbase, _c(k * stride + 4 * (D * N + colx)))) for k in range(4)]
             big = arith.maximumf(arith.maximumf(mw[0], mw[1]), arith.maximumf(mw[2], mw[3]))
@@ -708,7 +728,7 @@ def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0)
             total = lambda offs: functools.reduce(arith.addf, [arith.mulf(ld(arith.addi(rbase, o)), a[k])
                                                                for k, o in enumerate(offs)])
             val = total([arith.addi(_c(k * stride + 4 * colx), arith.muli(row, _c(4 * N))) for k in range(4)])
-            _st(arith.addi(obase, arith.shli(arith.addi(arith.muli(row, _c(N)), _c(colx)), _c(2))), val, live)
+            _st(arith.addi(obase, arith.shli(arith.addi(_c(colx * D), dim), _c(2))), val, live)
             for j in range(4):  # every thread stores the same column statistics
                 x = big if j == 0 else total([_c(k * stride + 4 * (D * N + j * N + colx)) for k in range(4)])
                 _st(arith.addi(sbase, _c(4 * (j * N + colx))), x)
@@ -766,8 +786,9 @@ def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, 
                  q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, empty_smem=None, *,
                  BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0, keys: str = "f16",
                  lop3: bool = False, late_values: bool = False):
-    # As _kernel, with q_gmem in prepare_warp's fragment order and sched_gmem [B, splits, 4]: first token,
-    # blocks, and the [max lo, min hi) range inside which no row needs the range mask.
+    # As _kernel, with q_gmem in prepare_warp's fragment order, sched_gmem [B, splits, 4]: first token,
+    # blocks, and the [max lo, min hi) range inside which no row needs the range mask, and raw_gmem
+    # [BH, splits, N, D]: head dimensions in order (warp_merge), each times its value plane factor.
     # xt > 0: the lean body (int2_mosaic_lean.block; q_gmem f16) with xt tiles of sums after the output's.
     # lop3: the per-warp body's unpack as one lop3 per register (the lean bodies always are).
     # late_values: the lean bodies' value fragments unpacked after the scores (int2_mosaic_lean.block).
@@ -902,9 +923,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
     [B, M] int32. Returns out [B, H, M, D] f32 and lse [B, H, M] (merge=True) or the splits'
-    partials out [B, H, splits, M, D], lse [B, H, splits, M] (merge=False), or the kernel's own partials
-    before finish (merge="raw": raw [B, H, splits, D, N], stats [B, H, splits, 4, N] and raw_rows' order and
-    scales, for window_merge to finish them itself: two XLA kernels fewer per layer). block_t: tokens per
+    partials out [B, H, splits, M, D], lse [B, H, splits, M] (merge=False). merge="raw": the per-warp bodies'
+    (decode's) partials as the kernel leaves them, raw [B, H, splits, N, D], stats [B, H, splits, 4, N] and
+    value_factors, for window_merge to finish them itself (two XLA kernels fewer per layer); from the wgmma
+    body, as merge=False. block_t: tokens per
     block (64 or 128); approx: the approximate exp2 instruction; stages: blocks in flight per CTA (both
     default per body: WARP_BLOCK_T / WARP_STAGES, else BLOCK_T / STAGES).
     row_bytes: bytes per TMA row of codes (D / 4: one token per row; 128: several).
@@ -968,7 +990,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     scratch = dict(colv_smem=plgpu.SMEM((4, N), f32),
                    c_smem=plgpu.SMEM((stages, 2, BT // wide, row_bytes), jnp.uint8),
                    p_smem=plgpu.SMEM((stages, 4, BT), par.dtype),
-                   o_smem=plgpu.SMEM((D, N), f32),
+                   o_smem=plgpu.SMEM((N, D) if warp else (D, N), f32),
                    st_smem=plgpu.SMEM((4, N), f32),
                    bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
                    q_bar=plgpu.Barrier(num_arrivals=2))  # queries, row vectors
@@ -976,7 +998,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     # semantics); the per-warp kernel reads no region it writes but in warp_merge, behind its own bar.sync.
     params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane,
                                   unsafe_no_auto_barriers=release)
-    out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
+    tile = (N, D) if warp else (D, N)  # the output partials: per-warp bodies in head dimension order
+    out_type = (jax.ShapeDtypeStruct((B * H, ns, *tile), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
         if body == "lean8":
             from jspec.pallas import int2_mosaic_lean as lm
@@ -1003,11 +1026,11 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
                               grid_names=("bh", "split"), compiler_params=params,
                               kernel_name="int2_attention_mosaic")(
         qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
-    raw, stats = raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N)
-    if merge == "raw":
-        return raw, stats, *raw_rows(D, "lean" if lean else warp)
+    raw, stats = raw.reshape(B, H, ns, *tile), stats.reshape(B, H, ns, 4, N)
+    if merge == "raw" and warp:
+        return raw, stats, value_factors(D, "lean" if lean else warp)
     out, lse = finish(raw, stats, M, "lean" if lean else warp)
-    return merge_lse(out, lse, axis=2) if merge else (out, lse)
+    return merge_lse(out, lse, axis=2) if merge is True else (out, lse)
 
 
 @functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
@@ -1057,27 +1080,31 @@ def _with_inside(sched, lo, hi):
     return jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
 
 
-def raw_rows(D: int, warp=False):
-    """(perm [D] int32, inv [D] f32): head dimension d of the output is raw row perm[d], to be multiplied by
-    inv[d] (1 / its plane factor, exact). warp: False (wgmma body), True (per-warp body) or "lean"."""
+def _value_rows(D: int, warp=False):
+    """(dims, factor) of the value rows: warp False (wgmma body), True (per-warp body) or "lean"."""
     if warp == "lean":
         from jspec.pallas import int2_mosaic_lean as lm
 
-        vdims, vf = lm.value_slots(D)
-    else:
-        vdims, vf = (warp_value_slots if warp else value_slots)(D)
-    perm = np.argsort(vdims)  # value_slots order -> head dimension order
-    return perm.astype(np.int32), (1.0 / vf[perm]).astype(np.float32)
+        return lm.value_slots(D)
+    return (warp_value_slots if warp else value_slots)(D)
+
+
+def value_factors(D: int, warp=True) -> np.ndarray:
+    """[D] f32: 1 / the plane factor of each head dimension's value row (exact: powers of two)."""
+    dims, factor = _value_rows(D, warp)
+    return (1.0 / factor[np.argsort(dims)]).astype(np.float32)
 
 
 @functools.partial(jax.jit, static_argnames=("M", "warp"))
 def finish(raw, stats, M: int, warp=False):
     """Kernel partials -> normalised out [B, H, splits, M, D] f32 and lse [B, H, splits, M] (natural log).
-    warp: False (wgmma body), True (per-warp body) or "lean" (its value rows)."""
-    perm, inv = raw_rows(raw.shape[-2], warp)
-    m, l, sw, zw = (stats[..., i, :] for i in range(4))  # [B, H, ns, N]
-    c = (raw[..., perm, :] - _OFFSET * sw[..., None, :]) * jnp.asarray(inv)[:, None] - zw[..., None, :]
+    warp: False (wgmma body: raw [.., D, N], rows as value_slots), True (per-warp body: raw [.., N, D], head
+    dimensions in order) or "lean" (the same, its factors)."""
+    m, l, sw, zw = (stats[..., i, :, None] for i in range(4))  # [B, H, ns, N, 1]
+    if not warp:
+        raw = jnp.swapaxes(raw[..., np.argsort(_value_rows(raw.shape[-2])[0]), :], -1, -2)  # -> [.., N, D] in order
+    c = (raw - _OFFSET * sw) * jnp.asarray(value_factors(raw.shape[-1], warp)) - zw
     live = l > 0
-    out = jnp.where(live[..., None, :], c / jnp.where(live, l, 1.0)[..., None, :], 0.0)
-    lse = jnp.where(live, (m + jnp.log2(jnp.where(live, l, 1.0))) * _LN2, -jnp.inf)
-    return jnp.swapaxes(out, -1, -2)[..., :M, :], lse[..., :M]
+    out = jnp.where(live, c / jnp.where(live, l, 1.0), 0.0)
+    lse = jnp.where(live, (m + jnp.log2(jnp.where(live, l, 1.0))) * _LN2, -jnp.inf)[..., 0]
+    return out[..., :M, :], lse[..., :M]

@@ -57,8 +57,8 @@ def _partial(s, vals):
 def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int, sink: int, R: int, n: int,
                   scale: float, bw: int, bs: int):
     # len_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] window | kn_ref, vn_ref [n, D] chunk rows
-    # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, D, g],
-    # st_ref [ns, 4, g] f32, perm_ref [D] int32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
+    # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, g, D],
+    # st_ref [ns, 4, g] f32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
     # m_ref, l_ref [g], acc_ref [g, D]: this unit's part
     f32 = jnp.float32
     split_refs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
@@ -79,28 +79,25 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int,
     def splits():  # unit u < n_split_units: bs splits, their normalised partials weighted by exp(lse - max)
         a = jnp.minimum(u * bs, ns - bs)  # a last block shifted back to end at ns; what it repeats is masked
         fresh = (a + jnp.arange(bs) >= u * bs)[:, None]  # [bs, 1]
-        if len(split_refs) == 4:
-            return raw_splits(a, fresh, *split_refs)
+        if len(split_refs) == 3:
+            return raw_splits(pl.ds(a, bs), fresh, *split_refs)
         os_ref, ls_ref = split_refs
         lse = jnp.where(fresh, ls_ref[pl.ds(a, bs), :], -jnp.inf)  # [bs, g]
         m = lse.max(axis=0)
         w = jnp.exp(lse - jnp.where(m == -jnp.inf, 0.0, m)[None, :])
         return m, w.sum(axis=0), (w[:, :, None] * os_ref[pl.ds(a, bs), :, :]).sum(axis=0)
 
-    def raw_splits(a, fresh, raw_ref, st_ref, perm_ref, inv_ref):
-        # int2_mosaic.finish's work on the way: split s holds sum 2^(x - m_s) = l_s over its keys (log2 units),
-        # 128 sum(w) and sum(w z) offsets (sw, zw) in its value rows, which are in kernel order times the plane
-        # factors. Weighted by 2^(m_s - max) the offsets and factors are linear: applied once, after the sum.
-        blk = pl.ds(a, bs)
+    def raw_splits(blk, fresh, raw_ref, st_ref, inv_ref):
+        # int2_mosaic.finish's work on the way: split s holds l_s = sum 2^(x - m_s) over its keys (log2 units) and
+        # values times their plane factors (1 / inv) plus 128 sum(w) (sw) and less sum(w z) (zw). Weighted by
+        # 2^(m_s - max), the offsets and factors are linear in the splits: applied once, after the sum.
         m2 = jnp.where(fresh, st_ref[blk, 0, :], -jnp.inf)  # [bs, g]; an empty split's max is -1e30: weight 0
         mx = m2.max(axis=0)
         w = jnp.exp((m2 - jnp.where(mx == -jnp.inf, 0.0, mx)[None, :]) * LN2)
-        wsum = lambda x: (w * x).sum(axis=0)  # [bs, g] -> [g]
-        # A gather of the rows in head dimension order (Triton's lowering takes all-array indices only)
-        idx = (a + jnp.arange(bs)[:, None, None], perm_ref[...][None, :, None], jnp.arange(w.shape[1])[None, None, :])
-        rows = (w[:, None, :] * raw_ref[idx]).sum(axis=0)  # [D, g]
-        c = (rows - 128.0 * wsum(st_ref[blk, 2, :])[None, :]) * inv_ref[...][:, None] - wsum(st_ref[blk, 3, :])[None, :]
-        return mx * LN2, wsum(st_ref[blk, 1, :]), c.T
+        wsum = lambda x: (w * x).sum(axis=0)[:, None]  # [bs, g] -> [g, 1]
+        acc = (w[:, :, None] * raw_ref[blk, :, :]).sum(axis=0)  # [g, D]
+        c = (acc - 128.0 * wsum(st_ref[blk, 2, :])) * inv_ref[...][None, :] - wsum(st_ref[blk, 3, :])
+        return mx * LN2, wsum(st_ref[blk, 1, :])[:, 0], c
 
     def window():  # the other units: bw window slots each
         c = u - n_split_units
@@ -155,49 +152,57 @@ def _merge_kernel(m_ref, l_ref, acc_ref, o_ref):
 
 @functools.partial(jax.jit, static_argnames=("sink", "recent", "pinned", "interpret"))
 def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: int, pinned: int,
-                 interpret: bool = False):
+                 interpret: bool = False, qkv_rows=None):
     """q [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v [B, n, Hkv, D] the chunk's rows;
     win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots); splits: the INT2 kernel's split partials
     (row i * g + head in group), normalised (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as
-    the Mosaic kernel leaves them (int2_mosaic's merge="raw": raw [B, Hkv, ns, D, N], stats [B, Hkv, ns, 4, N],
-    perm [D], inv [D]; N >= n * g). Returns [B, n, Hq, D] in q.dtype."""
+    the Mosaic per-warp kernel leaves them (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats
+    [B, Hkv, ns, 4, N], value factors [D]; N >= n * g). qkv_rows: None, or [B, n, Hkv, g + 2, D] whose slots
+    (j < g, g, g + 1) q, k and v are (model.qkv_rows): read in place, so that XLA need not copy the three
+    slices out for the kernel. Returns [B, n, Hq, D] in q.dtype."""
     B, n, Hq, D = q.shape
     H, X = k.shape[2], win_k.shape[2]
     g, ns = Hq // H, splits[0].shape[2]
     if not supported(n, g, D, X, recent):
         raise ValueError(f"window_merge: n {n}, g {g}, D {D}, {X} slots, recent {recent} not supported")
-    raw = len(splits) == 4
-    N = splits[0].shape[-1] if raw else n * g
-    want = ((B, H, ns, D, N), (B, H, ns, 4, N), (D,), (D,)) if raw else ((B, H, ns, n * g, D), (B, H, ns, n * g))
-    if tuple(x.shape for x in splits) != want or N < n * g or N % g:
+    raw = len(splits) == 3
+    N = splits[1].shape[-1] if raw else n * g
+    want = ((B, H, ns, N, D), (B, H, ns, 4, N), (D,)) if raw else ((B, H, ns, n * g, D), (B, H, ns, n * g))
+    if tuple(x.shape for x in splits) != want or N < n * g:
         raise ValueError(f"split partials {[x.shape for x in splits]} do not match q {q.shape}")
     bs, bw = _floor_pow2(ns, BLOCK_SPLITS), _floor_pow2(X, BLOCK_SLOTS)
     U = 1 << (-(-ns // bs) + -(-X // bw) - 1).bit_length()  # units: blocks of splits, then of slots; a power of two
     kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs)
     rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # q and out: [B, n, Hq, D]
     chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i, u: (b, 0, h, 0))
+    qkv, qkv_specs = (q, k, v), [rows, chunk, chunk]
+    if qkv_rows is not None:
+        if qkv_rows.shape != (B, n, H, g + 2, D):
+            raise ValueError(f"qkv_rows {qkv_rows.shape}: not [B, n, Hkv, g + 2, D] for q {q.shape}")
+        slot = lambda j: pl.BlockSpec((None, n, None, None, D), lambda b, h, i, u: (b, 0, h, j, 0))
+        qkv = (qkv_rows,) * 3
+        qkv_specs = [pl.BlockSpec((None, None, None, g, D), lambda b, h, i, u: (b, i, h, 0, 0)), slot(g), slot(g + 1)]
     win = pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
     part = lambda *shape: pl.BlockSpec((None,) * 4 + shape, lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
     parts = [jax.ShapeDtypeStruct((B, H, n, U, *shape), jnp.float32) for shape in ((g,), (g,), (g, D))]
-    if raw:  # this position's g columns of the kernel's [D, N] and [4, N] tiles; the row order and scales whole
-        split_specs = [pl.BlockSpec((None, None, ns, D, g), lambda b, h, i, u: (b, h, 0, 0, i)),
-                       pl.BlockSpec((None, None, ns, 4, g), lambda b, h, i, u: (b, h, 0, 0, i)),
-                       pl.BlockSpec((D,), lambda *_: (0,)), pl.BlockSpec((D,), lambda *_: (0,))]
-        splits = (splits[0], splits[1], jnp.asarray(splits[2], jnp.int32), jnp.asarray(splits[3], jnp.float32))
+    rows_of_i = pl.BlockSpec((None, None, ns, g, D), lambda b, h, i, u: (b, h, 0, i, 0))  # out or raw: i's g rows
+    if raw:  # the stats' columns of position i; the factors whole
+        split_specs = [rows_of_i, pl.BlockSpec((None, None, ns, 4, g), lambda b, h, i, u: (b, h, 0, 0, i)),
+                       pl.BlockSpec((D,), lambda *_: (0,))]
+        splits = (splits[0], splits[1], jnp.asarray(splits[2], jnp.float32))
     else:
-        split_specs = [pl.BlockSpec((None, None, ns, g, D), lambda b, h, i, u: (b, h, 0, i, 0)),
-                       pl.BlockSpec((None, None, ns, g), lambda b, h, i, u: (b, h, 0, i))]
+        split_specs = [rows_of_i, pl.BlockSpec((None, None, ns, g), lambda b, h, i, u: (b, h, 0, i))]
         splits = (splits[0], splits[1].astype(jnp.float32))
     m, l, acc = pl.pallas_call(
         kernel,
         grid=(B, H, n, U),
-        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), rows, win, win, chunk, chunk, *split_specs],
+        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), qkv_specs[0], win, win, *qkv_specs[1:], *split_specs],
         out_specs=[part(g), part(g), part(g, D)],
         out_shape=parts,
         compiler_params=_params(interpret),
         interpret=interpret,
         name="window_parts",
-    )(length.astype(jnp.int32), q, win_k, win_v, k, v, *splits)
+    )(length.astype(jnp.int32), qkv[0], win_k, win_v, *qkv[1:], *splits)
     whole = lambda *shape: pl.BlockSpec((None, None, None, U, *shape), lambda b, h, i: (b, h, i, 0) + (0,) * len(shape))
     return pl.pallas_call(
         _merge_kernel,
