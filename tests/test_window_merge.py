@@ -91,11 +91,11 @@ def test_raw_partials_lower_for_cuda():
 
 @pytest.mark.parametrize("n", [1, 5])
 def test_q_k_v_read_in_place_from_their_rows(n):
-    """window_merge reading q, k and v out of the [B, n, Hkv, g + 2, D] array they are slices of (model.qkv_rows)
-    gives what it gives for the slices; and that form lowers for CUDA."""
+    """window_merge reading q, k and v out of the [B, n, Hkv, g + 2, D] f32 array they are bf16 slices of
+    (model.qkv_rows, split_rows) gives what it gives for the slices; and that form lowers for CUDA."""
     kv, (q, k, v, layer, length) = _inputs(8, 70, n, jnp.float32)
     rows = jnp.asarray(np.random.default_rng(n).standard_normal((3, n, 2, 6, 64)), jnp.float32)
-    q, k, v = model.split_rows(rows, CFG)
+    q, k, v = model.split_rows(rows, CFG, jnp.bfloat16)
     splits = (jnp.asarray(np.random.default_rng(0).standard_normal((3, 2, 5, 4 * n, 64)), jnp.float32),
               jnp.zeros((3, 2, 5, 4 * n)))
     merge = lambda interpret=True, **kw: wm.window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink,

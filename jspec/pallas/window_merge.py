@@ -55,7 +55,7 @@ def _partial(s, vals):
 
 
 def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int, sink: int, R: int, n: int,
-                  scale: float, bw: int, bs: int):
+                  scale: float, bw: int, bs: int, dtype):
     # len_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] window | kn_ref, vn_ref [n, D] chunk rows
     # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, g, D],
     # st_ref [ns, 4, g] f32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
@@ -64,17 +64,17 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int,
     split_refs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
     i, u = pl.program_id(2), pl.program_id(3)
     length = len_ref[0]
-    q = q_ref[...]
+    q = q_ref[...].astype(dtype)  # q, k and v as the model rounds them (qkv_rows may be f32)
     g, D = q.shape
     X, W, ns = kw_ref.shape[0], kw_ref.shape[0] - S, split_refs[0].shape[0]
     n_split_units = pl.cdiv(ns, bs)
 
     def chunk():  # the chunk's own rows j <= i (causal: j = 0 is always read), a row at a time (n is no power of 2)
         qf = q.astype(f32)
-        s = [jnp.where(j <= i, (qf * kn_ref[j].astype(f32)[None, :]).sum(axis=1) * scale, -jnp.inf) for j in range(n)]
+        s = [jnp.where(j <= i, (qf * kn_ref[j].astype(dtype).astype(f32)[None, :]).sum(axis=1) * scale, -jnp.inf) for j in range(n)]
         m = functools.reduce(jnp.maximum, s)  # [g], finite
         p = [jnp.exp(sj - m) for sj in s]
-        return m, sum(p), sum(pj[:, None] * vn_ref[j].astype(f32)[None, :] for j, pj in enumerate(p))
+        return m, sum(p), sum(pj[:, None] * vn_ref[j].astype(dtype).astype(f32)[None, :] for j, pj in enumerate(p))
 
     def splits():  # unit u < n_split_units: bs splits, their normalised partials weighted by exp(lse - max)
         a = jnp.minimum(u * bs, ns - bs)  # a last block shifted back to end at ns; what it repeats is masked
@@ -172,7 +172,8 @@ def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: in
         raise ValueError(f"split partials {[x.shape for x in splits]} do not match q {q.shape}")
     bs, bw = _floor_pow2(ns, BLOCK_SPLITS), _floor_pow2(X, BLOCK_SLOTS)
     U = 1 << (-(-ns // bs) + -(-X // bw) - 1).bit_length()  # units: blocks of splits, then of slots; a power of two
-    kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs)
+    kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs,
+                               dtype=q.dtype)
     rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # q and out: [B, n, Hq, D]
     chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i, u: (b, 0, h, 0))
     qkv, qkv_specs = (q, k, v), [rows, chunk, chunk]
