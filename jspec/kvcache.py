@@ -175,10 +175,7 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    if _fused_commit(kv, first):
-        layers = _commit_fused(cache.layers, jnp.stack(new_k), jnp.stack(new_v), slot, hist, kv=kv)
-    else:
-        layers = tuple(_commit_layer(layer, k, v, slot, hist, kv=kv) for layer, k, v in zip(cache.layers, new_k, new_v))
+    layers = tuple(_commit_layer(layer, k, v, slot, hist, kv=kv) for layer, k, v in zip(cache.layers, new_k, new_v))
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
 
@@ -199,20 +196,14 @@ def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped)."""
     if _fused_commit(kv, layer):
-        return _commit_fused((layer,), k[None], v[None], slot, hist, kv=kv)[0]
+        bufs = commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist, clip_k=kv.clip_k,
+                           clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
+        return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
     upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))
     if kv.int2:
         codes, qparams = quantize_kv(k, v, kv, layer.qparams.dtype)
         upd.update(codes=_scatter(layer.codes, hist, codes), qparams=_scatter(layer.qparams, hist, qparams))
     return dataclasses.replace(layer, **upd)
-
-
-def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig) -> tuple[LayerKV, ...]:
-    """The fused commit of k, v [L, B, n, Hkv, D] into L layers, one kernel for all of them (one per layer
-    cost L kernel latencies: 0.175 ms per 8B step at batch 1, H200 session 16)."""
-    bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clip_k,
-                       clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
-    return tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
 
 
 # Traced once for all layers, as model.forward's layers are (XLA inlines the calls).

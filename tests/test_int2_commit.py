@@ -32,9 +32,9 @@ def _case(seed, sdt, clips, dtype=jnp.bfloat16):
 
 
 def _fused(layer, k, v, slot, hist, kv, interpret=True, **opts):
-    (bufs,) = int2_commit.commit_int2(((layer.k, layer.v, layer.codes, layer.qparams),), k[None], v[None], slot, hist,
-                                      clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES,
-                                      interpret=interpret, **opts)
+    bufs = int2_commit.commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist,
+                                   clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES, interpret=interpret,
+                                   **opts)
     return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
 
 
@@ -47,19 +47,6 @@ def test_fused_commit_equals_commit_layer(sdt, clips):
     for name in ("k", "v", "codes", "qparams"):
         np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)), err_msg=name)
     assert not np.array_equal(np.asarray(want.codes), np.asarray(args[0].codes))  # the commit wrote something
-
-
-def test_one_kernel_commits_every_layer():
-    """Three layers in one call: each layer's buffers get its own rows, as three commit_layer calls write them."""
-    cases = [_case(seed, jnp.bfloat16, (0.96, 0.92)) for seed in (0, 1, 2)]
-    slot, hist, kv = cases[0][3], cases[0][4], cases[0][5]
-    got = int2_commit.commit_int2(tuple((c[0].k, c[0].v, c[0].codes, c[0].qparams) for c in cases),
-                                  jnp.stack([c[1] for c in cases]), jnp.stack([c[2] for c in cases]), slot, hist,
-                                  clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES, interpret=True)
-    for c, bufs in zip(cases, got):
-        want = kvcache.commit_layer(c[0], c[1], c[2], slot, hist, kv=kv)
-        for name, x in zip(("k", "v", "codes", "qparams"), bufs):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(getattr(want, name)), err_msg=name)
 
 
 def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
@@ -94,9 +81,8 @@ def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
 def test_fused_commit_lowers_for_cuda():
     """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
     layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
-    fn = lambda *a: int2_commit.commit_int2((a[:4],) * 2, *a[4:], clip_k=kv.clip_k, clip_v=kv.clip_v,
-                                            planes=kvcache.INT2_PLANES)
-    args = (layer.k, layer.v, layer.codes, layer.qparams, jnp.stack([k, k]), jnp.stack([v, v]), slot, hist)
+    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
+    args = (layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "triton" in text
 
@@ -104,8 +90,8 @@ def test_fused_commit_lowers_for_cuda():
 def test_fused_commit_refuses_groups_smaller_than_a_row():
     layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
     with pytest.raises(ValueError, match="one group per row"):
-        int2_commit.commit_int2(((layer.k, layer.v, layer.codes, jnp.zeros((B, H, 4, T, 2), jnp.bfloat16)),), k[None],
-                                v[None], slot, hist, clip_k=0.9, clip_v=0.9, planes=kvcache.INT2_PLANES, interpret=True)
+        int2_commit.commit_int2(layer.k, layer.v, layer.codes, jnp.zeros((B, H, 4, T, 2), jnp.bfloat16), k, v,
+                                slot, hist, clip_k=0.9, clip_v=0.9, planes=kvcache.INT2_PLANES, interpret=True)
 
 
 def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):

@@ -577,9 +577,10 @@ def test_split_path_with_mosaic_kernel_matches_reference():
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 @pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
 def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
-    """A tiny model's cached steps with attn_impl="pallas" on one GPU (the Mosaic kernel, window_merge reading
-    q, k and v in place from model.qkv_rows, every layer committed by one kernel) against the reference
-    attention and the jnp commit, float32: the same logits to the kernel's bf16 queries' precision."""
+    """A tiny model's cached steps with attn_impl="pallas" on one GPU (the Mosaic kernel, window_merge finishing
+    its raw partials and reading q, k and v in place from model.qkv_rows, the fused commit) against the
+    reference attention and the jnp commit, float32 with full-precision matmuls (the GPU's default TF32 alone
+    parts them by ~5%): the same logits to the kernel's bf16 queries' precision."""
     from jspec import kvcache, model
     from jspec.config import KVConfig, ModelConfig
 
@@ -591,18 +592,21 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
 
     def run(impl, fused):
         kvcache.FUSED_COMMIT = fused
+        kvcache._commit_layer.clear_cache()  # the flag is read while tracing
         step = jax.jit(lambda c, t: model.forward(params, cfg, t, c, attn_impl=impl))
         cache = kvcache.init_cache(cfg, kv, 2, 400, jnp.float32)
         logits, (k, v) = step(cache, tokens[:, :300])
         cache, out = kvcache.commit(cache, k, v, jnp.full((2,), 300)), []
-        for i in range(4):
+        for i in range(4):  # row 1 commits one of its n rows, as a rejection would leave it
             logits, (k, v) = step(cache, tokens[:, 300 + n * i: 300 + n * (i + 1)])
             cache = kvcache.commit(cache, k, v, jnp.asarray([n, 1]))
             out.append(np.asarray(logits))
         return np.stack(out)
 
     try:
-        ref, got = run("reference", False), run("pallas", None)
+        with jax.default_matmul_precision("highest"):
+            ref, got = run("reference", False), run("pallas", None)
     finally:
         kvcache.FUSED_COMMIT = None
-    assert _rel(jnp.asarray(got), jnp.asarray(ref)) <= 1e-2
+        kvcache._commit_layer.clear_cache()
+    assert _rel(got, ref) <= 2e-2
