@@ -579,8 +579,10 @@ def test_split_path_with_mosaic_kernel_matches_reference():
 def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
     """A tiny model's cached steps with attn_impl="pallas" on one GPU (the Mosaic kernel, window_merge finishing
     its raw partials and reading q, k and v in place from model.qkv_rows, the fused commit) against the
-    reference attention and the jnp commit, float32 with full-precision matmuls (the GPU's default TF32 alone
-    parts them by ~5%): the same logits to the kernel's bf16 queries' precision."""
+    reference attention and the jnp commit, float32. The bound is measured, not derived: on the H200 (session
+    17, benchmarks/results/logs17/bisect.py) these steps part from the reference by 1.5-5.7e-2 (the prefill's
+    Triton kernel alone by 4e-2: its f32 dots are TF32), and a wrong commit (an all-layers kernel, reverted) by
+    0.10-0.17."""
     from jspec import kvcache, model
     from jspec.config import KVConfig, ModelConfig
 
@@ -604,9 +606,8 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
         return np.stack(out)
 
     try:
-        with jax.default_matmul_precision("highest"):
-            ref, got = run("reference", False), run("pallas", None)
+        ref, got = run("reference", False), run("pallas", None)
     finally:
         kvcache.FUSED_COMMIT = None
         kvcache._commit_layer.clear_cache()
-    assert _rel(got, ref) <= 2e-2
+    assert max(_rel(g, r) for g, r in zip(got, ref)) <= 0.08
