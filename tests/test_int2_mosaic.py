@@ -611,3 +611,15 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
         kvcache.FUSED_COMMIT = None
         kvcache._commit_layer.clear_cache()
     assert max(_rel(g, r) for g, r in zip(got, ref)) <= 0.08
+
+
+def test_groups_smaller_than_a_row_leave_raw_partials_to_the_reference():
+    """qparams with several groups per row go to the reference in the wrapper: merge="raw" gives its one
+    normalised partial per row (as merge=False), which window_merge takes; merge=True the merged result."""
+    q, codes, qparams, lo, hi = _inputs(0, 1, 2, 4, 64, 96, jnp.float32)
+    grouped = jnp.concatenate([qparams, qparams], -1)  # [B, H, 4, T, 2]: two groups of 32
+    fn = jax.jit(im.int2_attention_mosaic, static_argnames="merge")
+    out, lse = fn(q, codes, grouped, lo, hi, merge="raw")
+    assert out.shape == (1, 2, 1, 4, 64) and lse.shape == (1, 2, 1, 4)
+    merged = fn(q, codes, grouped, lo, hi, merge=True)
+    np.testing.assert_array_equal(np.asarray(out[:, :, 0]), np.asarray(merged[0]))

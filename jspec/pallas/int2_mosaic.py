@@ -955,7 +955,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
     if qparams.shape[-1] != 1:  # G < D: per-group scales are not folded in the kernel
         out, lse = int2_attention_reference(q, codes, qparams, lo, hi, sm_scale=sm_scale)
-        return (out, lse) if merge else (out[:, :, None], lse[:, :, None])
+        return (out, lse) if merge is True else (out[:, :, None], lse[:, :, None])  # "raw": as False
 
     N = -(-M // 8) * 8
     per_warp = ("warp", "lean", "lean8")
