@@ -4,7 +4,8 @@ kernels per layer, where XLA ran about nine (issue 16 item 3).
 For decode and verification chunks (n <= MAX_CHUNK new rows, none of them old enough to be read as INT2),
 the same result as attention_split._bf16_parts_merged. Every (batch row, KV head, query position t =
 length + i) has its g query rows of one GQA group and U units of work, each a program of `window_parts`:
-- a block of BLOCK_SPLITS history splits: their normalised partials (out, lse) weighted by exp(lse - max);
+- a block of BLOCK_SPLITS history splits: their normalised partials (out, lse) weighted by exp(lse - max), or
+  the per-warp Mosaic kernel's raw ones (int2_mosaic's merge="raw"), finished here: two XLA kernels fewer;
 - a block of BLOCK_SLOTS window slots as they lie in the cache: pinned slot p holds position p (read iff
   p < length), ring slot S + r the latest position p < length with p = r mod W (read iff p >= max(sink,
   t - R + 1));
