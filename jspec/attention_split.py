@@ -92,7 +92,8 @@ def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel,
     small = M <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel
     auto = kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()
     if small and (kernel == "mosaic" or auto):
-        return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge="raw" if raw else False)
+        merge = "raw" if raw else False
+        return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=merge)
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 
 

@@ -72,10 +72,11 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int,
 
     def chunk():  # the chunk's own rows j <= i (causal: j = 0 is always read), a row at a time (n is no power of 2)
         qf = q.astype(f32)
-        s = [jnp.where(j <= i, (qf * kn_ref[j].astype(dtype).astype(f32)[None, :]).sum(axis=1) * scale, -jnp.inf) for j in range(n)]
+        row = lambda ref, j: ref[j].astype(dtype).astype(f32)[None, :]  # [1, D]
+        s = [jnp.where(j <= i, (qf * row(kn_ref, j)).sum(axis=1) * scale, -jnp.inf) for j in range(n)]
         m = functools.reduce(jnp.maximum, s)  # [g], finite
         p = [jnp.exp(sj - m) for sj in s]
-        return m, sum(p), sum(pj[:, None] * vn_ref[j].astype(dtype).astype(f32)[None, :] for j, pj in enumerate(p))
+        return m, sum(p), sum(pj[:, None] * row(vn_ref, j) for j, pj in enumerate(p))
 
     def splits():  # unit u < n_split_units: bs splits, their normalised partials weighted by exp(lse - max)
         a = jnp.minimum(u * bs, ns - bs)  # a last block shifted back to end at ns; what it repeats is masked
