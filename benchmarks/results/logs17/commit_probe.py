@@ -115,6 +115,7 @@ def case(seed, L):
 
 def main():
     interpret = jax.default_backend() != "gpu"
+    kvcache.FUSED_COMMIT = False  # the reference: the jnp commit, not the per-layer kernel it would pick on a GPU
     for variant in ("shared5", "shared3", "branch5"):
         for L in (1, 2, 3):
             layers, k, v, slot, hist, kv = case(L, L)
