@@ -8,8 +8,6 @@ quantize them, so a cached decode equals one full forward over the same tokens.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
@@ -19,20 +17,17 @@ from jspec.kvcache import LayerKV, bf16_keys, dequantize_history, fake_quantize_
 from jspec.numerics import dot_scores, einsum_f32
 
 
-def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference", qkv_rows=None):
+def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference"):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
-    layer is this layer's cache (None: no cache, plain causal attention over the n rows). qkv_rows: the
-    array q, k and v are slices of (model.qkv_rows), for kernels that read them in place.
+    layer is this layer's cache (None: no cache, plain causal attention over the n rows).
     Returns [B, n, Hq, D].
     """
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
-        split = functools.partial(attend_split, kernel="auto" if impl == "pallas" else impl)  # pallas: mosaic
-        sharded = per_shard(split)  # where wgmma exists, else triton
-        if sharded is split:  # one device: q, k and v may be read in place
-            return split(q, k, v, layer, length, kv, qkv_rows=qkv_rows)
-        return sharded(q, k, v, layer, length, kv)
+        kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
+        split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel)
+        return per_shard(split)(q, k, v, layer, length, kv)
     return attend_reference(q, k, v, layer, length, kv)
 
 

@@ -44,10 +44,8 @@ DP, TP = "dp", "tp"
 
 
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
-                 kernel: str = "auto", fused_window: bool | None = None, qkv_rows=None, **kernel_options):
-    """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows;
-    qkv_rows: None, or the [B, n, Hkv, g + 2, D] array they are slices of (model.qkv_rows), which window_merge
-    then reads in place.
+                 kernel: str = "auto", fused_window: bool | None = None, **kernel_options):
+    """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
     has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
@@ -71,7 +69,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     if fused_window:
         with jax.named_scope("window_merge"):
             return window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
-                                pinned=layer.pinned_slots, interpret=interpret, qkv_rows=qkv_rows)
+                                pinned=layer.pinned_slots, interpret=interpret)
     out_k, lse_k = splits
     with jax.named_scope("bf16_parts"):
         out = _bf16_parts_merged(rows, k, v, layer, length, t, kv, out_k, lse_k)  # [B, H, n * g, D] f32

@@ -81,54 +81,32 @@ def apply_rope(x, cos, sin):
     as [x1 cos - x2 sin, x2 cos + x1 sin], without a concatenation, so it fuses with what reads it.
     """
     D = x.shape[-1]
-    if cos.ndim != x.ndim:  # over the head axes (tables of x's rank are the caller's, already broadcastable)
-        cos, sin = (t.reshape(*t.shape[:2], *(1,) * (x.ndim - 3), D) for t in (cos, sin))
+    cos, sin = (t.reshape(*t.shape[:2], *(1,) * (x.ndim - 3), D) for t in (cos, sin))  # over the head axes
     xf = x.astype(jnp.float32)
     swapped = jnp.flip(xf.reshape(*x.shape[:-1], 2, D // 2), axis=-2).reshape(x.shape)
     return (xf * cos + swapped * sin).astype(x.dtype)
 
 
 def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
-    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D] (qkv_rows, sliced)."""
-    return split_rows(qkv_rows(lp, cfg, h, pos, rope), cfg, h.dtype)
+    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
+    layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
+    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
 
-
-def split_rows(x, cfg: ModelConfig, dtype):
-    """qkv_rows' x [B, n, Hkv, g + 2, D] -> q [B, n, Hq, D], k and v [B, n, Hkv, D] in dtype."""
-    g = cfg.q_per_kv
-    x = x.astype(dtype)
-    return x[..., :g, :].reshape(*x.shape[:2], cfg.num_heads, x.shape[-1]), x[..., g, :], x[..., g + 1, :]
-
-
-def qkv_rows(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
-    """The layer's q, k and v rows side by side, [B, n, Hkv, g + 2, D] in wqkv's slots: q and k after RoPE,
-    then R_K when the layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
-    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers). In h.dtype, or in f32
-    where R_K was applied as a small product (split_rows rounds them to h.dtype: what the model means).
-
-    The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two. Up
-    to SMALL_ROTATE tokens the v slot goes through the same ops unchanged (cos 1, sin 0, R_K's place taken by
-    the identity: exact), so that one fusion writes all three and the Pallas kernels read q, k and v in place:
-    slices of it would each be a kernel of their own (3 per layer, 0.11 ms per 8B step at batch 1, H200).
+    The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
     """
     B, n, _ = h.shape
-    g = cfg.q_per_kv
+    g, D = cfg.q_per_kv, cfg.head_dim
     y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
-    small = B * n <= SMALL_ROTATE
-    x = y if small else y[..., : g + 1, :]  # query head h*g + j is slot j of h; k is slot g (v: g + 1)
-    turn = (jnp.arange(x.shape[-2]) < g + 1)[:, None]  # [slots, 1]: the slots RoPE and R_K turn
+    qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
     if lp.q_norm is not None:
-        w = jnp.where(jnp.arange(x.shape[-2])[:, None] < g, lp.q_norm, lp.k_norm)  # [slots, D], not a concatenation
-        x = jnp.where(turn, rms_norm(x, w, cfg.rms_eps), x)
-    cos, sin = rope if rope is not None else rope_tables(cfg, pos)  # [B, n, D]
-    if small:  # per slot: v's row unturned
-        cos, sin = jnp.where(turn, cos[:, :, None, None], 1.0), jnp.where(turn, sin[:, :, None, None], 0.0)
-    x = apply_rope(x, cos, sin)
+        w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
+        qk = rms_norm(qk, w, cfg.rms_eps)
+    qk = apply_rope(qk, *(rope if rope is not None else rope_tables(cfg, pos)))
     if lp.rot_k is not None:
-        x = rotate(x, lp.rot_k, turn)
-    return x if small else jnp.concatenate([x, y[..., g + 1 :, :]], axis=-2)
+        qk = rotate(qk, lp.rot_k)
+    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
 
 
 # Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
@@ -136,19 +114,16 @@ def qkv_rows(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
 SMALL_ROTATE = 32
 
 
-def rotate(x, rot_t, turn):
-    """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k): a GEMM in
-    x.dtype, or up to SMALL_ROTATE tokens a small product in f32 with the slots where turn [j, 1] is False
-    unchanged (f32 accumulation either way; the small product's f32 sums go on to the kernels as they are, a
-    rounding of its own was a kernel per layer). Transposed, the small product reduces over rot_t's minor
-    axis and reads it as it lies: kept as R, XLA converted and transposed it in a kernel of its own every
-    step (benchmarks/NOTES.md, session 11)."""
+def rotate(x, rot_t):
+    """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k), in
+    x.dtype (f32 accumulation either way). Transposed, the small product reduces over rot_t's minor axis
+    and reads it as it lies: kept as R, XLA converted and transposed it in a kernel of its own every step
+    (benchmarks/NOTES.md, session 11)."""
     B, n = x.shape[:2]
     if B * n > SMALL_ROTATE:
         return jnp.einsum("bnhjd,hed->bnhje", x, rot_t.astype(x.dtype))
-    rot = jnp.where(turn[..., None], rot_t.astype(jnp.float32)[:, None], jnp.eye(x.shape[-1], dtype=jnp.float32))
-    prod = x.astype(jnp.float32)[..., None, :] * rot  # [B, n, Hkv, j, D, D]
-    return prod.sum(-1)
+    prod = x.astype(jnp.float32)[..., None, :] * rot_t.astype(jnp.float32)[:, None]  # [B, n, Hkv, j, D, D]
+    return prod.sum(-1).astype(x.dtype)
 
 
 def mlp(lp: Layer, x):
@@ -200,9 +175,8 @@ def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv,
     k and v rows)."""
     B, n, _ = x.shape
     h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
-    rows = qkv_rows(lp, cfg, h, pos, rope)
-    q, k, v = split_rows(rows, cfg, x.dtype)
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv_rows=rows)
+    q, k, v = qkv(lp, cfg, h, pos, rope)
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl)
     x = x + o.reshape(B, n, -1) @ lp.wo
     x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
     return x, k, v

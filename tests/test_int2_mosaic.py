@@ -578,7 +578,7 @@ def test_split_path_with_mosaic_kernel_matches_reference():
 @pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
 def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
     """A tiny model's cached steps with attn_impl="pallas" on one GPU (the Mosaic kernel, window_merge finishing
-    its raw partials and reading q, k and v in place from model.qkv_rows, the fused commit) against the
+    its raw partials, the fused commit) against the
     reference attention and the jnp commit, float32. The bound is measured, not derived: on the H200 (session
     17, benchmarks/results/logs17/bisect.py) these steps part from the reference by 1.5-5.7e-2 (4e-2 already
     at the prefill, with the Triton kernel too: likely TF32 in its dots and XLA's f32 GEMMs), and a wrong

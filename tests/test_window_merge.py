@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import attention_split, kvcache, model
+from jspec import attention_split, kvcache
 from jspec.config import KVConfig, ModelConfig
 from jspec.pallas import int2_mosaic, window_merge as wm
 
@@ -87,23 +87,6 @@ def test_raw_partials_lower_for_cuda():
     fn = lambda *a: wm.window_merge(*a, sink=kv.sink, recent=kv.recent, pinned=layer.pinned_slots)
     text = jax.jit(fn).trace(q, k, v, layer.k, layer.v, length, splits).lower(lowering_platforms=("cuda",)).as_text()
     assert "window_parts" in text and "triton" in text
-
-
-@pytest.mark.parametrize("n", [1, 5])
-def test_q_k_v_read_in_place_from_their_rows(n):
-    """window_merge reading q, k and v out of the [B, n, Hkv, g + 2, D] f32 array they are bf16 slices of
-    (model.qkv_rows, split_rows) gives what it gives for the slices; and that form lowers for CUDA."""
-    kv, (q, k, v, layer, length) = _inputs(8, 70, n, jnp.float32)
-    rows = jnp.asarray(np.random.default_rng(n).standard_normal((3, n, 2, 6, 64)), jnp.float32)
-    q, k, v = model.split_rows(rows, CFG, jnp.bfloat16)
-    splits = (jnp.asarray(np.random.default_rng(0).standard_normal((3, 2, 5, 4 * n, 64)), jnp.float32),
-              jnp.zeros((3, 2, 5, 4 * n)))
-    merge = lambda interpret=True, **kw: wm.window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink,
-                                                           recent=kv.recent, pinned=layer.pinned_slots,
-                                                           interpret=interpret, **kw)
-    np.testing.assert_array_equal(np.asarray(merge(qkv_rows=rows)), np.asarray(merge()))
-    fn = jax.jit(lambda rows: merge(interpret=False, qkv_rows=rows))
-    assert "window_parts" in fn.trace(rows).lower(lowering_platforms=("cuda",)).as_text()
 
 
 def test_fused_window_under_a_mesh_matches_xla_parts():

@@ -56,7 +56,7 @@ def _partial(s, vals):
 
 
 def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int, sink: int, R: int, n: int,
-                  scale: float, bw: int, bs: int, dtype):
+                  scale: float, bw: int, bs: int):
     # len_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] window | kn_ref, vn_ref [n, D] chunk rows
     # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, g, D],
     # st_ref [ns, 4, g] f32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
@@ -65,14 +65,14 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int,
     split_refs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
     i, u = pl.program_id(2), pl.program_id(3)
     length = len_ref[0]
-    q = q_ref[...].astype(dtype)  # q, k and v as the model rounds them (qkv_rows may be f32)
+    q = q_ref[...]
     g, D = q.shape
     X, W, ns = kw_ref.shape[0], kw_ref.shape[0] - S, split_refs[0].shape[0]
     n_split_units = pl.cdiv(ns, bs)
 
     def chunk():  # the chunk's own rows j <= i (causal: j = 0 is always read), a row at a time (n is no power of 2)
         qf = q.astype(f32)
-        row = lambda ref, j: ref[j].astype(dtype).astype(f32)[None, :]  # [1, D]
+        row = lambda ref, j: ref[j].astype(f32)[None, :]  # [1, D]
         s = [jnp.where(j <= i, (qf * row(kn_ref, j)).sum(axis=1) * scale, -jnp.inf) for j in range(n)]
         m = functools.reduce(jnp.maximum, s)  # [g], finite
         p = [jnp.exp(sj - m) for sj in s]
@@ -154,14 +154,12 @@ def _merge_kernel(m_ref, l_ref, acc_ref, o_ref):
 
 @functools.partial(jax.jit, static_argnames=("sink", "recent", "pinned", "interpret"))
 def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: int, pinned: int,
-                 interpret: bool = False, qkv_rows=None):
+                 interpret: bool = False):
     """q [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v [B, n, Hkv, D] the chunk's rows;
     win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots); splits: the INT2 kernel's split partials
     (row i * g + head in group), normalised (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as
     the Mosaic per-warp kernel leaves them (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats
-    [B, Hkv, ns, 4, N], value factors [D]; N >= n * g). qkv_rows: None, or [B, n, Hkv, g + 2, D] whose slots
-    (j < g, g, g + 1) q, k and v are (model.qkv_rows): read in place, so that XLA need not copy the three
-    slices out for the kernel. Returns [B, n, Hq, D] in q.dtype."""
+    [B, Hkv, ns, 4, N], value factors [D]; N >= n * g). Returns [B, n, Hq, D] in q.dtype."""
     B, n, Hq, D = q.shape
     H, X = k.shape[2], win_k.shape[2]
     g, ns = Hq // H, splits[0].shape[2]
@@ -174,17 +172,9 @@ def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: in
         raise ValueError(f"split partials {[x.shape for x in splits]} do not match q {q.shape}")
     bs, bw = _floor_pow2(ns, BLOCK_SPLITS), _floor_pow2(X, BLOCK_SLOTS)
     U = 1 << (-(-ns // bs) + -(-X // bw) - 1).bit_length()  # units: blocks of splits, then of slots; a power of two
-    kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs,
-                               dtype=q.dtype)
+    kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs)
     rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # q and out: [B, n, Hq, D]
     chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i, u: (b, 0, h, 0))
-    qkv, qkv_specs = (q, k, v), [rows, chunk, chunk]
-    if qkv_rows is not None:
-        if qkv_rows.shape != (B, n, H, g + 2, D):
-            raise ValueError(f"qkv_rows {qkv_rows.shape}: not [B, n, Hkv, g + 2, D] for q {q.shape}")
-        slot = lambda j: pl.BlockSpec((None, n, None, None, D), lambda b, h, i, u: (b, 0, h, j, 0))
-        qkv = (qkv_rows,) * 3
-        qkv_specs = [pl.BlockSpec((None, None, None, g, D), lambda b, h, i, u: (b, i, h, 0, 0)), slot(g), slot(g + 1)]
     win = pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
     part = lambda *shape: pl.BlockSpec((None,) * 4 + shape, lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
     parts = [jax.ShapeDtypeStruct((B, H, n, U, *shape), jnp.float32) for shape in ((g,), (g,), (g, D))]
@@ -199,13 +189,13 @@ def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: in
     m, l, acc = pl.pallas_call(
         kernel,
         grid=(B, H, n, U),
-        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), qkv_specs[0], win, win, *qkv_specs[1:], *split_specs],
+        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), rows, win, win, chunk, chunk, *split_specs],
         out_specs=[part(g), part(g), part(g, D)],
         out_shape=parts,
         compiler_params=_params(interpret),
         interpret=interpret,
         name="window_parts",
-    )(length.astype(jnp.int32), qkv[0], win_k, win_v, *qkv[1:], *splits)
+    )(length.astype(jnp.int32), q, win_k, win_v, k, v, *splits)
     whole = lambda *shape: pl.BlockSpec((None, None, None, U, *shape), lambda b, h, i: (b, h, i, 0) + (0,) * len(shape))
     return pl.pallas_call(
         _merge_kernel,
