@@ -64,10 +64,10 @@ WARP_BLOCK_T, WARP_STAGES = 128, 4
 ROW_BYTES = 128  # the codes' TMA box rows: 128 bytes (4 tokens at D = 128) instead of one token's 32
 APPROX = False  # ex2.approx for exp2: measured no faster (benchmarks/NOTES.md), so exact by default
 _MAGIC = 0x43004300  # two bf16 128.0: a code in the low mantissa bits reads as 128 + code
-_OFFSET = 128.0
+OFFSET = 128.0  # what the magic leaves on every value code: raw partials carry 128 sum(w) (finish, window_merge)
 _NEG = -1e30  # finite start for the running max: fully masked rows stay NaN-free
 _LOG2E = 1.4426950408889634
-_LN2 = 0.6931471805599453
+LN2 = 0.6931471805599453
 
 
 # Query rows per KV head (GQA group x query positions) one call takes: they are wgmma's N, and Q', W and
@@ -1046,7 +1046,7 @@ def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = Fals
 
         (kdims, kf), qdt, offset = lm.key_slots(D), jnp.float16, -lm.KEY_OFFSET
     else:
-        (kdims, kf), qdt, offset = key_slots(D), jnp.bfloat16, _OFFSET
+        (kdims, kf), qdt, offset = key_slots(D), jnp.bfloat16, OFFSET
     qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
     qp = (qb[..., kdims].astype(f32) / kf).astype(qdt)
     qsum = qb.astype(f32).sum(-1)
@@ -1103,8 +1103,8 @@ def finish(raw, stats, M: int, warp=False):
     m, l, sw, zw = (stats[..., i, :, None] for i in range(4))  # [B, H, ns, N, 1]
     if not warp:
         raw = jnp.swapaxes(raw[..., np.argsort(_value_rows(raw.shape[-2])[0]), :], -1, -2)  # -> [.., N, D] in order
-    c = (raw - _OFFSET * sw) * jnp.asarray(value_factors(raw.shape[-1], warp)) - zw
+    c = (raw - OFFSET * sw) * jnp.asarray(value_factors(raw.shape[-1], warp)) - zw
     live = l > 0
     out = jnp.where(live, c / jnp.where(live, l, 1.0), 0.0)
-    lse = jnp.where(live, (m + jnp.log2(jnp.where(live, l, 1.0))) * _LN2, -jnp.inf)[..., 0]
+    lse = jnp.where(live, (m + jnp.log2(jnp.where(live, l, 1.0))) * LN2, -jnp.inf)[..., 0]
     return out[..., :M, :], lse[..., :M]

@@ -29,11 +29,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from jspec.pallas.int2_mosaic import LN2, OFFSET
+
 MAX_CHUNK = 8  # new rows per call at most (decode: 1, verification: K + 1); longer chunks stay in XLA
 BLOCK_SLOTS = 64  # window slots per program
 BLOCK_SPLITS = 16  # history splits per program
 WARPS = 4
-LN2 = 0.6931471805599453
 
 
 def supported(n: int, g: int, D: int, slots: int, recent: int) -> bool:
@@ -91,14 +92,14 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int,
 
     def raw_splits(blk, fresh, raw_ref, st_ref, inv_ref):
         # int2_mosaic.finish's work on the way: split s holds l_s = sum 2^(x - m_s) over its keys (log2 units) and
-        # values times their plane factors (1 / inv) plus 128 sum(w) (sw) and less sum(w z) (zw). Weighted by
+        # values times their plane factors (1 / inv) plus OFFSET sum(w) (sw) and less sum(w z) (zw). Weighted by
         # 2^(m_s - max), the offsets and factors are linear in the splits: applied once, after the sum.
         m2 = jnp.where(fresh, st_ref[blk, 0, :], -jnp.inf)  # [bs, g]; an empty split's max is -1e30: weight 0
         mx = m2.max(axis=0)
         w = jnp.exp((m2 - jnp.where(mx == -jnp.inf, 0.0, mx)[None, :]) * LN2)
         wsum = lambda x: (w * x).sum(axis=0)[:, None]  # [bs, g] -> [g, 1]
         acc = (w[:, :, None] * raw_ref[blk, :, :]).sum(axis=0)  # [g, D]
-        c = (acc - 128.0 * wsum(st_ref[blk, 2, :])) * inv_ref[...][None, :] - wsum(st_ref[blk, 3, :])
+        c = (acc - OFFSET * wsum(st_ref[blk, 2, :])) * inv_ref[...][None, :] - wsum(st_ref[blk, 3, :])
         return mx * LN2, wsum(st_ref[blk, 1, :])[:, 0], c
 
     def window():  # the other units: bw window slots each
