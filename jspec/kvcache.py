@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from jspec import quant, struct
 from jspec.config import ConfigError, KVConfig, ModelConfig
-from jspec.pallas.int2_commit import commit_int2
+from jspec.pallas.int2_commit import commit_int2, commit_int2_layers
 
 # BF16-mode windows are rounded up to a multiple of this: XLA pads the attention matmul's contracting
 # dimension to its tile, and a padded operand is a copy of the whole cache every layer of every step.
@@ -175,7 +175,15 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    layers = tuple(_commit_layer(layer, k, v, slot, hist, kv=kv) for layer, k, v in zip(cache.layers, new_k, new_v))
+    if ALL_LAYERS_COMMIT and _fused_commit(kv, first):
+        bufs = commit_int2_layers(tuple((x.k, x.v, x.codes, x.qparams) for x in cache.layers), jnp.stack(new_k),
+                                  jnp.stack(new_v), slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+                                  planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
+        layers = tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b)))
+                       for x, b in zip(cache.layers, bufs))
+    else:
+        layers = tuple(_commit_layer(layer, k, v, slot, hist, kv=kv)
+                       for layer, k, v in zip(cache.layers, new_k, new_v))
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
 
@@ -184,6 +192,9 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
 # (interpret mode: the tests), False never. It took the 8B step at batch 1 / 128K from 7.07 to 6.73 ms
 # (benchmarks/RESULTS.md, session 11).
 FUSED_COMMIT = None
+# Where the commit is fused, every layer's in one kernel (int2_commit.commit_int2_layers) rather than one kernel per
+# layer. Off until measured right on the GPU: session 17's first form of it parted from the jnp commit there.
+ALL_LAYERS_COMMIT = False
 
 
 def _fused_commit(kv: KVConfig, layer: LayerKV) -> bool:

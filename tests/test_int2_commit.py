@@ -49,9 +49,12 @@ def test_fused_commit_equals_commit_layer(sdt, clips):
     assert not np.array_equal(np.asarray(want.codes), np.asarray(args[0].codes))  # the commit wrote something
 
 
-def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
+@pytest.mark.parametrize("all_layers", [False, True], ids=["per_layer", "all_layers"])
+def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch, all_layers):
     """Prefill, then greedy decode steps through model.forward and kvcache.commit, float32: the fused
-    commit (through kvcache.FUSED_COMMIT) and the jnp one give the same tokens and the same cache."""
+    commit (through kvcache.FUSED_COMMIT; one kernel per layer, or kvcache.ALL_LAYERS_COMMIT's one for all)
+    and the jnp one give the same tokens and the same cache."""
+    monkeypatch.setattr(kvcache, "ALL_LAYERS_COMMIT", all_layers)
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
     kv = KVConfig("int2", sink=2, recent=4)
@@ -78,6 +81,25 @@ def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def _layers_case(L, seed=0, sdt=jnp.bfloat16, dtype=jnp.bfloat16):
+    cases = [_case(seed + j, sdt, (0.96, 0.92), dtype) for j in range(L)]
+    bufs = tuple((c[0].k, c[0].v, c[0].codes, c[0].qparams) for c in cases)
+    return cases, bufs, jnp.stack([c[1] for c in cases]), jnp.stack([c[2] for c in cases])
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_all_layers_commit_equals_commit_layer_per_layer(dtype):
+    """commit_int2_layers over three layers: each layer's buffers as commit_layer writes them, bit for bit."""
+    cases, bufs, k, v = _layers_case(3, dtype=dtype)
+    slot, hist, kv = cases[0][3:]
+    got = int2_commit.commit_int2_layers(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+                                         planes=kvcache.INT2_PLANES, interpret=True)
+    for c, g in zip(cases, got):
+        want = kvcache.commit_layer(*c[:5], kv=kv)
+        for x, name in zip(g, ("k", "v", "codes", "qparams")):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(getattr(want, name)))
+
+
 def test_fused_commit_lowers_for_cuda():
     """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
     layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
@@ -85,6 +107,9 @@ def test_fused_commit_lowers_for_cuda():
     args = (layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist)
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "triton" in text
+    cases, bufs, k, v = _layers_case(2)
+    fn = lambda *a: int2_commit.commit_int2_layers(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
+    assert "triton" in jax.jit(fn).trace(bufs, k, v, slot, hist).lower(lowering_platforms=("cuda",)).as_text()
 
 
 def test_fused_commit_refuses_groups_smaller_than_a_row():
@@ -117,9 +142,11 @@ def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])
 @pytest.mark.parametrize("warps", [int2_commit.WARPS, 4])
-def test_compiled_fused_commit_matches_commit_layer(sdt, warps):
+def test_compiled_fused_commit_matches_commit_layer(sdt, warps, monkeypatch):
     """Compiled: window rows exact; scales and zeros to a rounding of their dtype; codes equal but where a
-    value sits on a rounding boundary (the kernel's division may round differently from XLA's)."""
+    value sits on a rounding boundary (the kernel's division may round differently from XLA's). The jnp
+    commit_layer, not the kernel it picks by default on a GPU."""
+    monkeypatch.setattr(kvcache, "FUSED_COMMIT", False)
     args = _case(3, sdt, (0.96, 0.92))
     want = kvcache.commit_layer(*args[:5], kv=args[5])
     got = _fused(*args, interpret=False, warps=warps)
@@ -128,3 +155,21 @@ def test_compiled_fused_commit_matches_commit_layer(sdt, warps):
     rtol = 2.0 ** -7 if sdt == jnp.bfloat16 else 1e-6
     np.testing.assert_allclose(np.asarray(got.qparams, np.float32), np.asarray(want.qparams, np.float32), rtol=rtol)
     assert np.mean(np.asarray(got.codes) != np.asarray(want.codes)) < 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_compiled_all_layers_commit_matches_commit_layer(dtype, monkeypatch):
+    """Compiled, three layers: each as the jnp commit_layer writes it, to the tolerances of the test above."""
+    monkeypatch.setattr(kvcache, "FUSED_COMMIT", False)
+    cases, bufs, k, v = _layers_case(3, seed=3, dtype=dtype)
+    slot, hist, kv = cases[0][3:]
+    got = int2_commit.commit_int2_layers(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+                                         planes=kvcache.INT2_PLANES)
+    for c, g in zip(cases, got):
+        want = kvcache.commit_layer(*c[:5], kv=kv)
+        np.testing.assert_array_equal(np.asarray(g[0]), np.asarray(want.k))
+        np.testing.assert_array_equal(np.asarray(g[1]), np.asarray(want.v))
+        np.testing.assert_allclose(np.asarray(g[3], np.float32), np.asarray(want.qparams, np.float32), rtol=2.0**-7)
+        assert np.mean(np.asarray(g[2]) != np.asarray(want.codes)) < 0.01

@@ -102,3 +102,66 @@ def commit_int2(win_k, win_v, codes, qparams, k, v, slot, hist, *, clip_k: float
         interpret=interpret,
         compiler_params=None if interpret else pltriton.CompilerParams(num_warps=warps, num_stages=1),
     )(row4(k), k, row4(v), v, slot, hist, *bufs)
+
+
+def _layers_kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: float, clip_v: float, planes,
+                   rows: int):
+    # As _kernel, for L layers: refs are every layer's four buffers as inputs (aliased, unread), then as outputs.
+    # Grid (2 L, B n, H), three axes as Triton's own (none collapsed): axis 0 is layer l's key (2 l) or value
+    # (2 l + 1), axis 1 the batch row and token (b n + i). A ref cannot be picked by a traced index, so each layer
+    # stores under a branch of its own; the row is coded once, before them.
+    L = len(refs) // 8
+    out = refs[4 * L:]
+    lk, bi, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    l, b = lk // 2, bi // rows
+    slot, hist = slot_ref[b, bi % rows], hist_ref[b, bi % rows]
+
+    def commit(x4, xf, clip, kind, cp, sp, zp):
+        row = xf[...]
+        packed, scale, zero = _code_row(x4[...].astype(jnp.float32), row.astype(jnp.float32), clip, out[3].dtype)
+        for j in range(L):
+            win_ref, c_ref, q_ref = out[4 * j + kind], out[4 * j + 2], out[4 * j + 3]
+
+            @pl.when((l == j) & (slot < win_ref.shape[2]))
+            def _():
+                win_ref[b, h, pl.ds(slot, 1), :] = row[None].astype(win_ref.dtype)
+
+            @pl.when((l == j) & (hist < c_ref.shape[3]))
+            def _():
+                c_ref[b, h, cp, pl.ds(hist, 1), :] = packed[None]
+                q_ref[b, h, sp, pl.ds(hist, 1), :] = scale.astype(q_ref.dtype)
+                q_ref[b, h, zp, pl.ds(hist, 1), :] = zero.astype(q_ref.dtype)
+
+    parts = ((k4_ref, kf_ref, clip_k, 0, *planes[0]), (v4_ref, vf_ref, clip_v, 1, *planes[1]))
+    for kind, part in enumerate(parts):
+        pl.when(lk % 2 == kind)(functools.partial(commit, *part))
+
+
+@functools.partial(jax.jit, static_argnames=("clip_k", "clip_v", "planes", "interpret", "warps"))
+def commit_int2_layers(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, planes, interpret: bool = False,
+                       warps: int = WARPS):
+    """commit_int2 for every layer in one kernel: k, v [L, B, n, H, D] (layer l's rows at l) into layers, L
+    tuples (win_k, win_v, codes, qparams); returns the L tuples. One launch, not L: at batch 1 a layer's commit
+    is a few programs whose time is latency (the rank-counted clip), so L launches cost L of them in a row."""
+    L, B, n, H, D = k.shape
+    bufs = tuple(x for layer in layers for x in layer)
+    if len(bufs) != 4 * L:
+        raise ValueError(f"{len(layers)} layers of buffers for rows of {L} layers")
+    if layers[0][3].shape[-1] != 1 or layers[0][2].shape[-1] != D // 4:
+        raise ValueError(f"the fused commit codes one group per row: qparams {layers[0][3].shape}, "
+                         f"codes {layers[0][2].shape}")
+    row4 = lambda x: x.reshape(L, B * n, H, 4, D // 4)
+    spec4 = pl.BlockSpec((None, None, None, 4, D // 4), lambda lk, bi, h: (lk // 2, bi, h, 0, 0))
+    spec = pl.BlockSpec((None, None, None, D), lambda lk, bi, h: (lk // 2, bi, h, 0))
+    whole = pl.BlockSpec(memory_space=pl.ANY)
+    out = pl.pallas_call(
+        functools.partial(_layers_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes, rows=n),
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bufs],
+        grid=(2 * L, B * n, H),
+        in_specs=[spec4, spec, spec4, spec, whole, whole] + [whole] * len(bufs),
+        out_specs=[whole] * len(bufs),
+        input_output_aliases={6 + j: j for j in range(len(bufs))},
+        interpret=interpret,
+        compiler_params=None if interpret else pltriton.CompilerParams(num_warps=warps, num_stages=1),
+    )(row4(k), k.reshape(L, B * n, H, D), row4(v), v.reshape(L, B * n, H, D), slot, hist, *bufs)
+    return tuple(tuple(out[4 * j: 4 * j + 4]) for j in range(L))

@@ -1,0 +1,12 @@
+# Session 18, call 2: the all-layers commit (int2_commit.commit_int2_layers, kvcache.ALL_LAYERS_COMMIT) compiled
+# in the cases the model gives it, its step time against the per-layer kernel's and BF16 in one call, the GPU tests
+# of the commit and the (now teacher-forced) decode-step test, and the bisection's figures for its bound.
+export PYTHONUNBUFFERED=1
+PYTHONPATH=. timeout 150 python benchmarks/results/logs18/commit_probe.py 2>&1 | grep -v Warn | tail -62
+PYTHONPATH=.:benchmarks timeout 100 python benchmarks/step_ab.py --tag per-layer --jspec-root . \
+  --cases int2:1:131072,bf16:1:131072 --profile "" --out $OUT/step_per_layer.json 2>&1 | grep "^\[" | tail -4
+PYTHONPATH=.:benchmarks timeout 120 python benchmarks/step_ab.py --tag all-layers --jspec-root . --all-layers-commit \
+  --cases int2:1:131072 --profile int2:1:131072 --out $OUT/step_all_layers.json 2>&1 | grep -v "^{" | tail -22
+PYTHONPATH=. timeout 150 python -m pytest -q -m gpu -p no:cacheprovider tests/test_int2_commit.py \
+  tests/test_int2_mosaic.py -k "commit or decode_steps" 2>&1 | grep -v Warn | tail -8
+PYTHONPATH=. timeout 150 python benchmarks/results/logs18/bisect.py 2>&1 | grep -v Warn | tail -16
