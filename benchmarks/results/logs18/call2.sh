@@ -9,9 +9,11 @@ PYTHONPATH=.:benchmarks timeout 120 python benchmarks/step_ab.py --tag all-layer
   --cases int2:1:131072 --profile int2:1:131072 --out $OUT/step_all_layers.json 2>&1 | grep -v "^{" | tail -22
 PYTHONPATH=. timeout 150 python -m pytest -q -m gpu -p no:cacheprovider tests/test_int2_commit.py \
   tests/test_int2_mosaic.py -k "commit or decode_steps" 2>&1 | grep -v Warn | tail -8
-# Verification's body: the per-warp lean8 body at 8, 16 and 24 rows (n = 2, 4, 5 positions of 4 query heads)
-# against auto (wgmma at n >= 3): kernel time, registers, spills, for a row-grouped verification.
+# Verification (n = 5 positions of 4 query heads: 20 rows): auto (the wgmma body), the rows in 3 groups of 8 for
+# the decode body (row_groups=3, new), the lean8 body at 24 rows (registers, spills); n = 2 is decode's 8 rows.
+PYTHONPATH=. timeout 100 python -m pytest -q -m gpu -p no:cacheprovider tests/test_int2_mosaic.py -k "row_groups" \
+  2>&1 | tail -3
 PYTHONPATH=.:benchmarks timeout 110 python benchmarks/kernel_diag.py --trace --budget-s 90 --out $OUT \
-  --variants "base,body=lean8+release=True+late_values=True" --points 64:32768:5,64:32768:4,64:32768:2,8:32768:5 \
+  --variants "base,row_groups=3,body=lean8+release=True+late_values=True" --points 64:32768:5,8:32768:5,64:32768:2 \
   2>&1 | grep "^{" | cut -c1-900
 PYTHONPATH=. timeout 120 python benchmarks/results/logs18/bisect.py 2>&1 | grep -v Warn | tail -16
