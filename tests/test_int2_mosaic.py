@@ -412,8 +412,7 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
                                                      (20, 64, jnp.float32, 64, "lean+late_values", False),
                                                      (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
                                                      (20, 64, jnp.float32, 64, "wgmma+lop3", False),
-                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False),
-                                                     (20, 64, jnp.float32, 128, "lean8+late_values+row_groups", True)])
+                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False)])
 def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
     dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
@@ -422,7 +421,7 @@ def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
               ((1, M), jnp.int32), ((1, M), jnp.int32)]
     body, *opts = body.split("+")
     kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts,
-              late_values="late_values" in opts, row_groups=3 if "row_groups" in opts else None)
+              late_values="late_values" in opts)
     f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
     assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
         lowering_platforms=("cuda",)).as_text()
@@ -474,10 +473,6 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True)),  # verification, D 128 / 64
     (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lop3=True)),
     (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True)),  # edge blocks only
-    # verification's rows in groups of 8 for the decode body (row_groups; auto's lean8 flags)
-    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(row_groups=3)), (2, 2, 20, 64, 777, jnp.float32, None,
-                                                                 dict(row_groups=3, block_t=64)),
-    (3, 2, 16, 128, 1500, jnp.float32, 2, dict(row_groups=2)),
 ]
 
 

@@ -272,17 +272,14 @@ def _load(ref, layout):
 def _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem, p_smem,
                 bars, q_bar, *, BT: int, S: int):
     """Loads the queries and row vectors, primes the TMA ring with the first S blocks of this CTA's split and
-    returns fetch(j, slot), which loads block j (codes and scales) into a slot of the ring. q_gmem may hold
-    several row groups per KV head (int2_attention_mosaic's row_groups): codes and scales are then the
-    group's KV head's, bh // groups."""
-    kv = bh if q_gmem.shape[0] == codes_gmem.shape[0] else lax.div(bh, q_gmem.shape[0] // codes_gmem.shape[0])
+    returns fetch(j, slot), which loads block j (codes and scales) into a slot of the ring."""
 
     def fetch(j, slot):
         start = first + j * BT
         rows = c_smem.shape[2]  # a block's codes per plane as TMA rows of `wide` tokens
-        plgpu.copy_gmem_to_smem(codes_gmem.at[kv, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
+        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
                                 bars.at[slot])
-        plgpu.copy_gmem_to_smem(par_gmem.at[kv, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
+        plgpu.copy_gmem_to_smem(par_gmem.at[bh, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
 
     plgpu.copy_gmem_to_smem(q_gmem.at[bh], q_smem, q_bar)
     plgpu.copy_gmem_to_smem(colv_gmem.at[bh], colv_smem, q_bar)
@@ -918,10 +915,10 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
                                              "row_bytes", "ablate", "body", "release", "lop3", "edge_mask",
-                                             "late_values", "row_groups"))
+                                             "late_values"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
                           block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
-                          release=False, lop3=False, edge_mask=False, late_values=None, row_groups=None):
+                          release=False, lop3=False, edge_mask=False, late_values=None):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -944,9 +941,6 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     late_values: the lean bodies unpack a sub-block's values after its scores (None: on with "auto", for decode's
     lean8; 1.02-1.03x kernel time at all five points measured, H200 session 16, though ptxas still gives 144
     registers, not <= 128: benchmarks/NOTES.md).
-    row_groups: the lean8 body only; each KV head's rows in groups of WARP_MAX_ROWS, one CTA per group and split
-    (grid B H groups x splits, a head's groups next to each other in launch order so that they read its codes at
-    the same time, from L2 after the first): verification's 20 rows with the decode body. None: 1.
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -971,7 +965,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         body = "wgmma"
     elif body == "auto":  # the fastest measured (session 8, NOTES.md), flags included
         body, release, lop3, edge_mask = ("lean8", True, False, False) if N <= WARP_MAX_ROWS else \
-            ("wgmma", False, True, True) if (row_groups or 1) == 1 else ("lean8", True, False, False)
+            ("wgmma", False, True, True)
         late_values = late_values is not False and body == "lean8"
     late_values = bool(late_values)
     warp = body in per_warp
@@ -984,11 +978,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
         raise ValueError(f"block_t {BT}: 64 or 128")
-    G = row_groups or 1
-    if G > 1 and (body != "lean8" or N > G * WARP_MAX_ROWS):
-        raise ValueError(f"row_groups {G}: the lean8 body, {M} rows in groups of {WARP_MAX_ROWS}")
-    N = N if G == 1 else WARP_MAX_ROWS
-    ns = num_splits or (decode_splits(B, H * G, T, BT) if warp else default_splits(B, H, T, BT, round_down=True))
+    ns = num_splits or (decode_splits(B, H, T, BT) if warp else default_splits(B, H, T, BT, round_down=True))
     f32 = jnp.float32
     par = _tma_ready(qparams.reshape(B * H, 4, T), 2, 16 // qparams.dtype.itemsize)
     # The codes as TMA rows of `wide` tokens (same bytes, same order; wider rows move faster).
@@ -1009,15 +999,12 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     params = plgpu.CompilerParams(approx_math=approx, lowering_semantics=plgpu.LoweringSemantics.Lane,
                                   unsafe_no_auto_barriers=release)
     tile = (N, D) if warp else (D, N)  # the output partials: per-warp bodies in head dimension order
-    out_type = (jax.ShapeDtypeStruct((B * H * G, ns, *tile), f32), jax.ShapeDtypeStruct((B * H * G, ns, 4, N), f32))
+    out_type = (jax.ShapeDtypeStruct((B * H, ns, *tile), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
         if body == "lean8":
             from jspec.pallas import int2_mosaic_lean as lm
 
-            qp, colv, sched = lm.prepare_imma(q, lo, hi, T, ns, BT, rows=G * N)
-            if G > 1:  # [B, H, G N, ..] -> [B, H G, N, ..]: group g's rows g N .. g N + N - 1
-                qp = qp.reshape(B, H * G, N, qp.shape[-1])
-                colv = colv.reshape(B, H, 4, G, N).transpose(0, 1, 3, 2, 4).reshape(B, H * G, 4, N)
+            qp, colv, sched = lm.prepare_imma(q, lo, hi, T, ns, BT)
         else:
             qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
         xt = (1 if par.dtype == jnp.bfloat16 else 2) if lean else 0  # the lean body's tiles of sums
@@ -1035,14 +1022,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
                                    ablate=tuple(ablate), lop3=lop3, edge_mask=edge_mask)
         scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
                        w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
-    raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H * G, ns),
+    raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
                               grid_names=("bh", "split"), compiler_params=params,
                               kernel_name="int2_attention_mosaic")(
-        qp.reshape(B * H * G, *qp.shape[2:]), colv.reshape(B * H * G, 4, N), sched, cod, par)
-    if G > 1:  # the groups' rows side by side again: [B, H, ns, G N, D] and [B, H, ns, 4, G N]
-        raw = raw.reshape(B, H, G, ns, N, D).transpose(0, 1, 3, 2, 4, 5)
-        stats = stats.reshape(B, H, G, ns, 4, N).transpose(0, 1, 3, 4, 2, 5)
-        N, tile = G * N, (G * N, D)
+        qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
     raw, stats = raw.reshape(B, H, ns, *tile), stats.reshape(B, H, ns, 4, N)
     if merge == "raw" and warp:
         return raw, stats, value_factors(D, "lean" if lean else warp)

@@ -66,13 +66,12 @@ def imma_slots(D: int):
     return dims, factor
 
 
-def prepare_imma(q, lo, hi, T: int, splits: int, BT: int, rows: int | None = None):
+def prepare_imma(q, lo, hi, T: int, splits: int, BT: int):
     """prepare_warp for keys="s8": Q as two digits per slot, bytes [B, H, N, 2 D] uint8 (row n = 8 nt + g;
     thread column c reads D / 2 bytes at c D / 2: per chunk kc, digit (s8 high, u8 low), half hf, 4 bytes
-    of k slots 16 hf + 4 c + b), colv[0] = s_n / 4 (the score scale), the rest as prepare_warp. rows: N, the
-    rows padded to (default: M to a multiple of 8)."""
+    of k slots 16 hf + 4 c + b), colv[0] = s_n / 4 (the score scale), the rest as prepare_warp."""
     B, H, M, D = q.shape
-    N = rows or -(-M // 8) * 8
+    N = -(-M // 8) * 8
     dims, factor = imma_slots(D)
     qb = jnp.pad(q.astype(jnp.bfloat16).astype(jnp.float32), ((0, 0), (0, 0), (0, N - M), (0, 0)))
     v = qb[..., dims] * jnp.asarray(4.0 / factor, jnp.float32)  # [B, H, N, D] slot order
