@@ -39,8 +39,8 @@ def time_variant(B: int, n: int, opts: dict, calls: int = 16) -> float:
 
     def many(bufs, k, v, slot, hist):
         for i in range(calls):
-            bufs = int2_commit.commit_int2(*bufs, k, v, slot + i % 2, hist + i, clip_k=0.96, clip_v=0.96,
-                                           planes=kvcache.INT2_PLANES, **opts)
+            (bufs,) = int2_commit.commit_int2((bufs,), k[None], v[None], slot + i % 2, hist + i, clip_k=0.96,
+                                              clip_v=0.96, planes=kvcache.INT2_PLANES, **opts)
         return bufs
 
     many = jax.jit(many, donate_argnums=0)

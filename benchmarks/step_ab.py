@@ -46,8 +46,6 @@ def main():
                     "the BF16 window's) as GEMMs again (SMALL_ROTATE = SMALL_CHUNK = 0), to time that choice alone")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
-    ap.add_argument("--all-layers-commit", action="store_true", help="every layer's int2 commit in one kernel "
-                    "(kvcache.ALL_LAYERS_COMMIT), to time it against the default one kernel per layer")
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
@@ -68,8 +66,6 @@ def main():
         attention_split.FUSED_WINDOW = False  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
-    if args.all_layers_commit:
-        kvcache.ALL_LAYERS_COMMIT = True  # read while tracing
     if args.gemm_products:
         model.SMALL_ROTATE = attention_split.SMALL_CHUNK = 0  # read while tracing: set before any step is traced
     if args.jspec_root and not os.path.abspath(jspec.__file__).startswith(os.path.abspath(args.jspec_root) + os.sep):
@@ -82,7 +78,6 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               all_layers_commit=args.all_layers_commit,
                xla_window=args.xla_window, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
                device=str(jax.devices()[0]),
                jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])

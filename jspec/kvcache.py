@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from jspec import quant, struct
 from jspec.config import ConfigError, KVConfig, ModelConfig
-from jspec.pallas.int2_commit import commit_int2, commit_int2_layers
+from jspec.pallas.int2_commit import commit_int2
 
 # BF16-mode windows are rounded up to a multiple of this: XLA pads the attention matmul's contracting
 # dimension to its tile, and a padded operand is a copy of the whole cache every layer of every step.
@@ -175,12 +175,8 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    if ALL_LAYERS_COMMIT and _fused_commit(kv, first):
-        bufs = commit_int2_layers(tuple((x.k, x.v, x.codes, x.qparams) for x in cache.layers), jnp.stack(new_k),
-                                  jnp.stack(new_v), slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
-                                  planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
-        layers = tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b)))
-                       for x, b in zip(cache.layers, bufs))
+    if _fused_commit(kv, first):  # every layer's in one kernel
+        layers = _commit_fused(cache.layers, jnp.stack(new_k), jnp.stack(new_v), slot, hist, kv=kv)
     else:
         layers = tuple(_commit_layer(layer, k, v, slot, hist, kv=kv)
                        for layer, k, v in zip(cache.layers, new_k, new_v))
@@ -189,12 +185,10 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
 
 # The int2 commit as one Pallas kernel (pallas/int2_commit.py) where a row is one group, read while tracing:
 # None (the default) on a GPU outside a mesh (GSPMD cannot split the kernel), True also on the CPU
-# (interpret mode: the tests), False never. It took the 8B step at batch 1 / 128K from 7.07 to 6.73 ms
-# (benchmarks/RESULTS.md, session 11).
+# (interpret mode: the tests), False never. It took the 8B step at batch 1 / 128K from 7.07 to 6.73 ms as a
+# kernel per layer (benchmarks/RESULTS.md, session 11), then from 5.934 to 5.828 ms as one for all layers
+# (session 18, benchmarks/results/logs18/call2.txt).
 FUSED_COMMIT = None
-# Where the commit is fused, every layer's in one kernel (int2_commit.commit_int2_layers) rather than one kernel per
-# layer. Off until measured right on the GPU: session 17's first form of it parted from the jnp commit there.
-ALL_LAYERS_COMMIT = False
 
 
 def _fused_commit(kv: KVConfig, layer: LayerKV) -> bool:
@@ -207,14 +201,19 @@ def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped)."""
     if _fused_commit(kv, layer):
-        bufs = commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist, clip_k=kv.clip_k,
-                           clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
-        return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
+        return _commit_fused((layer,), k[None], v[None], slot, hist, kv=kv)[0]
     upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))
     if kv.int2:
         codes, qparams = quantize_kv(k, v, kv, layer.qparams.dtype)
         upd.update(codes=_scatter(layer.codes, hist, codes), qparams=_scatter(layer.qparams, hist, qparams))
     return dataclasses.replace(layer, **upd)
+
+
+def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig) -> tuple[LayerKV, ...]:
+    """The fused commit of k, v [L, B, n, Hkv, D] into L layers: one kernel (pallas/int2_commit.py)."""
+    bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clip_k,
+                       clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
+    return tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
 
 
 # Traced once for all layers, as model.forward's layers are (XLA inlines the calls).

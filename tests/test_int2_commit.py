@@ -32,9 +32,10 @@ def _case(seed, sdt, clips, dtype=jnp.bfloat16):
 
 
 def _fused(layer, k, v, slot, hist, kv, interpret=True, **opts):
-    bufs = int2_commit.commit_int2(layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist,
-                                   clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES, interpret=interpret,
-                                   **opts)
+    """The kernel for one layer (L = 1)."""
+    (bufs,) = int2_commit.commit_int2(((layer.k, layer.v, layer.codes, layer.qparams),), k[None], v[None], slot,
+                                      hist, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES,
+                                      interpret=interpret, **opts)
     return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
 
 
@@ -49,12 +50,10 @@ def test_fused_commit_equals_commit_layer(sdt, clips):
     assert not np.array_equal(np.asarray(want.codes), np.asarray(args[0].codes))  # the commit wrote something
 
 
-@pytest.mark.parametrize("all_layers", [False, True], ids=["per_layer", "all_layers"])
-def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch, all_layers):
+def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
     """Prefill, then greedy decode steps through model.forward and kvcache.commit, float32: the fused
-    commit (through kvcache.FUSED_COMMIT; one kernel per layer, or kvcache.ALL_LAYERS_COMMIT's one for all)
-    and the jnp one give the same tokens and the same cache."""
-    monkeypatch.setattr(kvcache, "ALL_LAYERS_COMMIT", all_layers)
+    commit (through kvcache.FUSED_COMMIT: one kernel for both layers) and the jnp one give the same tokens
+    and the same cache."""
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
     kv = KVConfig("int2", sink=2, recent=4)
@@ -89,10 +88,10 @@ def _layers_case(L, seed=0, sdt=jnp.bfloat16, dtype=jnp.bfloat16):
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_all_layers_commit_equals_commit_layer_per_layer(dtype):
-    """commit_int2_layers over three layers: each layer's buffers as commit_layer writes them, bit for bit."""
+    """commit_int2 over three layers: each layer's buffers as commit_layer writes them, bit for bit."""
     cases, bufs, k, v = _layers_case(3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
-    got = int2_commit.commit_int2_layers(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+    got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
                                          planes=kvcache.INT2_PLANES, interpret=True)
     for c, g in zip(cases, got):
         want = kvcache.commit_layer(*c[:5], kv=kv)
@@ -102,21 +101,16 @@ def test_all_layers_commit_equals_commit_layer_per_layer(dtype):
 
 def test_fused_commit_lowers_for_cuda():
     """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
-    layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
-    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
-    args = (layer.k, layer.v, layer.codes, layer.qparams, k, v, slot, hist)
-    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-    assert "triton" in text
     cases, bufs, k, v = _layers_case(2)
-    fn = lambda *a: int2_commit.commit_int2_layers(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
+    slot, hist, kv = cases[0][3:]
+    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
     assert "triton" in jax.jit(fn).trace(bufs, k, v, slot, hist).lower(lowering_platforms=("cuda",)).as_text()
 
 
 def test_fused_commit_refuses_groups_smaller_than_a_row():
     layer, k, v, slot, hist, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
     with pytest.raises(ValueError, match="one group per row"):
-        int2_commit.commit_int2(layer.k, layer.v, layer.codes, jnp.zeros((B, H, 4, T, 2), jnp.bfloat16), k, v,
-                                slot, hist, clip_k=0.9, clip_v=0.9, planes=kvcache.INT2_PLANES, interpret=True)
+        _fused(dataclasses.replace(layer, qparams=jnp.zeros((B, H, 4, T, 2), jnp.bfloat16)), k, v, slot, hist, kv)
 
 
 def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):
@@ -165,7 +159,7 @@ def test_compiled_all_layers_commit_matches_commit_layer(dtype, monkeypatch):
     monkeypatch.setattr(kvcache, "FUSED_COMMIT", False)
     cases, bufs, k, v = _layers_case(3, seed=3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
-    got = int2_commit.commit_int2_layers(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+    got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
                                          planes=kvcache.INT2_PLANES)
     for c, g in zip(cases, got):
         want = kvcache.commit_layer(*c[:5], kv=kv)

@@ -575,15 +575,16 @@ def test_split_path_with_mosaic_kernel_matches_reference():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
-@pytest.mark.parametrize("all_layers", [False, True], ids=["per_layer_commit", "all_layers_commit"])
 @pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
-def test_decode_steps_with_the_kernels_match_the_reference_forward(n, all_layers, monkeypatch):
+def test_decode_steps_with_the_kernels_match_the_reference_forward(n, monkeypatch):
     """A tiny model's cached steps, float32, on one GPU, each from the same cache (the reference's, so errors
     do not compound): the logits with attn_impl="pallas" (the Mosaic kernel, window_merge finishing its raw
-    partials) against the reference attention's, and the cache the fused commit writes (one kernel per layer,
-    or kvcache.ALL_LAYERS_COMMIT's one for all) against the jnp commit's from the same rows. The logit bound
-    is measured: on the H200 the two attentions part by up to 4.3e-2 already at the prefill, with the
-    Triton kernel too (session 17, logs17/call4: likely TF32 in XLA's f32 GEMMs and the kernels' dots)."""
+    partials) against the reference attention's, and the cache the fused commit writes (one kernel for both
+    layers) against the jnp commit's from the same rows. Not compared: whole runs, where the commits' codes
+    differing at rounding boundaries (0.4-0.5% of the prefill's) carry on to logits 0.10-0.17 apart (H200,
+    session 18, logs18/call2.txt). The logit bound is measured: on the H200 the two attentions part by up to
+    4.3e-2 at a prefill and 7e-3 at the steps (sessions 17-18, logs17/call4, logs18/call2: likely TF32 in
+    XLA's f32 GEMMs and the kernels' dots)."""
     from jspec import kvcache, model
     from jspec.config import KVConfig, ModelConfig
 
@@ -594,7 +595,6 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n, all_layers
     tokens = jnp.asarray(np.random.default_rng(1).integers(0, 64, (2, 300 + 4 * n)), jnp.int32)
     step = {impl: jax.jit(lambda c, t, impl=impl: model.forward(params, cfg, t, c, attn_impl=impl))
             for impl in ("reference", "pallas")}
-    monkeypatch.setattr(kvcache, "ALL_LAYERS_COMMIT", all_layers)
 
     def commit(cache, k, v, count, fused):
         monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)

@@ -1,16 +1,18 @@
-"""One layer's commit into the mixed KV cache as one Pallas kernel (Triton backend): the BF16 window rows,
-the OSCAR INT2 codes and their scale and zero, written in place.
+"""The commit into the mixed KV cache, every layer's in one Pallas kernel (Triton backend): the BF16 window
+rows, the OSCAR INT2 codes and their scale and zero, written in place.
 
 kvcache.commit_layer does the same with jnp: the quantiser's reductions, selects and converts, then four
 scatters, about ten small XLA kernels per layer and round on the GPU (benchmarks/RESULTS.md, session 8's
 profile: 160 dynamic-update-slices, 159 selects, 356 reductions per step at batch 1 / 128K, many of them
 the commit's). Here one program per (row, token, KV head, key or value) codes its row exactly as
 quant.quantize does for one group per row (G = D), the rank-counted clip included, and stores it at
-its slots; a slot out of range stores nothing. The cache buffers are aliased to the outputs.
+its slots in its layer's buffers; a slot out of range stores nothing. The cache buffers are aliased to
+the outputs.
 
 The default on a GPU outside a mesh (kvcache.FUSED_COMMIT): 0.34 ms off the 8B step at batch 1 / 128K
 (session 11). On the GPU its codes may differ from the jnp commit's where a value falls within rounding of
-a code boundary (its GPU test compares with a tolerance); on the CPU (interpret mode) the tests compare it
+a code boundary or a scale within one rounding of its dtype (0.4-0.5% of a float32 prefill's codes on the
+H200; its GPU tests compare with a tolerance); on the CPU (interpret mode) the tests compare it
 with commit_layer bit for bit.
 """
 
@@ -50,66 +52,14 @@ def _code_row(x4, xf, clip_ratio: float, sdt):
     return packed, jnp.full((1, 1), scale), jnp.full((1, 1), zero)
 
 
-def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, wk_in, wv_in, c_in, q_in,
-            wk_ref, wv_ref, c_ref, q_ref, *, clip_k: float, clip_v: float, planes):
-    # k4/v4 [4, D/4] and kf/vf [D]: this program's key and value row (the same values, two views);
-    # slot_ref, hist_ref [B, n] int32; wk/wv [B, H, S + W, D], c [B, H, 2, T, D/4] uint8,
-    # q [B, H, 4, T, 1]: the cache's buffers, aliased (the *_in refs are the same buffers, unread).
-    # Grid axis 3 picks the key (0) or the value (1): two programs per row, half the latency of one doing both.
-    b, i, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    slot, hist = slot_ref[b, i], hist_ref[b, i]
-
-    def commit(win_ref, x4, xf, clip, cp, sp, zp):
-        @pl.when(slot < win_ref.shape[2])
-        def _():
-            win_ref[b, h, pl.ds(slot, 1), :] = xf[...][None].astype(win_ref.dtype)
-
-        @pl.when(hist < c_ref.shape[3])
-        def _():
-            packed, scale, zero = _code_row(x4[...].astype(jnp.float32), xf[...].astype(jnp.float32), clip, q_ref.dtype)
-            c_ref[b, h, cp, pl.ds(hist, 1), :] = packed[None]
-            q_ref[b, h, sp, pl.ds(hist, 1), :] = scale.astype(q_ref.dtype)
-            q_ref[b, h, zp, pl.ds(hist, 1), :] = zero.astype(q_ref.dtype)
-
-    parts = ((wk_ref, k4_ref, kf_ref, clip_k, *planes[0]), (wv_ref, v4_ref, vf_ref, clip_v, *planes[1]))
-    for j, part in enumerate(parts):
-        pl.when(pl.program_id(3) == j)(functools.partial(commit, *part))
-
-
-@functools.partial(jax.jit, static_argnames=("clip_k", "clip_v", "planes", "interpret", "warps"))
-def commit_int2(win_k, win_v, codes, qparams, k, v, slot, hist, *, clip_k: float, clip_v: float, planes,
-                interpret: bool = False, warps: int = WARPS):
-    """k, v [B, n, H, D] to window slots slot [B, n] of win_k, win_v [B, H, S + W, D] and, coded, to
-    history slots hist [B, n] of codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range
-    are dropped. planes: the (codes, scale, zero) planes of the keys, then of the values (the cache's
-    layout: kvcache.INT2_PLANES). Returns the four buffers, updated in place where XLA can alias them.
-    warps: Triton warps per program."""
-    B, n, H, D = k.shape
-    if qparams.shape[-1] != 1 or codes.shape[-1] != D // 4:
-        raise ValueError(f"the fused commit codes one group per row: qparams {qparams.shape}, codes {codes.shape}")
-    row4 = lambda x: x.reshape(B, n, H, 4, D // 4)  # the same bytes: quarter i of the row is plane i's input
-    spec4 = pl.BlockSpec((None, None, None, 4, D // 4), lambda b, i, h, _: (b, i, h, 0, 0))
-    spec = pl.BlockSpec((None, None, None, D), lambda b, i, h, _: (b, i, h, 0))
-    whole = pl.BlockSpec(memory_space=pl.ANY)
-    bufs = (win_k, win_v, codes, qparams)
-    return pl.pallas_call(
-        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes),
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bufs],
-        grid=(B, n, H, 2),
-        in_specs=[spec4, spec, spec4, spec, whole, whole, whole, whole, whole, whole],
-        out_specs=[whole] * 4,
-        input_output_aliases={6: 0, 7: 1, 8: 2, 9: 3},
-        interpret=interpret,
-        compiler_params=None if interpret else pltriton.CompilerParams(num_warps=warps, num_stages=1),
-    )(row4(k), k, row4(v), v, slot, hist, *bufs)
-
-
-def _layers_kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: float, clip_v: float, planes,
-                   rows: int):
-    # As _kernel, for L layers: refs are every layer's four buffers as inputs (aliased, unread), then as outputs.
-    # Grid (2 L, B n, H), three axes as Triton's own (none collapsed): axis 0 is layer l's key (2 l) or value
-    # (2 l + 1), axis 1 the batch row and token (b n + i). A ref cannot be picked by a traced index, so each layer
-    # stores under a branch of its own; the row is coded once, before them.
+def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: float, clip_v: float, planes,
+            rows: int):
+    # k4/v4 [4, D/4] and kf/vf [D]: this program's key or value row (the same values, two views); slot_ref,
+    # hist_ref [B, n] int32; refs: every layer's buffers wk/wv [B, H, S + W, D], c [B, H, 2, T, D/4] uint8,
+    # q [B, H, 4, T, 1], first as inputs (aliased, unread), then as outputs. Grid (2 L, B n, H), three axes as
+    # Triton's own (none collapsed): axis 0 is layer l's key (2 l) or value (2 l + 1), two programs per row
+    # (half the latency of one doing both), axis 1 the batch row and token (b n + i). A ref cannot be picked by
+    # a traced index, so each layer stores under a branch of its own; the row is coded once, before them.
     L = len(refs) // 8
     out = refs[4 * L:]
     lk, bi, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -138,11 +88,18 @@ def _layers_kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, cl
 
 
 @functools.partial(jax.jit, static_argnames=("clip_k", "clip_v", "planes", "interpret", "warps"))
-def commit_int2_layers(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, planes, interpret: bool = False,
-                       warps: int = WARPS):
-    """commit_int2 for every layer in one kernel: k, v [L, B, n, H, D] (layer l's rows at l) into layers, L
-    tuples (win_k, win_v, codes, qparams); returns the L tuples. One launch, not L: at batch 1 a layer's commit
-    is a few programs whose time is latency (the rank-counted clip), so L launches cost L of them in a row."""
+def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, planes, interpret: bool = False,
+                warps: int = WARPS):
+    """Every layer's commit in one kernel: k, v [L, B, n, H, D] (layer l's rows at l) to window slots slot
+    [B, n] of each layer's win_k, win_v [B, H, S + W, D] and, coded, to history slots hist [B, n] of its
+    codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range are dropped. layers: L tuples
+    (win_k, win_v, codes, qparams). planes: the (codes, scale, zero) planes of the keys, then of the values
+    (the cache's layout: kvcache.INT2_PLANES). Returns the L tuples, updated in place where XLA can alias
+    them. warps: Triton warps per program.
+
+    One launch for all layers, not one per layer: at batch 1 a layer's commit is a few programs whose time is
+    latency (the rank-counted clip), and 32 launches took 0.174 ms of the 8B step at batch 1 / 128K against
+    0.017 ms for this one (H200, session 18: benchmarks/results/logs18/call2.txt)."""
     L, B, n, H, D = k.shape
     bufs = tuple(x for layer in layers for x in layer)
     if len(bufs) != 4 * L:
@@ -155,7 +112,7 @@ def commit_int2_layers(layers, k, v, slot, hist, *, clip_k: float, clip_v: float
     spec = pl.BlockSpec((None, None, None, D), lambda lk, bi, h: (lk // 2, bi, h, 0))
     whole = pl.BlockSpec(memory_space=pl.ANY)
     out = pl.pallas_call(
-        functools.partial(_layers_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes, rows=n),
+        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes, rows=n),
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bufs],
         grid=(2 * L, B * n, H),
         in_specs=[spec4, spec, spec4, spec, whole, whole] + [whole] * len(bufs),
