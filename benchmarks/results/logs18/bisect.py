@@ -1,4 +1,6 @@
-"""Session 18, call 2: the pallas decode steps against the reference, per variant (as logs17/bisect.py), with
+"""(A record of call 2, run on tree 552bb6c: kvcache.ALL_LAYERS_COMMIT and int2_commit.commit_int2_layers
+were renamed after it; the all-layers kernel is now int2_commit.commit_int2 and the only fused form.)
+Session 18, call 2: the pallas decode steps against the reference, per variant (as logs17/bisect.py), with
 the all-layers commit (kvcache.ALL_LAYERS_COMMIT) added, and teacher-forced: every step from the reference's
 cache, so errors do not compound (the form tests/test_int2_mosaic.py's decode-step test now takes)."""
 import sys

@@ -1,4 +1,6 @@
-"""Session 18, call 2: is an all-layers INT2 commit right compiled, in the cases the model gives it?
+"""(A record of call 2, run on tree 552bb6c: kvcache.ALL_LAYERS_COMMIT and int2_commit.commit_int2_layers
+were renamed after it; the all-layers kernel is now int2_commit.commit_int2 and the only fused form.)
+Session 18, call 2: is an all-layers INT2 commit right compiled, in the cases the model gives it?
 
 Call 1 (logs18/call1.txt) ran logs17/commit_probe.py on the H200: its three all-layers forms equalled
 commit_layer at 1-3 layers, bf16 windows, 5 rows per batch row. Session 17's bisection (logs17/call4) saw the
