@@ -92,7 +92,7 @@ def test_all_layers_commit_equals_commit_layer_per_layer(dtype):
     cases, bufs, k, v = _layers_case(3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
     got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
-                                         planes=kvcache.INT2_PLANES, interpret=True)
+                                  planes=kvcache.INT2_PLANES, interpret=True)
     for c, g in zip(cases, got):
         want = kvcache.commit_layer(*c[:5], kv=kv)
         for x, name in zip(g, ("k", "v", "codes", "qparams")):
@@ -160,7 +160,7 @@ def test_compiled_all_layers_commit_matches_commit_layer(dtype, monkeypatch):
     cases, bufs, k, v = _layers_case(3, seed=3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
     got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
-                                         planes=kvcache.INT2_PLANES)
+                                  planes=kvcache.INT2_PLANES)
     for c, g in zip(cases, got):
         want = kvcache.commit_layer(*c[:5], kv=kv)
         np.testing.assert_array_equal(np.asarray(g[0]), np.asarray(want.k))

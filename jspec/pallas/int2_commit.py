@@ -107,7 +107,7 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
     if layers[0][3].shape[-1] != 1 or layers[0][2].shape[-1] != D // 4:
         raise ValueError(f"the fused commit codes one group per row: qparams {layers[0][3].shape}, "
                          f"codes {layers[0][2].shape}")
-    row4 = lambda x: x.reshape(L, B * n, H, 4, D // 4)
+    row4 = lambda x: x.reshape(L, B * n, H, 4, D // 4)  # the same bytes: quarter i of the row is plane i's input
     spec4 = pl.BlockSpec((None, None, None, 4, D // 4), lambda lk, bi, h: (lk // 2, bi, h, 0, 0))
     spec = pl.BlockSpec((None, None, None, D), lambda lk, bi, h: (lk // 2, bi, h, 0))
     whole = pl.BlockSpec(memory_space=pl.ANY)
