@@ -1,7 +1,7 @@
 """Compiled CPU HLO: instructions that are CPU-only (bf16->f32 convert / layout-copy fusions with no op_name, and
 their bodies) or prototype-only (the scan prototype's stack of per-layer leaves and unstack slices)."""
-import re, sys, collections
-sys.path.insert(0, "/tmp/h14")
+import collections, os, re, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from count_hlo import parse
 CPU_ONLY = re.compile(r"^(convert_bitcast_fusion|wrapped_convert|copy_bitcast_fusion|convert_convert_fusion|wrapped_copy|bitcast_copy_fusion|slice_convert_fusion)")
 for path in sys.argv[1:]:

@@ -1,5 +1,5 @@
-import collections, re, sys
-sys.path.insert(0, "/tmp/h14")
+import collections, os, re, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from count_hlo import parse
 def drill(path, stack, layer="layer5", depth=2):
     comps, caller, entry = parse(path)
