@@ -178,7 +178,7 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     if _fused_commit(kv, first):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, jnp.stack(new_k), jnp.stack(new_v), slot, hist, kv=kv)
     else:
-        layers = tuple(_commit_layer(layer, k, v, slot, hist, kv=kv)
+        layers = tuple(_scatter_commit(layer, k, v, slot, hist, kv=kv)
                        for layer, k, v in zip(cache.layers, new_k, new_v))
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
@@ -202,6 +202,13 @@ def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     history slots hist [B, n] (out-of-range slots are dropped)."""
     if _fused_commit(kv, layer):
         return _commit_fused((layer,), k[None], v[None], slot, hist, kv=kv)[0]
+    return _scatter_commit(layer, k, v, slot, hist, kv=kv)
+
+
+# The jnp commit of one layer, traced once for all layers as model.forward's layers are (XLA inlines the calls).
+# It reads no flag: which commit runs is decided outside it, so no trace of it depends on FUSED_COMMIT.
+@functools.partial(jax.jit, static_argnames=("kv",))
+def _scatter_commit(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))
     if kv.int2:
         codes, qparams = quantize_kv(k, v, kv, layer.qparams.dtype)
@@ -214,10 +221,6 @@ def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig) -> tuple[LayerKV, .
     bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clip_k,
                        clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
     return tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
-
-
-# Traced once for all layers, as model.forward's layers are (XLA inlines the calls).
-_commit_layer = jax.jit(commit_layer, static_argnames=("kv",))
 
 
 def quantize_kv(k, v, kv: KVConfig, scale_dtype):

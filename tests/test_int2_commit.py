@@ -66,7 +66,6 @@ def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
 
     def run(fused):
         monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)
-        kvcache._commit_layer.clear_cache()  # the flag is read while tracing: no trace of the other setting
         tok, cache = step(kvcache.init_cache(cfg, kv, 2, 32, jnp.float32), prompt)
         toks = [tok]
         for _ in range(8):

@@ -598,26 +598,22 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n, monkeypatc
 
     def commit(cache, k, v, count, fused):
         monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)
-        kvcache._commit_layer.clear_cache()  # the flag is read while tracing
         return kvcache.commit(cache, k, v, count)
 
     cache = kvcache.init_cache(cfg, kv, 2, 400, jnp.float32)
     chunks = [(tokens[:, :300], jnp.full((2,), 300))] + [  # row 1 commits one of its n rows, as after a rejection
         (tokens[:, 300 + n * i: 300 + n * (i + 1)], jnp.asarray([n, 1])) for i in range(4)]
-    try:
-        for chunk, count in chunks:
-            want, (k, v) = step["reference"](cache, chunk)
-            got, _ = step["pallas"](cache, chunk)
-            assert _rel(got, want) <= 0.06
-            fused, cache = commit(cache, k, v, count, True), commit(cache, k, v, count, False)
-            for f, w in zip(fused.layers, cache.layers):
-                np.testing.assert_array_equal(np.asarray(f.k), np.asarray(w.k))
-                np.testing.assert_array_equal(np.asarray(f.v), np.asarray(w.v))
-                np.testing.assert_allclose(np.asarray(f.qparams, np.float32), np.asarray(w.qparams, np.float32),
-                                           rtol=2.0**-7)
-                assert np.mean(np.asarray(f.codes) != np.asarray(w.codes)) < 0.01
-    finally:
-        kvcache._commit_layer.clear_cache()
+    for chunk, count in chunks:
+        want, (k, v) = step["reference"](cache, chunk)
+        got, _ = step["pallas"](cache, chunk)
+        assert _rel(got, want) <= 0.06
+        fused, cache = commit(cache, k, v, count, True), commit(cache, k, v, count, False)
+        for f, w in zip(fused.layers, cache.layers):
+            np.testing.assert_array_equal(np.asarray(f.k), np.asarray(w.k))
+            np.testing.assert_array_equal(np.asarray(f.v), np.asarray(w.v))
+            np.testing.assert_allclose(np.asarray(f.qparams, np.float32), np.asarray(w.qparams, np.float32),
+                                       rtol=2.0**-7)
+            assert np.mean(np.asarray(f.codes) != np.asarray(w.codes)) < 0.01
 
 
 def test_groups_smaller_than_a_row_leave_raw_partials_to_the_reference():
