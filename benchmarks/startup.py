@@ -41,12 +41,13 @@ CASES = ("shipped", "8b", "8b+draft")
 
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
-          one_program: bool = False) -> dict:
+          one_program: bool = False, engine_path: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
     one_program: decode.generate_program, the prefill and rounds as one program (before session 11), against
-    the two parts compiled side by side that Engine.compile builds on one device."""
+    the two parts compiled side by side that Engine.compile builds on one device. engine_path: compiled by
+    Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s)."""
     t0 = time.perf_counter()
     import jax
 
@@ -62,6 +63,9 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     jax.block_until_ready((eng.params, eng.draft_params))
     out["load_s"] = time.perf_counter() - t
     args = eng.prepare(ids, [SamplingConfig()] * len(ids), [gen.max_new_tokens] * len(ids), gen)
+    if engine_path:  # what the CLI's stats report as compile_s: from jspec's program store when it holds it
+        run, out["compile_s"] = eng.compile(args)
+        return _run_once(out, run, args, eng, len(ids[0]))
     t = time.perf_counter()
     if one_program:
         traced = [decode.generate_program.trace(*args)]
@@ -85,11 +89,17 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     out["hlo_ops"] = sum(1 for c in compiled for line in c.as_text().splitlines() if " = " in line)
     if abstract:
         return out
-    run = compiled[0] if one_program else engine._back_to_back(*compiled)
+    return _run_once(out, compiled[0] if one_program else engine._back_to_back(*compiled), args, eng, len(ids[0]))
+
+
+def _run_once(out: dict, run, args, eng, prompt_tokens: int) -> dict:
+    """out with one run of the compiled program (its first: one-time costs on the GPU included)."""
+    import jax
+
     t = time.perf_counter()
     state = jax.block_until_ready(run(*args))
     out["run_s"] = time.perf_counter() - t
-    out.update(new_tokens=int(state.count.sum()), prompt_tokens=len(ids[0]), capacity=args.cache.capacity,
+    out.update(new_tokens=int(state.count.sum()), prompt_tokens=prompt_tokens, capacity=args.cache.capacity,
                lookahead=args.models.lookahead, kv=eng.kv.mode, attn=eng.attn_impl)
     return out
 
@@ -157,7 +167,7 @@ def _shapes(small: bool):
 def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
-    cmd += ["--one-program"] * args.one_program
+    cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -259,11 +269,14 @@ def main():
     ap.add_argument("--phases", action="store_true", help="trace each compile (a cache hit too): its longest host events")
     ap.add_argument("--one-program", action="store_true", help="the cases' prefill and rounds compiled as one "
                     "program (decode.generate_program, as before session 11), not as Engine.compile's two parts")
+    ap.add_argument("--engine", action="store_true", help="the cases compiled by Engine.compile (jspec's program "
+                    "store, then JAX's cache: what the CLI's stats report as compile_s), not trace, lower and compile")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program)),
+        print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
+                              args.engine)),
               flush=True)
         return
     start = time.perf_counter()
