@@ -16,7 +16,9 @@ and again (warm), each with the programs it missed in the compilation cache. The
 prompts with mixed max_new_tokens through the CLI: the programs it compiled against the capacity buckets
 its batches fell in (told apart by the KV bytes of a batch). --small swaps the 8B shapes for tiny ones (a
 CPU check of the script). --phases traces each case's compile with jax.profiler and keeps its longest host
-events (XLA's passes, autotuning, LLVM and ptxas; a cache hit's deserialize and load). Every process
+events (XLA's passes, autotuning, LLVM and ptxas; a cache hit's deserialize and load). --engine compiles each
+case through Engine.compile, the CLI's path: jspec's program store, read before any trace, so that compile_s
+is what the CLI's stats report (no trace or lower figures then). Every process
 inherits XLA_FLAGS (the result records it): set it around the script to A/B a flag.
 """
 
