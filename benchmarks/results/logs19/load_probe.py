@@ -1,8 +1,9 @@
 """Issue 14: where a second process's load of the 8B + draft program goes (session 19, call 1).
 
 python load_probe.py --cache DIR --variant V   (run twice: the first compiles, the second is the cache hit)
-Prints one JSON line: the parts' compile (side by side, as Engine.compile; --only: one part alone), the distinct Mosaic GPU kernels in each part, the host events of the side-by-side compile, and the
-prefill (start part) run time. V: "default", "start-nocb" (the start part compiled without XLA command buffers)
+Prints one JSON line: the parts' compile (side by side, as Engine.compile; --only: one part alone), the
+distinct Mosaic GPU kernels in each part, the compile's host events, the prefill (start part) run time and the
+rounds part's first and second run (the first traced). V: "default", "start-nocb" (the start part compiled without XLA command buffers)
 or "all-nocb" (both parts without).
 """
 import argparse, json, os, re, sys, tempfile, time
