@@ -15,9 +15,11 @@ import numpy as np
 
 from jspec import struct
 from jspec.attention import attend
-from jspec.config import ModelConfig
+from jspec.attention_split import history_range, takes_prepared
+from jspec.config import KVConfig, ModelConfig
 from jspec.kvcache import KVCache
 from jspec.numerics import einsum_f32
+from jspec.pallas.qkv_rows import qkv_rows
 
 
 @struct.dataclass
@@ -96,9 +98,7 @@ def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
     """
     B, n, _ = h.shape
     g, D = cfg.q_per_kv, cfg.head_dim
-    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
-    if lp.bqkv is not None:
-        y = y + lp.bqkv
+    y = project(lp, h)
     qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
     if lp.q_norm is not None:
         w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
@@ -107,6 +107,25 @@ def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
     if lp.rot_k is not None:
         qk = rotate(qk, lp.rot_k)
     return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
+
+
+def project(lp: Layer, h):
+    """The QKV projection of h [B, n, E], bias added: [B, n, Hkv, g + 2, D] in wqkv's slots."""
+    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)
+    return y if lp.bqkv is None else y + lp.bqkv
+
+
+def qkv_prepared(lp: Layer, cfg: ModelConfig, h, rope, length, kv: KVConfig):
+    """qkv for a decode step (n = 1) whose attention runs the Mosaic kernel's lean8 body
+    (attention_split.takes_prepared): q, k and v and the body's quantised queries (digits, colv) from one
+    Pallas kernel (pallas/qkv_rows.py) instead of about six XLA kernels. rope: rope_tables at the step's
+    positions."""
+    g = cfg.q_per_kv
+    N = -(-g // 8) * 8
+    lohi = jnp.pad(jnp.stack(history_range(length, 1, g, kv), 1), ((0, 0), (0, 0), (0, N - g)))  # [B, 2, N]
+    q, k, v, digits, colv = qkv_rows(project(lp, h), *rope, lp.rot_k, lp.q_norm, lp.k_norm, lohi.astype(jnp.float32),
+                                     eps=cfg.rms_eps, prepare=True)
+    return q, k, v, (digits, colv)
 
 
 # Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
@@ -175,8 +194,12 @@ def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv,
     k and v rows)."""
     B, n, _ = x.shape
     h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
-    q, k, v = qkv(lp, cfg, h, pos, rope)
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl)
+    if takes_prepared(n, cfg.q_per_kv, cfg.head_dim, layer_cache, kv, attn_impl):
+        rope = rope if rope is not None else rope_tables(cfg, pos)
+        q, k, v, prepared = qkv_prepared(lp, cfg, h, rope, length, kv)
+    else:
+        (q, k, v), prepared = qkv(lp, cfg, h, pos, rope), None
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl, prepared=prepared)
     x = x + o.reshape(B, n, -1) @ lp.wo
     x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
     return x, k, v
