@@ -36,7 +36,7 @@ def supported(g: int, D: int) -> bool:
 
 @functools.cache
 def digit_matrix(D: int) -> np.ndarray:
-    """[D, 2D] f32: row q (natural order) @ it = prepare_imma's v = q[dims] * 4 / factor, each slot twice, in the
+    """[D, 2D] f32 (powers of two and zeros: exact in bf16): row q (natural order) @ it = prepare_imma's v = q[dims] * 4 / factor, each slot twice, in the
     byte order of its digits (prepare_imma's transpose): column j holds slot k's value where byte j is a digit of k."""
     from jspec.pallas.int2_mosaic_lean import imma_slots
 
@@ -66,6 +66,9 @@ def _kernel(*refs, g: int, D: int, eps: float, norm: bool, rot: bool, prep: bool
     f32, bf16, H = jnp.float32, jnp.bfloat16, D // 2
     hi = lax.Precision.HIGHEST
     rnd = lambda x: x.astype(qo_ref.dtype).astype(f32)  # model.qkv's roundings: each step's output in y's dtype
+    # bf16 rows: the products on the tensor cores in bf16, exact (R_K's values are bf16's, rotation.py), summed in
+    # f32; f32 rows: f32 dots in full precision (Triton would use TF32)
+    mm, prec = (bf16, None) if qo_ref.dtype == bf16 else (f32, hi)
 
     def turned(lo, up, w_ref):  # a row's halves [r, D/2] f32 -> norms, RoPE and R_K as model.qkv applies them
         if norm:
@@ -77,8 +80,8 @@ def _kernel(*refs, g: int, D: int, eps: float, norm: bool, rot: bool, prep: bool
         if not rot:
             return lo, up
         # R_K transposed, [D (out), D (in)] f32, in quarters: no value slices in Triton
-        dot = lambda a, e, d: lax.dot_general(a, rot_ref[e, d], (((1,), (1,)), ((), ())), precision=hi,
-                                              preferred_element_type=f32)
+        dot = lambda a, e, d: lax.dot_general(a.astype(mm), rot_ref[e, d].astype(mm), (((1,), (1,)), ((), ())),
+                                              precision=prec, preferred_element_type=f32)
         first, second = slice(0, H), slice(H, D)
         return (rnd(dot(lo, first, first) + dot(up, first, second)),
                 rnd(dot(lo, second, first) + dot(up, second, second)))
@@ -94,9 +97,11 @@ def _kernel(*refs, g: int, D: int, eps: float, norm: bool, rot: bool, prep: bool
     if not prep:
         return
     dg_ref, colv_ref = next(it), next(it)
-    qlo, qup = qlo.astype(bf16).astype(f32), qup.astype(bf16).astype(f32)  # prepare_imma quantises q in bf16
-    v = (lax.dot(qlo, dm_ref[:H, :], precision=hi, preferred_element_type=f32)
-         + lax.dot(qup, dm_ref[H:, :], precision=hi, preferred_element_type=f32))  # [g, 2D] [D, 2D]: exact
+    # q in bf16 (as prepare_imma quantises it) times powers of two, one per column: exact on the tensor cores
+    qlo, qup = qlo.astype(bf16), qup.astype(bf16)
+    v = (lax.dot(qlo, dm_ref[:H, :], preferred_element_type=f32)
+         + lax.dot(qup, dm_ref[H:, :], preferred_element_type=f32))  # [g, 2D]
+    qlo, qup = qlo.astype(f32), qup.astype(f32)
     big = jnp.max(jnp.abs(v), axis=1)
     s = jnp.where(big > 0, big / 32767.0, 1.0)
     fixed = _round_even(v / s[:, None])  # in [-32767, 32767]
@@ -146,7 +151,7 @@ def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, ep
         if lohi is None or lohi.shape != (B, 2, N):
             raise ValueError(f"qkv_rows: lohi must be [B, 2, N] = {(B, 2, N)}")
         in_specs += [pl.BlockSpec((D, 2 * D), lambda i, h: (0, 0)), pl.BlockSpec((None, 2, N), lambda i, h: (i, 0, 0))]
-        args += [jnp.asarray(digit_matrix(D)), lohi.astype(jnp.float32)]
+        args += [jnp.asarray(digit_matrix(D), jnp.bfloat16), lohi.astype(jnp.float32)]
         out_specs += [pl.BlockSpec((None, None, N, 2 * D), lambda i, h: (i, h, 0, 0)),
                       pl.BlockSpec((None, None, 4, N), lambda i, h: (i, h, 0, 0))]
         out_shape += [jax.ShapeDtypeStruct((B, Hkv, N, 2 * D), jnp.uint8), jax.ShapeDtypeStruct((B, Hkv, 4, N), jnp.float32)]
