@@ -49,9 +49,9 @@ def main():
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
-    ap.add_argument("--xla-rows", action="store_true", help="a decode step's q, k, v and the Mosaic kernel's "
-                    "quantised queries in XLA (attention_split.FUSED_ROWS = False), to time them against the one "
-                    "Pallas kernel (pallas/qkv_rows.py)")
+    ap.add_argument("--fused-rows", action="store_true", help="a decode step's q, k, v and the Mosaic kernel's "
+                    "quantised queries in one Pallas kernel (pallas/qkv_rows.py; attention_split.FUSED_ROWS = True), "
+                    "to time it against XLA's kernels")
     ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
                     "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
     ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
@@ -67,8 +67,8 @@ def main():
         int2_mosaic.decode_splits = lambda B, H, T, BT: splits_s14(B, H, T, BT)  # read while tracing
     if args.xla_window:
         attention_split.FUSED_WINDOW = False  # read while tracing
-    if args.xla_rows:
-        attention_split.FUSED_ROWS = False
+    if args.fused_rows:
+        attention_split.FUSED_ROWS = True
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.gemm_products:
@@ -83,7 +83,7 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, xla_rows=args.xla_rows, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
+               xla_window=args.xla_window, fused_rows=args.fused_rows, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
                device=str(jax.devices()[0]),
                jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

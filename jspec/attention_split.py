@@ -40,8 +40,10 @@ from jspec.pallas.window_merge import supported as window_merge_supported, windo
 FUSED_WINDOW = True
 
 # A decode step's q, k and v, and the Mosaic kernel's quantised queries, from one Pallas kernel per layer
-# (pallas/qkv_rows.py; model.block asks takes_prepared), where XLA runs about six. A switch for A/B runs.
-FUSED_ROWS = True
+# (pallas/qkv_rows.py; model.block asks takes_prepared), where XLA runs about six. Off: on the H200 the kernel
+# took 11.6 us per layer against the ~9 us of the XLA kernels it replaces, 5.904 / 5.935 against 5.866 ms per 8B
+# step at B 1 / 128K (benchmarks/NOTES.md, session 20). On for A/B runs (step_ab.py --fused-rows).
+FUSED_ROWS = False
 
 # The mesh axes of jspec.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
 # model in the imports, so that the model's import chain stops short of sharding.

@@ -109,8 +109,10 @@ def test_rows_kernel_lowers_for_cuda():
     assert "qkv_rows" in text and "triton" in text
 
 
-def test_takes_prepared_only_where_the_lean8_body_runs():
-    """Off the GPU, for verification chunks and for BF16 caches the model keeps its XLA path."""
+def test_takes_prepared_only_where_the_lean8_body_runs(monkeypatch):
+    """Off by default; on, not off the GPU, for verification chunks, the reference path or g > 8."""
+    assert not attention_split.FUSED_ROWS
+    monkeypatch.setattr(attention_split, "FUSED_ROWS", True)
     kv = KVConfig(sink=16, recent=64)
     cache = kvcache.init_cache(CFG, kv, batch=1, capacity=512, lookahead=4)
     on_gpu = jax.default_backend() == "gpu" and int2_mosaic.available()
@@ -146,11 +148,11 @@ def test_decode_step_with_prepared_rows_matches_xla_rows(dtype, monkeypatch):
     prompt = jax.random.randint(jax.random.PRNGKey(4), (2, 1500), 0, cfg.vocab_size)
     _, (k, v) = model.forward(params, cfg, prompt, cache, attn_impl="reference")
     cache = kvcache.commit(cache, k, v, jnp.full((2,), 1500, jnp.int32))
-    step = jax.jit(lambda p, t, c: model.forward(p, cfg, t, c, attn_impl="pallas")[0])
+    step = lambda: jax.jit(lambda p, t, c: model.forward(p, cfg, t, c, attn_impl="pallas")[0])
     tok = jnp.asarray([[3], [7]])
-    assert "qkv_rows" in str(jax.make_jaxpr(step)(params, tok, cache))
-    fused = step(params, tok, cache)
-    monkeypatch.setattr(attention_split, "FUSED_ROWS", False)
-    xla = jax.jit(lambda p, t, c: model.forward(p, cfg, t, c, attn_impl="pallas")[0])(params, tok, cache)
+    xla = step()(params, tok, cache)
+    monkeypatch.setattr(attention_split, "FUSED_ROWS", True)  # read while tracing: a new jit
+    assert "qkv_rows" in str(jax.make_jaxpr(step())(params, tok, cache))
+    fused = step()(params, tok, cache)
     tol = 2e-2 if dtype == jnp.bfloat16 else 1e-4
     np.testing.assert_allclose(np.asarray(fused), np.asarray(xla), rtol=tol, atol=tol * np.abs(np.asarray(xla)).max())

@@ -11,6 +11,11 @@ head) reads the projection's g + 2 rows of its KV head as they lie and writes
   vectors colv [B, Hkv, 4, N] (s / 4, sum(q), lo, hi), as int2_mosaic_lean.prepare_imma makes them from q.
   Its gather of head dimensions into slots, the plane factors and the interleave of the two digits are one
   matrix of powers of two ([D, 2D], exact), so the quantiser works on the row as it will be stored.
+
+Off by default (attention_split.FUSED_ROWS): on the H200 it is not yet faster. At B 1 / 128K (8B shape) the
+program count is the number of KV heads (8), each reading R_K (64 KB) and the digit matrix (64 KB): 21 us per layer
+with f32 dots in full precision, 11.6 us with bf16 tensor-core dots, against ~9 us for the XLA kernels it replaces
+(benchmarks/NOTES.md, session 20).
 """
 
 from __future__ import annotations
