@@ -22,7 +22,7 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
 
     layer is this layer's cache (None: no cache, plain causal attention over the n rows).
     prepared: the Mosaic kernel's quantised queries made with q (pallas/qkv_rows.py), where
-    attention_split.takes_prepared said the call takes them. Returns [B, n, Hq, D].
+    attention_split.fused_rows said "prepared". Returns [B, n, Hq, D].
     """
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.

@@ -39,11 +39,12 @@ from jspec.pallas.window_merge import supported as window_merge_supported, windo
 # 13). A switch for A/B runs.
 FUSED_WINDOW = True
 
-# A decode step's q, k and v, and the Mosaic kernel's quantised queries, from one Pallas kernel per layer
-# (pallas/qkv_rows.py; model.block asks takes_prepared), where XLA runs about six. Off: on the H200 the kernel
-# took 11.6 us per layer against the ~9 us of the XLA kernels it replaces, 5.904 / 5.935 against 5.866 ms per 8B
-# step at B 1 / 128K (benchmarks/NOTES.md, session 20). On for A/B runs (step_ab.py --fused-rows).
-FUSED_ROWS = False
+# A decode step's q, k and v from one Pallas kernel per layer (pallas/qkv_rows.py; model.block asks fused_rows):
+# "rows", or "prepared" with the Mosaic kernel's quantised queries too, where XLA runs about six kernels. Off
+# (None): on the H200 the "prepared" kernel took 11.6 us per layer against the ~9 us of the XLA kernels it
+# replaces, 5.904 / 5.935 against 5.866 ms per 8B step at B 1 / 128K (benchmarks/NOTES.md, session 20). For
+# A/B runs: step_ab.py --fused-rows.
+FUSED_ROWS = None
 
 # The mesh axes of jspec.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
 # model in the imports, so that the model's import chain stops short of sharding.
@@ -58,15 +59,19 @@ def history_range(length, n: int, g: int, kv: KVConfig):
     return jnp.full_like(hi, kv.sink), hi
 
 
-def takes_prepared(n: int, g: int, D: int, layer: LayerKV | None, kv: KVConfig | None, impl: str) -> bool:
-    """Whether attend's call with these shapes runs the Mosaic kernel's lean8 body (decode on a Hopper GPU, no
-    mesh), so that the model makes q, k, v and the body's quantised queries in one kernel (pallas/qkv_rows.py)."""
+def fused_rows(n: int, g: int, D: int, layer: LayerKV | None, kv: KVConfig | None, impl: str) -> str | None:
+    """FUSED_ROWS where attend's call with these shapes runs the Mosaic kernel's lean8 body (decode on a Hopper GPU,
+    no mesh), so that the model makes q, k and v (and with "prepared" the body's quantised queries) in one
+    kernel (pallas/qkv_rows.py); else None."""
+    if FUSED_ROWS not in ("rows", "prepared"):
+        return None
     mesh = jax.sharding.get_abstract_mesh()
-    return (FUSED_ROWS and impl in ("pallas", "mosaic") and layer is not None and kv is not None and kv.int2
-            and n == 1 and -(-g // 8) * 8 <= int2_mosaic.WARP_MAX_ROWS and D in (64, 128)
-            and qkv_rows_supported(g, D) and layer.qparams.shape[-1] == 1
-            and jax.default_backend() == "gpu" and int2_mosaic.available()
-            and (mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}))
+    lean8 = (impl in ("pallas", "mosaic") and layer is not None and kv is not None and kv.int2
+             and n == 1 and -(-g // 8) * 8 <= int2_mosaic.WARP_MAX_ROWS and D in (64, 128)
+             and qkv_rows_supported(g, D) and layer.qparams.shape[-1] == 1
+             and jax.default_backend() == "gpu" and int2_mosaic.available()
+             and (mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}))
+    return FUSED_ROWS if lean8 else None
 
 
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
@@ -77,7 +82,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
     fused_window: the BF16 parts and the merge in pallas/window_merge.py (None: on GPUs where it takes
     the shapes and FUSED_WINDOW is on), else in XLA. prepared: the Mosaic lean8 body's quantised queries
-    (digits, colv) from pallas/qkv_rows.py, where takes_prepared holds.
+    (digits, colv) from pallas/qkv_rows.py, where fused_rows says "prepared".
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]

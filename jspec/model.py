@@ -15,7 +15,7 @@ import numpy as np
 
 from jspec import struct
 from jspec.attention import attend
-from jspec.attention_split import history_range, takes_prepared
+from jspec.attention_split import fused_rows, history_range
 from jspec.config import KVConfig, ModelConfig
 from jspec.kvcache import KVCache
 from jspec.numerics import einsum_f32
@@ -115,17 +115,17 @@ def project(lp: Layer, h):
     return y if lp.bqkv is None else y + lp.bqkv
 
 
-def qkv_prepared(lp: Layer, cfg: ModelConfig, h, rope, length, kv: KVConfig):
+def qkv_fused(lp: Layer, cfg: ModelConfig, h, rope, length, kv: KVConfig, prepare: bool):
     """qkv for a decode step (n = 1) whose attention runs the Mosaic kernel's lean8 body
-    (attention_split.takes_prepared): q, k and v and the body's quantised queries (digits, colv) from one
-    Pallas kernel (pallas/qkv_rows.py) instead of about six XLA kernels. rope: rope_tables at the step's
-    positions."""
+    (attention_split.fused_rows) from one Pallas kernel (pallas/qkv_rows.py) instead of about six XLA kernels:
+    (q, k, v, prepared), prepared the body's quantised queries (digits, colv) with prepare, else None.
+    rope: rope_tables at the step's positions."""
     g = cfg.q_per_kv
     N = -(-g // 8) * 8
     lohi = jnp.pad(jnp.stack(history_range(length, 1, g, kv), 1), ((0, 0), (0, 0), (0, N - g)))  # [B, 2, N]
-    q, k, v, digits, colv = qkv_rows(project(lp, h), *rope, lp.rot_k, lp.q_norm, lp.k_norm, lohi.astype(jnp.float32),
-                                     eps=cfg.rms_eps, prepare=True)
-    return q, k, v, (digits, colv)
+    out = qkv_rows(project(lp, h), *rope, lp.rot_k, lp.q_norm, lp.k_norm, lohi.astype(jnp.float32) if prepare else None,
+                   eps=cfg.rms_eps, prepare=prepare)
+    return (*out[:3], tuple(out[3:]) if prepare else None)
 
 
 # Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
@@ -194,9 +194,10 @@ def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv,
     k and v rows)."""
     B, n, _ = x.shape
     h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
-    if takes_prepared(n, cfg.q_per_kv, cfg.head_dim, layer_cache, kv, attn_impl):
+    fused = fused_rows(n, cfg.q_per_kv, cfg.head_dim, layer_cache, kv, attn_impl)
+    if fused:
         rope = rope if rope is not None else rope_tables(cfg, pos)
-        q, k, v, prepared = qkv_prepared(lp, cfg, h, rope, length, kv)
+        q, k, v, prepared = qkv_fused(lp, cfg, h, rope, length, kv, prepare=fused == "prepared")
     else:
         (q, k, v), prepared = qkv(lp, cfg, h, pos, rope), None
     o = attend(q, k, v, layer_cache, length, kv, attn_impl, prepared=prepared)

@@ -67,6 +67,15 @@ def test_rows_match_model_qkv(qk_norm, D, rotated, n, dtype=jnp.bfloat16, interp
     _close_to_qkv(got, model.qkv(lp, cfg, h, pos), dtype)
 
 
+@pytest.mark.parametrize("split", [2, 4])
+def test_rows_split_over_columns_match(split, interpret=True):
+    """Programs of D / split columns each (R_K's rows of their block) give the same rows."""
+    lp, h, pos, y, cos, sin, *_ = _rows(CFG, jnp.bfloat16, True, B=2, n=1)
+    run = lambda s: qr.qkv_rows(y, cos, sin, lp.rot_k, split=s, interpret=interpret)
+    for a, b in zip(run(split), run(1)):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_prepared_queries_are_prepare_immas(D, dtype, interpret=True, exact=True):
@@ -101,25 +110,27 @@ def test_digit_matrix_is_a_scaled_selection():
         assert np.array_equal(nz, 2.0 ** np.round(np.log2(nz)))
 
 
-def test_rows_kernel_lowers_for_cuda():
+@pytest.mark.parametrize("options", [dict(prepare=True), dict(split=4)])
+def test_rows_kernel_lowers_for_cuda(options):
     cfg = CFG
     lp, h, pos, y, cos, sin, lohi, *_ = _rows(cfg, jnp.bfloat16, True, B=2, n=1)
-    fn = lambda *a: qr.qkv_rows(*a, eps=cfg.rms_eps, prepare=True, interpret=False)
+    lohi = lohi if options.get("prepare") else None
+    fn = lambda *a: qr.qkv_rows(*a, eps=cfg.rms_eps, interpret=False, **options)
     text = jax.jit(fn).trace(y, cos, sin, lp.rot_k, None, None, lohi).lower(lowering_platforms=("cuda",)).as_text()
     assert "qkv_rows" in text and "triton" in text
 
 
-def test_takes_prepared_only_where_the_lean8_body_runs(monkeypatch):
+def test_fused_rows_only_where_the_lean8_body_runs(monkeypatch):
     """Off by default; on, not off the GPU, for verification chunks, the reference path or g > 8."""
-    assert not attention_split.FUSED_ROWS
-    monkeypatch.setattr(attention_split, "FUSED_ROWS", True)
+    assert attention_split.FUSED_ROWS is None
+    monkeypatch.setattr(attention_split, "FUSED_ROWS", "prepared")
     kv = KVConfig(sink=16, recent=64)
     cache = kvcache.init_cache(CFG, kv, batch=1, capacity=512, lookahead=4)
     on_gpu = jax.default_backend() == "gpu" and int2_mosaic.available()
-    assert attention_split.takes_prepared(1, 4, 64, cache.layers[0], kv, "pallas") == on_gpu
-    assert not attention_split.takes_prepared(5, 4, 64, cache.layers[0], kv, "pallas")
-    assert not attention_split.takes_prepared(1, 4, 64, cache.layers[0], kv, "reference")
-    assert not attention_split.takes_prepared(1, 32, 64, cache.layers[0], kv, "pallas")
+    assert attention_split.fused_rows(1, 4, 64, cache.layers[0], kv, "pallas") == ("prepared" if on_gpu else None)
+    assert not attention_split.fused_rows(5, 4, 64, cache.layers[0], kv, "pallas")
+    assert not attention_split.fused_rows(1, 4, 64, cache.layers[0], kv, "reference")
+    assert not attention_split.fused_rows(1, 32, 64, cache.layers[0], kv, "pallas")
 
 
 @pytest.mark.gpu
@@ -129,6 +140,8 @@ def test_takes_prepared_only_where_the_lean8_body_runs(monkeypatch):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_compiled_rows_match_model_qkv(D, qk_norm, dtype):
     test_rows_match_model_qkv(qk_norm, D, True, 1, dtype=dtype, interpret=False)
+    if D == 128 and not qk_norm and dtype == jnp.bfloat16:
+        test_rows_split_over_columns_match(4, interpret=False)
     if not qk_norm:
         test_prepared_queries_are_prepare_immas(D, dtype, interpret=False, exact=False)
 
@@ -136,9 +149,10 @@ def test_compiled_rows_match_model_qkv(D, qk_norm, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not int2_mosaic.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
-def test_decode_step_with_prepared_rows_matches_xla_rows(dtype, monkeypatch):
-    """A decode step of a 2-layer rotated INT2 model through the Mosaic kernel: logits with q, k, v and the
-    quantised queries from qkv_rows against model.qkv + prepare_imma, from the same cache."""
+@pytest.mark.parametrize("mode", ["rows", "prepared"])
+def test_decode_step_with_fused_rows_matches_xla_rows(dtype, mode, monkeypatch):
+    """A decode step of a 2-layer rotated INT2 model through the Mosaic kernel: logits with q, k, v (and with
+    "prepared" the quantised queries) from qkv_rows against model.qkv + prepare_imma, from the same cache."""
     cfg = dataclasses.replace(CFG, head_dim=128, hidden_size=512)
     params = model.init_params(cfg, jax.random.PRNGKey(3), dtype)
     params = params.replace(layers=tuple(lp.replace(rot_k=_layer(cfg, dtype, True, i).rot_k)
@@ -151,7 +165,7 @@ def test_decode_step_with_prepared_rows_matches_xla_rows(dtype, monkeypatch):
     step = lambda: jax.jit(lambda p, t, c: model.forward(p, cfg, t, c, attn_impl="pallas")[0])
     tok = jnp.asarray([[3], [7]])
     xla = step()(params, tok, cache)
-    monkeypatch.setattr(attention_split, "FUSED_ROWS", True)  # read while tracing: a new jit
+    monkeypatch.setattr(attention_split, "FUSED_ROWS", mode)  # read while tracing: a new jit
     assert "qkv_rows" in str(jax.make_jaxpr(step())(params, tok, cache))
     fused = step()(params, tok, cache)
     tol = 2e-2 if dtype == jnp.bfloat16 else 1e-4
