@@ -50,8 +50,8 @@ def main():
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
     ap.add_argument("--fused-rows", choices=["rows", "prepared"], default=None, help="a decode step's q, k, v "
-                    "(and with 'prepared' the Mosaic kernel's quantised queries) in one Pallas kernel (pallas/qkv_rows.py; "
-                    "attention_split.FUSED_ROWS), to time it against XLA's kernels")
+                    "(and with 'prepared' the Mosaic kernel's quantised queries) in one Pallas kernel "
+                    "(pallas/qkv_rows.py; attention_split.FUSED_ROWS), to time it against XLA's kernels")
     ap.add_argument("--rows-warps", type=int, default=None, help="qkv_rows.WARPS: its Triton warps per program")
     ap.add_argument("--rows-split", type=int, default=None, help="qkv_rows.SPLIT: its programs per (token, KV head) "
                     "with --fused-rows rows")
@@ -89,7 +89,8 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, fused_rows=args.fused_rows, rows_warps=args.rows_warps, rows_split=args.rows_split, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
+               xla_window=args.xla_window, fused_rows=args.fused_rows, rows_warps=args.rows_warps,
+               rows_split=args.rows_split, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
                device=str(jax.devices()[0]),
                jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

@@ -12,10 +12,11 @@ head) reads the projection's g + 2 rows of its KV head as they lie and writes
   Its gather of head dimensions into slots, the plane factors and the interleave of the two digits are one
   matrix of powers of two ([D, 2D], exact), so the quantiser works on the row as it will be stored.
 
-Off by default (attention_split.FUSED_ROWS; "rows" leaves out the quantised queries): on the H200 it is not yet faster. At B 1 / 128K (8B shape) the
-program count is the number of KV heads (8), each reading R_K (64 KB) and the digit matrix (64 KB): 21 us per layer
-with f32 dots in full precision, 11.6 us with bf16 tensor-core dots, against ~9 us for the XLA kernels it replaces
-(benchmarks/NOTES.md, session 20).
+Off by default (attention_split.FUSED_ROWS; its "rows" leaves out the quantised queries): on the H200 it is not
+yet faster. At B 1 / 128K (8B shape) there are as many programs as KV heads (8), each reading R_K (64 KB) and the
+digit matrix (64 KB): 21 us per layer with f32 dots in full precision, 11.6 us with bf16 tensor-core dots, against
+~9 us for the XLA kernels it replaces (benchmarks/NOTES.md, session 20). `split` and `warps` are there to find out
+where that time goes.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def supported(g: int, D: int) -> bool:
 
 @functools.cache
 def digit_matrix(D: int) -> np.ndarray:
-    """[D, 2D] f32 (powers of two and zeros: exact in bf16): row q (natural order) @ it = prepare_imma's v = q[dims] * 4 / factor, each slot twice, in the
-    byte order of its digits (prepare_imma's transpose): column j holds slot k's value where byte j is a digit of k."""
+    """[D, 2D] f32, powers of two and zeros (exact in bf16): a row q in head dimension order @ it = prepare_imma's
+    v = q[dims] * 4 / factor with each slot twice, in the byte order of its digits (prepare_imma's transpose):
+    column j holds slot k's value where byte j is a digit of k."""
     from jspec.pallas.int2_mosaic_lean import imma_slots
 
     dims, factor = imma_slots(D)
@@ -125,7 +127,10 @@ def _kernel(*refs, g: int, D: int, eps: float, norm: bool, rot: bool, prep: bool
 def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, eps: float = 1e-6,
              prepare: bool = False, interpret: bool = False, warps: int | None = None, split: int | None = None):
     """y [B, n, Hkv, g + 2, D] the QKV projection (bias added; model.Layer.wqkv's slots); cos, sin [B, n, D]
-    (model.rope_tables); rot_t [Hkv, D, D] f32 (model.Layer.rot_k) or None; q_norm, k_norm [D] or None (Qwen3).
+    (model.rope_tables); rot_t [Hkv, D, D] (model.Layer.rot_k: f32; bf16 taken too) or None; q_norm, k_norm [D]
+    or None (Qwen3). warps: Triton's warps per program (None: WARPS). split: programs per (token, KV head), each
+    writing D / split columns from its rows of R_K (with R_K and without prepare, whose quantiser needs whole
+    rows; None: SPLIT where that holds, else 1).
 
     Returns q [B, n, Hq, D], k and v [B, n, Hkv, D] in y.dtype, as model.qkv; with prepare (n = 1; lohi [B, 2, N]
     f32: each query row's history range, lo then hi, padded rows 0) also the Mosaic lean8 body's digits
@@ -141,9 +146,9 @@ def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, ep
     T = B * n
     y = y.reshape(T, Hkv, slots, D)
     C = D // split  # columns per program
-    whole = lambda s: pl.BlockSpec((None, None, None, D), lambda i, h, c: (i, h, s, 0))
     vec = pl.BlockSpec((None, D), lambda i, h, c: (i, 0))
-    in_specs = [pl.BlockSpec((None, None, g, D), lambda i, h, c: (i, h, 0, 0)), whole(g),
+    in_specs = [pl.BlockSpec((None, None, g, D), lambda i, h, c: (i, h, 0, 0)),
+                pl.BlockSpec((None, None, None, D), lambda i, h, c: (i, h, g, 0)),
                 pl.BlockSpec((None, None, None, C), lambda i, h, c: (i, h, g + 1, c)), vec, vec]
     args = [y, y, y, cos.reshape(T, D).astype(jnp.float32), sin.reshape(T, D).astype(jnp.float32)]
     if norm:
@@ -166,7 +171,8 @@ def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, ep
         args += [jnp.asarray(digit_matrix(D), jnp.bfloat16), lohi.astype(jnp.float32)]
         out_specs += [pl.BlockSpec((None, None, N, 2 * D), lambda i, h, c: (i, h, 0, 0)),
                       pl.BlockSpec((None, None, 4, N), lambda i, h, c: (i, h, 0, 0))]
-        out_shape += [jax.ShapeDtypeStruct((B, Hkv, N, 2 * D), jnp.uint8), jax.ShapeDtypeStruct((B, Hkv, 4, N), jnp.float32)]
+        out_shape += [jax.ShapeDtypeStruct((B, Hkv, N, 2 * D), jnp.uint8),
+                      jax.ShapeDtypeStruct((B, Hkv, 4, N), jnp.float32)]
     outs = pl.pallas_call(
         functools.partial(_kernel, g=g, D=D, eps=float(eps), norm=norm, rot=rot, prep=prepare),
         grid=(T, Hkv, split),

@@ -6,8 +6,8 @@ different R_K, as in a step, so that they do not all sit in L2), and the time pe
     PYTHONPATH=.:benchmarks python benchmarks/results/logs20/rows_probe.py --batch 1,8 --out $OUT/rows_probe.json
 
 Variants: xla (model.qkv after the projection, prepare_imma and row_vectors: the default path), xla-rows (model.qkv
-alone), rows-wN (qkv_rows without the quantised queries, N warps), rows-sN (N programs per KV head), prepared-wN (with them), prepared-bf16rot (R_K
-passed in bf16). --small: a CPU check of the script (interpret mode, tiny shapes, no trace).
+alone), rows-wN (qkv_rows without the quantised queries, N warps), rows-sN (N programs per KV head), prepared-wN
+(with them), prepared-bf16rot (R_K passed in bf16). --small: a CPU check of the script (interpret mode, tiny shapes, no trace).
 """
 import argparse, json, sys, time
 from pathlib import Path
@@ -39,8 +39,8 @@ L, kv = (2 if a.small else a.layers), KVConfig(sink=64, recent=256)
 Hkv, g, D = cfg.num_kv_heads, cfg.q_per_kv, cfg.head_dim
 rng = np.random.default_rng(0)
 base = model.init_params(cfg, jax.random.PRNGKey(0), jnp.bfloat16).layers[0]
-rots = [jnp.asarray(np.swapaxes(np.linalg.qr(rng.standard_normal((Hkv, D, D)))[0], 1, 2), jnp.bfloat16).astype(jnp.float32)
-        for _ in range(L)]
+orthogonal = lambda: np.swapaxes(np.linalg.qr(rng.standard_normal((Hkv, D, D)))[0], 1, 2)
+rots = [jnp.asarray(orthogonal(), jnp.bfloat16).astype(jnp.float32) for _ in range(L)]
 
 
 def variant(name: str, B: int):
