@@ -120,11 +120,12 @@ def qkv_fused(lp: Layer, cfg: ModelConfig, h, rope, length, kv: KVConfig, prepar
     (attention_split.fused_rows) from one Pallas kernel (pallas/qkv_rows.py) instead of about six XLA kernels:
     (q, k, v, prepared), prepared the body's quantised queries (digits, colv) with prepare, else None.
     rope: rope_tables at the step's positions."""
-    g = cfg.q_per_kv
-    N = -(-g // 8) * 8
-    lohi = jnp.pad(jnp.stack(history_range(length, 1, g, kv), 1), ((0, 0), (0, 0), (0, N - g)))  # [B, 2, N]
-    out = qkv_rows(project(lp, h), *rope, lp.rot_k, lp.q_norm, lp.k_norm, lohi.astype(jnp.float32) if prepare else None,
-                   eps=cfg.rms_eps, prepare=prepare)
+    lohi = None
+    if prepare:  # each query row's history range, lo then hi, padded rows empty: [B, 2, N]
+        g = cfg.q_per_kv
+        lohi = jnp.pad(jnp.stack(history_range(length, 1, g, kv), 1), ((0, 0), (0, 0), (0, -(-g // 8) * 8 - g)))
+    out = qkv_rows(project(lp, h), *rope, lp.rot_k, lp.q_norm, lp.k_norm, lohi, eps=cfg.rms_eps, prepare=prepare,
+                   interpret=jax.default_backend() != "gpu")  # off a GPU (tests) in interpret mode
     return (*out[:3], tuple(out[3:]) if prepare else None)
 
 

@@ -101,6 +101,24 @@ def test_prepared_queries_are_prepare_immas(D, dtype, interpret=True, exact=True
     np.testing.assert_allclose(np.asarray(colv), np.asarray(want_colv), rtol=1e-6)
 
 
+@pytest.mark.parametrize("prepare", [False, True])
+def test_model_qkv_fused_is_qkv_and_prepare_imma(prepare):
+    """model.qkv_fused (the model's call of the kernel, lo and hi from the cache's length) against model.qkv and
+    int2_attention_mosaic's own prepare_imma with attention_split's history range."""
+    kv = KVConfig(sink=16, recent=64)
+    lp, h, pos, *_ = _rows(CFG, jnp.bfloat16, True, B=3, n=1)
+    length = pos[:, 0]
+    q, k, v, prepared = model.qkv_fused(lp, CFG, h, model.rope_tables(CFG, pos), length, kv, prepare)
+    _close_to_qkv((q, k, v), model.qkv(lp, CFG, h, pos), jnp.bfloat16)
+    if not prepare:
+        assert prepared is None
+        return
+    lo, hi = attention_split.history_range(length, 1, CFG.q_per_kv, kv)
+    want = int2_mosaic_lean.prepare_imma(q.reshape(3, CFG.num_kv_heads, CFG.q_per_kv, -1), lo, hi, 4096, 4, 128)
+    for a, b in zip(prepared, want[:2]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_digit_matrix_is_a_scaled_selection():
     """Each column picks one head dimension, scaled by a power of two, and every slot appears twice."""
     for D in (64, 128):
