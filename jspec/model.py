@@ -90,23 +90,29 @@ def apply_rope(x, cos, sin):
 
 
 def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
-    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
-    layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
-    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
+    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D] of h [B, n, E] at positions pos: turn after project.
+    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers)."""
+    cos, sin = rope if rope is not None else rope_tables(cfg, pos)
+    return turn(project(lp, h), cos, sin, lp.rot_k, lp.q_norm, lp.k_norm, cfg.rms_eps)
+
+
+def turn(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, eps: float = 1e-6):
+    """The QKV projection y [B, n, Hkv, g + 2, D] (project) -> q [B, n, Hq, D], k and v [B, n, Hkv, D]: q and k
+    after the Qwen3 norms (q_norm, k_norm [D], if any), RoPE (rope_tables' cos, sin [B, n, D]), then R_K when the
+    layer has one (rot_t: Layer.rot_k; x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
 
     The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
     """
-    B, n, _ = h.shape
-    g, D = cfg.q_per_kv, cfg.head_dim
-    y = project(lp, h)
+    B, n, H, slots, D = y.shape
+    g = slots - 2
     qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
-    if lp.q_norm is not None:
-        w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
-        qk = rms_norm(qk, w, cfg.rms_eps)
-    qk = apply_rope(qk, *(rope if rope is not None else rope_tables(cfg, pos)))
-    if lp.rot_k is not None:
-        qk = rotate(qk, lp.rot_k)
-    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
+    if q_norm is not None:
+        w = jnp.where(jnp.arange(g + 1)[:, None] < g, q_norm, k_norm)  # [g + 1, D], not a concatenation
+        qk = rms_norm(qk, w, eps)
+    qk = apply_rope(qk, cos, sin)
+    if rot_t is not None:
+        qk = rotate(qk, rot_t)
+    return qk[..., :g, :].reshape(B, n, H * g, D), qk[..., g, :], v
 
 
 def project(lp: Layer, h):

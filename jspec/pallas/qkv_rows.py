@@ -5,7 +5,7 @@ the R_K reduction (model.rotate, RoPE fused in), three slices copying q, k and v
 projection for the Pallas calls, and prepare_imma's reduction and digit transpose. One program per (token, KV
 head) reads the projection's g + 2 rows of its KV head as they lie and writes
 - q [B*n, Hq, D] and k [B*n, Hkv, D]: the query heads' and the key's rows after the Qwen3 norms (if any), RoPE
-  and R_K (if rotated), rounded to y's dtype after each step as model.qkv rounds them (its f32 product summed in
+  and R_K (if rotated), rounded to y's dtype after each step as model.turn rounds them (its f32 product summed in
   another order: XLA's and this kernel's rows may differ by an ulp); v [B*n, Hkv, D] as it lies;
 - with `prepare` (decode, n = 1): the lean8 body's quantised queries, digits [B, Hkv, N, 2D] uint8 and the row
   vectors colv [B, Hkv, 4, N] (s / 4, sum(q), lo, hi), as int2_mosaic_lean.prepare_imma makes them from q.
@@ -65,8 +65,12 @@ def _round_even(x):
 
 
 def _kernel(*refs, g: int, D: int, eps: float, norm: bool, rot: bool, prep: bool):
-    # One program per (token, KV head, column block c): with R_K, rows c of rot_ref ([D / split, D]: R_K
-    # transposed) give the output columns of block c, the norms and RoPE computed whole by every program.
+    # One program per (token, KV head, column block c): with R_K, rows c of rot_ref give the output columns of
+    # block c, the norms and RoPE computed whole by every program. C = D / split columns.
+    # q_ref [g, D], k_ref [D] (slot g), v_ref [C] (slot g + 1): the projection's rows | cos_ref, sin_ref [D]
+    # qn_ref, kn_ref [D] (norm) | rot_ref [C, D] f32 or bf16: R_K transposed, rows of block c (rot)
+    # dm_ref [D, 2D] bf16: digit_matrix | lohi_ref [2, N] f32 (prep)
+    # qo_ref [g, C], ko_ref [C], vo_ref [C] | dg_ref [N, 2D] uint8, colv_ref [4, N] f32 (prep)
     it = iter(refs)
     q_ref, k_ref, v_ref, cos_ref, sin_ref = (next(it) for _ in range(5))
     qn_ref, kn_ref = (next(it), next(it)) if norm else (None, None)
@@ -123,6 +127,21 @@ def _kernel(*refs, g: int, D: int, eps: float, norm: bool, rot: bool, prep: bool
     colv_ref[2:, :] = lohi_ref[...]
 
 
+def qkv_rows_reference(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, eps: float = 1e-6,
+                       prepare: bool = False):
+    """qkv_rows in jnp: model.turn, then int2_mosaic_lean.prepare_imma on its q with lo, hi from lohi."""
+    from jspec.model import turn  # here: the model imports this module
+    from jspec.pallas.int2_mosaic_lean import prepare_imma
+
+    q, k, v = turn(y, cos, sin, rot_t, q_norm, k_norm, eps)
+    if not prepare:
+        return q, k, v
+    B, _, H, slots, D = y.shape
+    lo, hi = (lohi[:, i, : slots - 2].astype(jnp.int32) for i in range(2))
+    digits, colv, _ = prepare_imma(q.reshape(B, H, slots - 2, D), lo, hi, 128, 1, 128)  # T, splits: the schedule's
+    return q, k, v, digits, colv
+
+
 @functools.partial(jax.jit, static_argnames=("eps", "prepare", "interpret", "warps", "split"))
 def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, eps: float = 1e-6,
              prepare: bool = False, interpret: bool = False, warps: int | None = None, split: int | None = None):
@@ -134,7 +153,7 @@ def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, ep
 
     Returns q [B, n, Hq, D], k and v [B, n, Hkv, D] in y.dtype, as model.qkv; with prepare (n = 1; lohi [B, 2, N]
     f32: each query row's history range, lo then hi, padded rows 0) also the Mosaic lean8 body's digits
-    [B, Hkv, N, 2D] and colv [B, Hkv, 4, N] (int2_mosaic_lean.prepare_imma)."""
+    [B, Hkv, N, 2D] and colv [B, Hkv, 4, N] (int2_mosaic_lean.prepare_imma). qkv_rows_reference: the same in jnp."""
     B, n, Hkv, slots, D = y.shape
     g = slots - 2
     if not supported(g, D):
