@@ -11,6 +11,7 @@ head) reads the projection's g + 2 rows of its KV head as they lie and writes
   vectors colv [B, Hkv, 4, N] (s / 4, sum(q), lo, hi), as int2_mosaic_lean.prepare_imma makes them from q.
   Its gather of head dimensions into slots, the plane factors and the interleave of the two digits are one
   matrix of powers of two ([D, 2D], exact), so the quantiser works on the row as it will be stored.
+Its reference, where the semantics live: model.turn, then int2_mosaic_lean.prepare_imma (tests/test_qkv_rows.py).
 
 Off by default (attention_split.FUSED_ROWS; its "rows" leaves out the quantised queries): on the H200 it is not
 yet faster. At B 1 / 128K (8B shape) there are as many programs as KV heads (8), each reading R_K (64 KB) and the
@@ -127,21 +128,6 @@ def _kernel(*refs, g: int, D: int, eps: float, norm: bool, rot: bool, prep: bool
     colv_ref[2:, :] = lohi_ref[...]
 
 
-def qkv_rows_reference(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, eps: float = 1e-6,
-                       prepare: bool = False):
-    """qkv_rows in jnp: model.turn, then int2_mosaic_lean.prepare_imma on its q with lo, hi from lohi."""
-    from jspec.model import turn  # here: the model imports this module
-    from jspec.pallas.int2_mosaic_lean import prepare_imma
-
-    q, k, v = turn(y, cos, sin, rot_t, q_norm, k_norm, eps)
-    if not prepare:
-        return q, k, v
-    B, _, H, slots, D = y.shape
-    lo, hi = (lohi[:, i, : slots - 2].astype(jnp.int32) for i in range(2))
-    digits, colv, _ = prepare_imma(q.reshape(B, H, slots - 2, D), lo, hi, 128, 1, 128)  # T, splits: the schedule's
-    return q, k, v, digits, colv
-
-
 @functools.partial(jax.jit, static_argnames=("eps", "prepare", "interpret", "warps", "split"))
 def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, eps: float = 1e-6,
              prepare: bool = False, interpret: bool = False, warps: int | None = None, split: int | None = None):
@@ -153,7 +139,7 @@ def qkv_rows(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, lohi=None, *, ep
 
     Returns q [B, n, Hq, D], k and v [B, n, Hkv, D] in y.dtype, as model.qkv; with prepare (n = 1; lohi [B, 2, N]
     f32: each query row's history range, lo then hi, padded rows 0) also the Mosaic lean8 body's digits
-    [B, Hkv, N, 2D] and colv [B, Hkv, 4, N] (int2_mosaic_lean.prepare_imma). qkv_rows_reference: the same in jnp."""
+    [B, Hkv, N, 2D] and colv [B, Hkv, 4, N] (int2_mosaic_lean.prepare_imma)."""
     B, n, Hkv, slots, D = y.shape
     g = slots - 2
     if not supported(g, D):
