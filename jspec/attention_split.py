@@ -66,11 +66,11 @@ def fused_rows(n: int, g: int, D: int, layer: LayerKV | None, kv: KVConfig | Non
     if FUSED_ROWS not in ("rows", "prepared"):
         return None
     mesh = jax.sharding.get_abstract_mesh()
-    lean8 = (impl in ("pallas", "mosaic") and layer is not None and kv is not None and kv.int2
-             and n == 1 and -(-g // 8) * 8 <= int2_mosaic.WARP_MAX_ROWS and D in (64, 128)
-             and qkv_rows_supported(g, D) and layer.qparams.shape[-1] == 1
-             and jax.default_backend() == "gpu" and int2_mosaic.available()
-             and (mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}))
+    kernel = {"pallas": "auto", "mosaic": "mosaic"}.get(impl)  # attend's choice
+    lean8 = (kernel is not None and layer is not None and kv is not None and kv.int2 and n == 1
+             and int2_mosaic.available() and _runs_mosaic(g, D, kernel, jax.default_backend() != "gpu")
+             and -(-g // 8) * 8 <= int2_mosaic.WARP_MAX_ROWS and qkv_rows_supported(g, D)
+             and layer.qparams.shape[-1] == 1 and (mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}))
     return FUSED_ROWS if lean8 else None
 
 
@@ -119,15 +119,20 @@ def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel,
     lo, hi = history_range(length, t.shape[1], M // t.shape[1], kv)  # [B, M]
     if kernel == "mosaic" and not int2_mosaic.available():
         raise ValueError("the mosaic INT2 kernel needs a GPU with wgmma (compute capability 9.x)")
-    small = M <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel
-    auto = kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()
-    if small and (kernel == "mosaic" or auto):
+    if _runs_mosaic(M, D, kernel, interpret):
         merge = "raw" if raw else False
         return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=merge,
                                                  prepared=prepared)
     if prepared is not None:
         raise ValueError("prepared queries are the Mosaic kernel's: this call does not run it")
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
+
+
+def _runs_mosaic(M: int, D: int, kernel: str, interpret: bool) -> bool:
+    """Whether _int2_part takes the Mosaic kernel for M query rows per KV head of head_dim D: decode and verify
+    (a long prefill chunk goes to the Triton kernel), where asked for or, with "auto", where the GPU has wgmma."""
+    auto = kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()
+    return M <= int2_mosaic.MAX_ROWS and (kernel == "mosaic" or auto)
 
 
 def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_k, lse_k):
