@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 import jspec
 from jspec import attention_split, kvcache, model
-from jspec.pallas import int2_mosaic, qkv_rows
+from jspec.pallas import int2_mosaic
 
 from decode import LLAMA3_8B, copy_bandwidth, kv_modes, kv_read_bytes, time_step, weight_bytes  # noqa: E402
 from kernel_diag import splits_s14  # noqa: E402
@@ -49,12 +49,6 @@ def main():
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
-    ap.add_argument("--fused-rows", choices=["rows", "prepared"], default=None, help="a decode step's q, k, v "
-                    "(and with 'prepared' the Mosaic kernel's quantised queries) in one Pallas kernel "
-                    "(pallas/qkv_rows.py; attention_split.FUSED_ROWS), to time it against XLA's kernels")
-    ap.add_argument("--rows-warps", type=int, default=None, help="qkv_rows.WARPS: its Triton warps per program")
-    ap.add_argument("--rows-split", type=int, default=None, help="qkv_rows.SPLIT: its programs per (token, KV head) "
-                    "with --fused-rows rows")
     ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
                     "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
     ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
@@ -70,11 +64,6 @@ def main():
         int2_mosaic.decode_splits = lambda B, H, T, BT: splits_s14(B, H, T, BT)  # read while tracing
     if args.xla_window:
         attention_split.FUSED_WINDOW = False  # read while tracing
-    attention_split.FUSED_ROWS = args.fused_rows  # read while tracing
-    if args.rows_warps:
-        qkv_rows.WARPS = args.rows_warps
-    if args.rows_split:
-        qkv_rows.SPLIT = args.rows_split
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.gemm_products:
@@ -89,8 +78,7 @@ def main():
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, fused_rows=args.fused_rows, rows_warps=args.rows_warps,
-               rows_split=args.rows_split, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
+               xla_window=args.xla_window, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
                device=str(jax.devices()[0]),
                jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

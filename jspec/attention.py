@@ -17,18 +17,16 @@ from jspec.kvcache import LayerKV, bf16_keys, dequantize_history, fake_quantize_
 from jspec.numerics import dot_scores, einsum_f32
 
 
-def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference", prepared=None):
+def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference"):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     layer is this layer's cache (None: no cache, plain causal attention over the n rows).
-    prepared: the Mosaic kernel's quantised queries made with q (pallas/qkv_rows.py), where
-    attention_split.fused_rows said "prepared". Returns [B, n, Hq, D].
+    Returns [B, n, Hq, D].
     """
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
-        split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel,
-                                                                prepared=prepared)
+        split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel)
         return per_shard(split)(q, k, v, layer, length, kv)
     return attend_reference(q, k, v, layer, length, kv)
 

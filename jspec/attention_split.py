@@ -31,7 +31,6 @@ from jspec.numerics import einsum_f32
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (session 10; cause not established).
 from jspec.pallas import int2_mosaic
 from jspec.pallas.int2_attention import int2_attention
-from jspec.pallas.qkv_rows import supported as qkv_rows_supported
 from jspec.pallas.window_merge import supported as window_merge_supported, window_merge
 
 # The BF16 parts and the merge as two Pallas kernels per layer on GPUs (decode and verification chunks;
@@ -39,50 +38,19 @@ from jspec.pallas.window_merge import supported as window_merge_supported, windo
 # 13). A switch for A/B runs.
 FUSED_WINDOW = True
 
-# A decode step's q, k and v from one Pallas kernel per layer (pallas/qkv_rows.py; model.block asks fused_rows):
-# "rows", or "prepared" with the Mosaic kernel's quantised queries too, where XLA runs about six kernels. Off
-# (None): on the H200 the "prepared" kernel took 11.6 us per layer against the ~9 us of the XLA kernels it
-# replaces, 5.904 / 5.935 against 5.866 ms per 8B step at B 1 / 128K (benchmarks/NOTES.md, session 20). For
-# A/B runs: step_ab.py --fused-rows.
-FUSED_ROWS = None
-
 # The mesh axes of jspec.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
 # model in the imports, so that the model's import chain stops short of sharding.
 DP, TP = "dp", "tp"
 
 
-def history_range(length, n: int, g: int, kv: KVConfig):
-    """lo, hi [B, n * g] int32: the INT2 history [sink, min(t - recent + 1, length)) that query row i * g + j
-    (position t = length + i) reads through the kernel."""
-    t = length[:, None] + jnp.arange(n)  # [B, n] query positions
-    hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)
-    return jnp.full_like(hi, kv.sink), hi
-
-
-def fused_rows(n: int, g: int, D: int, layer: LayerKV | None, kv: KVConfig | None, impl: str) -> str | None:
-    """FUSED_ROWS where attend's call with these shapes runs the Mosaic kernel's lean8 body (decode on a Hopper GPU,
-    no mesh), so that the model makes q, k and v (and with "prepared" the body's quantised queries) in one
-    kernel (pallas/qkv_rows.py); else None."""
-    if FUSED_ROWS not in ("rows", "prepared"):
-        return None
-    mesh = jax.sharding.get_abstract_mesh()
-    kernel = {"pallas": "auto", "mosaic": "mosaic"}.get(impl)  # attend's choice
-    lean8 = (kernel is not None and layer is not None and kv is not None and kv.int2 and n == 1
-             and int2_mosaic.available() and _runs_mosaic(g, D, kernel, jax.default_backend() != "gpu")
-             and -(-g // 8) * 8 <= int2_mosaic.WARP_MAX_ROWS and qkv_rows_supported(g, D)
-             and layer.qparams.shape[-1] == 1 and (mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}))
-    return FUSED_ROWS if lean8 else None
-
-
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
-                 kernel: str = "auto", fused_window: bool | None = None, prepared=None, **kernel_options):
+                 kernel: str = "auto", fused_window: bool | None = None, **kernel_options):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
     has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
     fused_window: the BF16 parts and the merge in pallas/window_merge.py (None: on GPUs where it takes
-    the shapes and FUSED_WINDOW is on), else in XLA. prepared: the Mosaic lean8 body's quantised queries
-    (digits, colv) from pallas/qkv_rows.py, where fused_rows says "prepared".
+    the shapes and FUSED_WINDOW is on), else in XLA.
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
@@ -97,8 +65,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
         fused_window = FUSED_WINDOW and not interpret
     fused_window = fused_window and window_merge_supported(n, g, D, layer.k.shape[2], kv.recent)
     with jax.named_scope("int2_history"):
-        splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window,
-                            prepared=prepared)
+        splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window)
     if fused_window:
         with jax.named_scope("window_merge"):
             return window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
@@ -109,30 +76,23 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     return out.reshape(B, H, n, g, D).transpose(0, 2, 1, 3, 4).reshape(B, n, Hq, D).astype(q.dtype)
 
 
-def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, kernel_options, raw=False,
-               prepared=None):
+def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel, kernel_options, raw=False):
     """Kernel over the INT2 history for rows [B, H, M, D] (M = n * g query rows per KV head).
 
     Returns the kernel's unmerged split partials: out [B, H, splits, M, D], lse [B, H, splits, M]; with raw, the
     Mosaic kernel's as it leaves them (its merge="raw"), for window_merge."""
     B, H, M, D = rows.shape
-    lo, hi = history_range(length, t.shape[1], M // t.shape[1], kv)  # [B, M]
+    g = M // t.shape[1]
+    hi = jnp.repeat(jnp.minimum(t - kv.recent + 1, length[:, None]), g, axis=1)  # [B, M]
+    lo = jnp.full_like(hi, kv.sink)
     if kernel == "mosaic" and not int2_mosaic.available():
         raise ValueError("the mosaic INT2 kernel needs a GPU with wgmma (compute capability 9.x)")
-    if _runs_mosaic(M, D, kernel, interpret):
-        merge = "raw" if raw else False
-        return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=merge,
-                                                 prepared=prepared)
-    if prepared is not None:
-        raise ValueError("prepared queries are the Mosaic kernel's: this call does not run it")
-    return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
-
-
-def _runs_mosaic(M: int, D: int, kernel: str, interpret: bool) -> bool:
-    """Whether _int2_part takes the Mosaic kernel for M query rows per KV head of head_dim D: decode and verify
-    (a long prefill chunk goes to the Triton kernel), where asked for or, with "auto", where the GPU has wgmma."""
+    small = M <= int2_mosaic.MAX_ROWS  # decode and verify; a long prefill chunk goes to the Triton kernel
     auto = kernel == "auto" and not interpret and D in (64, 128) and int2_mosaic.available()
-    return M <= int2_mosaic.MAX_ROWS and (kernel == "mosaic" or auto)
+    if small and (kernel == "mosaic" or auto):
+        merge = "raw" if raw else False
+        return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=merge)
+    return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
 
 
 def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_k, lse_k):

@@ -15,11 +15,9 @@ import numpy as np
 
 from jspec import struct
 from jspec.attention import attend
-from jspec.attention_split import fused_rows, history_range
-from jspec.config import KVConfig, ModelConfig
+from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 from jspec.numerics import einsum_f32
-from jspec.pallas.qkv_rows import qkv_rows
 
 
 @struct.dataclass
@@ -90,49 +88,25 @@ def apply_rope(x, cos, sin):
 
 
 def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
-    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D] of h [B, n, E] at positions pos: turn after project.
-    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers)."""
-    cos, sin = rope if rope is not None else rope_tables(cfg, pos)
-    return turn(project(lp, h), cos, sin, lp.rot_k, lp.q_norm, lp.k_norm, cfg.rms_eps)
-
-
-def turn(y, cos, sin, rot_t=None, q_norm=None, k_norm=None, eps: float = 1e-6):
-    """The QKV projection y [B, n, Hkv, g + 2, D] (project) -> q [B, n, Hq, D], k and v [B, n, Hkv, D]: q and k
-    after the Qwen3 norms (q_norm, k_norm [D], if any), RoPE (rope_tables' cos, sin [B, n, D]), then R_K when the
-    layer has one (rot_t: Layer.rot_k; x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
+    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
+    layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
+    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
 
     The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
     """
-    B, n, H, slots, D = y.shape
-    g = slots - 2
+    B, n, _ = h.shape
+    g, D = cfg.q_per_kv, cfg.head_dim
+    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
+    if lp.bqkv is not None:
+        y = y + lp.bqkv
     qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
-    if q_norm is not None:
-        w = jnp.where(jnp.arange(g + 1)[:, None] < g, q_norm, k_norm)  # [g + 1, D], not a concatenation
-        qk = rms_norm(qk, w, eps)
-    qk = apply_rope(qk, cos, sin)
-    if rot_t is not None:
-        qk = rotate(qk, rot_t)
-    return qk[..., :g, :].reshape(B, n, H * g, D), qk[..., g, :], v
-
-
-def project(lp: Layer, h):
-    """The QKV projection of h [B, n, E], bias added: [B, n, Hkv, g + 2, D] in wqkv's slots."""
-    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)
-    return y if lp.bqkv is None else y + lp.bqkv
-
-
-def qkv_fused(lp: Layer, cfg: ModelConfig, h, rope, length, kv: KVConfig, prepare: bool):
-    """qkv for a decode step (n = 1) whose attention runs the Mosaic kernel's lean8 body
-    (attention_split.fused_rows) from one Pallas kernel (pallas/qkv_rows.py) instead of about six XLA kernels:
-    (q, k, v, prepared), prepared the body's quantised queries (digits, colv) with prepare, else None.
-    rope: rope_tables at the step's positions."""
-    lohi = None
-    if prepare:  # each query row's history range, lo then hi, padded rows empty: [B, 2, N]
-        g = cfg.q_per_kv
-        lohi = jnp.pad(jnp.stack(history_range(length, 1, g, kv), 1), ((0, 0), (0, 0), (0, -(-g // 8) * 8 - g)))
-    out = qkv_rows(project(lp, h), *rope, lp.rot_k, lp.q_norm, lp.k_norm, lohi, eps=cfg.rms_eps, prepare=prepare,
-                   interpret=jax.default_backend() != "gpu")  # off a GPU (tests) in interpret mode
-    return (*out[:3], tuple(out[3:]) if prepare else None)
+    if lp.q_norm is not None:
+        w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
+        qk = rms_norm(qk, w, cfg.rms_eps)
+    qk = apply_rope(qk, *(rope if rope is not None else rope_tables(cfg, pos)))
+    if lp.rot_k is not None:
+        qk = rotate(qk, lp.rot_k)
+    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
 
 
 # Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
@@ -201,13 +175,8 @@ def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv,
     k and v rows)."""
     B, n, _ = x.shape
     h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
-    fused = fused_rows(n, cfg.q_per_kv, cfg.head_dim, layer_cache, kv, attn_impl)
-    if fused:
-        rope = rope if rope is not None else rope_tables(cfg, pos)
-        q, k, v, prepared = qkv_fused(lp, cfg, h, rope, length, kv, prepare=fused == "prepared")
-    else:
-        (q, k, v), prepared = qkv(lp, cfg, h, pos, rope), None
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl, prepared=prepared)
+    q, k, v = qkv(lp, cfg, h, pos, rope)
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl)
     x = x + o.reshape(B, n, -1) @ lp.wo
     x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
     return x, k, v

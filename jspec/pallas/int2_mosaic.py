@@ -918,7 +918,7 @@ def _tma_ready(x, T_axis: int, multiple: int):
                                              "late_values"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
                           block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
-                          release=False, lop3=False, edge_mask=False, late_values=None, prepared=None):
+                          release=False, lop3=False, edge_mask=False, late_values=None):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -941,8 +941,6 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     late_values: the lean bodies unpack a sub-block's values after its scores (None: on with "auto", for decode's
     lean8; 1.02-1.03x kernel time at all five points measured, H200 session 16, though ptxas still gives 144
     registers, not <= 128: benchmarks/NOTES.md).
-    prepared: the lean8 body's (digits, colv) as int2_mosaic_lean.prepare_imma makes them from q and lo, hi,
-    made elsewhere (pallas/qkv_rows.py, in the kernel that makes q): the body must be lean8.
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -960,10 +958,6 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         return (out, lse) if merge is True else (out[:, :, None], lse[:, :, None])  # "raw": as False
 
     N = -(-M // 8) * 8
-    if prepared is not None and not (body in ("auto", "lean8") and N <= WARP_MAX_ROWS and not ablate):
-        raise ValueError(f"prepared queries are the lean8 body's: body {body!r}, {M} rows")
-    if prepared is not None and (prepared[0].shape != (B, H, N, 2 * D) or prepared[1].shape != (B, H, 4, N)):
-        raise ValueError(f"prepared {[x.shape for x in prepared]} do not match q {q.shape}")
     per_warp = ("warp", "lean", "lean8")
     if body not in ("auto", "wgmma", *per_warp) or (body in per_warp and ablate):
         raise ValueError(f"body {body!r} (ablate {ablate}): 'auto', 'wgmma', or {per_warp} without ablations")
@@ -1007,10 +1001,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     tile = (N, D) if warp else (D, N)  # the output partials: per-warp bodies in head dimension order
     out_type = (jax.ShapeDtypeStruct((B * H, ns, *tile), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
-        if prepared is not None and body == "lean8":
-            qp, colv = prepared
-            sched = _with_inside(schedule(lo, hi, T, ns, BT), lo, hi)
-        elif body == "lean8":
+        if body == "lean8":
             from jspec.pallas import int2_mosaic_lean as lm
 
             qp, colv, sched = lm.prepare_imma(q, lo, hi, T, ns, BT)

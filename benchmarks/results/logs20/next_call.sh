@@ -1,3 +1,4 @@
+# Session 21 took qkv_rows out of the library: apply results/logs21/qkv_rows.patch to run this.
 # Prepared in session 20 for session 21 (not run): pallas/qkv_rows.py alone and in the 8B step. Call 4 measured its
 # "prepared" form at 11.6 us per layer (4 warps, 8 programs at B 1), slower than the ~9 us of XLA kernels it
 # replaces. Which part costs what: rows_probe.py times the kernel without the quantised queries ("rows"), with

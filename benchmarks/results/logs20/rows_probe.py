@@ -1,4 +1,6 @@
-"""Issue 16, prepared in session 20 for session 21: pallas/qkv_rows.py alone against the XLA kernels it replaces,
+"""(Session 21 took qkv_rows out of the library: `git apply benchmarks/results/logs21/qkv_rows.patch` to run this.)
+
+Issue 16, prepared in session 20 for session 21: pallas/qkv_rows.py alone against the XLA kernels it replaces,
 8B shapes (Hkv 8, g 4, D 128), kernel time from a trace. Each variant runs 32 layers in one jitted call (32
 different R_K, as in a step, so that they do not all sit in L2), and the time per layer is the sum of its kernels
 (the QKV projection's GEMM left out) over 32.
