@@ -109,7 +109,8 @@ def test_fused_window_under_a_mesh_matches_xla_parts():
             q, k, v, layer, length, kv))
         print("ok")
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))  # jspec from this checkout, installed or not
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
                        cwd=Path(__file__).parent)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
