@@ -106,7 +106,7 @@ def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str, n: int = 1
     """Median seconds per step (make_step) at context ctx; the commits advance it by 10 * steps * n.
 
     mesh: a jspec.sharding mesh; params (already placed) and the cache are sharded as the engine does."""
-    cache = kvcache.init_cache(cfg, kv, B, capacity(ctx, n, steps), jnp.bfloat16)
+    cache = kvcache.init_cache(cfg, kv, B, capacity(ctx, n, steps), jnp.bfloat16, stacked=model.is_stacked(params))
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
     tok = jnp.zeros((B,), jnp.int32)
     if mesh is not None:

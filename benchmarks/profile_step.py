@@ -52,7 +52,7 @@ def gpu_kernels(trace_dir: str) -> list[tuple[str, float, float, dict]]:
 def profile_case(modes: dict, mode: str, B: int, ctx: int, out_dir: str, steps: int = 5) -> dict:
     cfg = LLAMA3_8B
     kv, impl, p = modes[mode]
-    cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16)
+    cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16, stacked=model.is_stacked(p))
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
     step = make_step(cfg, impl)
     tok = jnp.zeros((B,), jnp.int32)

@@ -43,13 +43,14 @@ CASES = ("shipped", "8b", "8b+draft")
 
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
-          one_program: bool = False, engine_path: bool = False) -> dict:
+          one_program: bool = False, engine_path: bool = False, scan: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
     one_program: decode.generate_program, the prefill and rounds as one program (before session 11), against
     the two parts compiled side by side that Engine.compile builds on one device. engine_path: compiled by
-    Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s)."""
+    Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s).
+    scan: the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan)."""
     t0 = time.perf_counter()
     import jax
 
@@ -61,7 +62,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
                transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))
     engine.use_compile_cache(cache_dir)
     t = time.perf_counter()
-    eng, ids, gen = _build(case, small, abstract)
+    eng, ids, gen = _build(case, small, abstract, scan)
     jax.block_until_ready((eng.params, eng.draft_params))
     out["load_s"] = time.perf_counter() - t
     args = eng.prepare(ids, [SamplingConfig()] * len(ids), [gen.max_new_tokens] * len(ids), gen)
@@ -123,8 +124,9 @@ def host_events(trace_dir: str, top: int = 25) -> list:
     return [[name, n, round(s, 3)] for name, (n, s) in rows]
 
 
-def _build(case: str, small: bool, abstract: bool = False):
-    """(engine, prompt ids, GenerateConfig) of a case; abstract: the 8B weights as shapes only."""
+def _build(case: str, small: bool, abstract: bool = False, scan: bool = False):
+    """(engine, prompt ids, GenerateConfig) of a case; abstract: the 8B weights as shapes only; scan: their
+    layers stacked (model.stack_layers)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -141,7 +143,8 @@ def _build(case: str, small: bool, abstract: bool = False):
 
     def weights(cfg, seed, rotate=False):  # random bf16 weights; R_K set and R_V folded in (Hadamard)
         p = model.init_params(cfg, jax.random.key(seed), dtype=jnp.bfloat16)
-        return engine._apply_rotations(p, cfg, *rotation.hadamard_rotations(cfg)) if rotate else p
+        p = engine._apply_rotations(p, cfg, *rotation.hadamard_rotations(cfg)) if rotate else p
+        return model.stack_layers(p) if scan else p
 
     make = (lambda *a: jax.eval_shape(lambda: weights(*a))) if abstract else weights
     params = make(target, 0, True)
@@ -169,7 +172,7 @@ def _shapes(small: bool):
 def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
-    cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine
+    cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -273,17 +276,20 @@ def main():
                     "program (decode.generate_program, as before session 11), not as Engine.compile's two parts")
     ap.add_argument("--engine", action="store_true", help="the cases compiled by Engine.compile (jspec's program "
                     "store, then JAX's cache: what the CLI's stats report as compile_s), not trace, lower and compile")
+    ap.add_argument("--scan-layers", action="store_true", help="the 8B cases' layers stacked, each forward one "
+                    "lax.scan (model.stack_layers; set XLA_FLAGS for in-place weight reads: see its docstring)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
-                              args.engine)),
+                              args.engine, args.scan_layers)),
               flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
-    result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],
+    result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
+                  xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],
                   readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see

@@ -44,6 +44,8 @@ def main():
     ap.add_argument("--jspec-root", default=None, help="fail unless jspec is imported from under this folder")
     ap.add_argument("--gemm-products", action="store_true", help="issue 16 tree only: the small products (R_K, "
                     "the BF16 window's) as GEMMs again (SMALL_ROTATE = SMALL_CHUNK = 0), to time that choice alone")
+    ap.add_argument("--scan-layers", action="store_true", help="the layers stacked, each forward one lax.scan "
+                    "(model.stack_layers; its in-place weight reads need XLA_FLAGS: see its docstring)")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
@@ -77,8 +79,12 @@ def main():
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     modes = kv_modes(params, cfg)
     wbytes, bw = weight_bytes(params), copy_bandwidth()
+    if args.scan_layers:  # each mode's weights stacked (the unstacked ones are freed with params and modes)
+        del params
+        modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
                xla_window=args.xla_window, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
+               scan_layers=args.scan_layers, xla_flags=os.environ.get("XLA_FLAGS", ""),
                device=str(jax.devices()[0]),
                jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

@@ -25,7 +25,7 @@ from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, ConfigError, GenerateC
                           SamplingConfig)
 from jspec.decode import ProgramArgs
 from jspec.head import HeadConfig, HeadParams
-from jspec.model import Params
+from jspec.model import Params, compile_options, is_stacked, stack_layers
 from jspec.sampling import Sampler
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -65,6 +65,11 @@ class Engine:
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
+
+    @property
+    def _options(self) -> dict | None:
+        """XLA's compiler options for this engine's programs (model.compile_options: stacked layers)."""
+        return compile_options(self.params, self.draft_params)
 
     @property
     def draft_mode(self) -> str:
@@ -248,10 +253,11 @@ class Engine:
     def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
         B = len(ids)
-        cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K)
+        cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params))
         draft_cache = None
         if K and self.draft_params is not None:
-            draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt)
+            draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt,
+                                             stacked=is_stacked(self.draft_params))
         if K and self.head_params is not None:
             draft_cache = kvcache.init_cache(self.head_cfg.layer, KVConfig("bf16"), B, capacity, dt)
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
@@ -275,10 +281,10 @@ class Engine:
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
             if self.mesh is None:
                 start, rounds = programs.compiled_together([("start", args), ("rounds", args)],
-                                                           lambda: lower_parts(args))
+                                                           lambda: lower_parts(args), self._options)
                 compiled = _back_to_back(start, rounds)
             else:
-                compiled = programs.compiled(decode.generate_program, *args)
+                compiled = programs.compiled(decode.generate_program, *args, options=self._options)
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
 
@@ -466,7 +472,7 @@ _apply_rotations = jax.jit(rotation.apply_rotations, static_argnums=1, donate_ar
 
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
-         attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto") -> Engine:
+         attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False) -> Engine:
     """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories.
 
     draft: a draft model's directory, or an EAGLE-3 head's (its config.json's architectures name
@@ -476,6 +482,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.sharding).
+    scan_layers: the target's and draft's layers stacked (model.stack_layers), each forward one lax.scan: smaller
+    programs that compile and load faster (not yet measured on a GPU end to end; see model.stack_layers for the
+    XLA flags its in-place weight reads need). Not under a mesh.
     """
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
@@ -503,6 +512,10 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
     impl = _default_impl() if attn_impl == "auto" else attn_impl
     mesh = sharding.resolve_mesh(mesh, cfg)
+    if scan_layers and mesh is not None:
+        raise ConfigError("scan_layers does not run under a mesh (sharding has no specs for stacked layers yet)")
+    if scan_layers:
+        params, draft_params = stack_layers(params), draft_params and stack_layers(draft_params)
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
         head_params = sharding.replicate(head_params, mesh)

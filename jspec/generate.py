@@ -61,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--mesh", default="auto",
                    help="devices as 'tp=N,dp=M' (tensor-parallel target x data-parallel batch); "
                         "auto: every local device data-parallel; none: one device")
+    m.add_argument("--scan-layers", action="store_true",
+                   help="experimental: the layers stacked, each forward one loop over them (smaller programs that "
+                        "compile and load faster; one device; speed on a GPU not yet measured end to end)")
     c = p.add_argument_group("KV cache (OSCAR)")
     c.add_argument("--kv", choices=("auto", "bf16", "int2"), default="auto",
                    help="auto: int2 when the model directory holds rotations.safetensors, else bf16")
@@ -196,7 +199,7 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
     if a.input is not None:
         batch.preflight(a.input, a.output, a.restart)
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
-                      attn_impl=a.attn, mesh=a.mesh)
+                      attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
     if a.kv == "auto" and not eng.kv.int2:
         print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
     if a.input is not None:

@@ -98,7 +98,9 @@ class LayerKV:
 
 @struct.dataclass
 class KVCache:
-    layers: tuple[LayerKV, ...]  # one per layer: no slicing of a stacked array on the hot path
+    # One per layer (no slicing of a stacked array on the hot path), or one LayerKV of [L, ...] stacks for a
+    # model whose layers are stacked (model.stack_layers: its forward scans the layers).
+    layers: tuple[LayerKV, ...] | LayerKV
     length: jax.Array  # [B] int32, committed tokens per row; slots past it are dead
     kv: KVConfig = struct.field(pytree_node=False)
     capacity: int = struct.field(pytree_node=False)
@@ -106,10 +108,19 @@ class KVCache:
     def nbytes(self) -> int:
         return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(self.layers))
 
+    @property
+    def stacked(self) -> bool:
+        return isinstance(self.layers, LayerKV)
+
+    def layer(self, i: int) -> LayerKV:
+        """Layer i's buffers (a slice of the stacks where the cache is stacked)."""
+        return jax.tree.map(lambda x: x[i], self.layers) if self.stacked else self.layers[i]
+
 
 def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=jnp.bfloat16,
-               lookahead: int = 0) -> KVCache:
-    """An empty cache for `batch` rows of at most `capacity` tokens (prompt + new + lookahead + 1)."""
+               lookahead: int = 0, stacked: bool = False) -> KVCache:
+    """An empty cache for `batch` rows of at most `capacity` tokens (prompt + new + lookahead + 1).
+    stacked: one LayerKV of [L, ...] stacks, for a model whose layers are stacked (model.stack_layers)."""
     kv.validate(cfg.head_dim, lookahead)
     if capacity > cfg.max_position:
         raise ConfigError(
@@ -133,6 +144,9 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
     dt = jnp.dtype(dtype)
     parts = (((B, H, S + W, D), dt), ((B, H, S + W, D), dt), ((B, H, 2, T, D // 4), jnp.dtype(jnp.uint8)),
              ((B, H, 4, T, D // G), jnp.dtype(kv.scale_dtype)))
+    if stacked:
+        bufs = _zeros(tuple(((cfg.num_layers, *shape), dt) for shape, dt in parts) + (((B,), jnp.dtype(jnp.int32)),))
+        return KVCache(LayerKV(*bufs[:4], S), bufs[-1], kv, capacity)
     bufs = _zeros(parts * cfg.num_layers + (((B,), jnp.dtype(jnp.int32)),))
     layers = tuple(LayerKV(*bufs[i: i + 4], S) for i in range(0, 4 * cfg.num_layers, 4))
     return KVCache(layers, bufs[-1], kv, capacity)
@@ -166,7 +180,7 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     Rows past n_commit (rejected speculative candidates, prompt padding) never touch the cache: their
     scatter index points out of bounds and mode="drop" discards them.
     """
-    kv, first = cache.kv, cache.layers[0]
+    kv, first = cache.kv, cache.layer(0)  # for its shapes (a stacked cache's slice is dead code)
     S, W, T = first.pinned_slots, first.ring_slots, first.history_slots
     n = new_k[0].shape[1]
     pos = cache.length[:, None] + jnp.arange(n)  # [B, n]
@@ -175,7 +189,14 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    if _fused_commit(kv, first):  # every layer's in one kernel
+    if cache.stacked:  # new_k, new_v [L, B, n, Hkv, D] (or per layer, stacked here)
+        stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)
+        if _fused_commit(kv, first):
+            layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
+        else:
+            layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(
+                cache.layers, stack(new_k), stack(new_v))
+    elif _fused_commit(kv, first):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, jnp.stack(new_k), jnp.stack(new_v), slot, hist, kv=kv)
     else:
         layers = tuple(_scatter_commit(layer, k, v, slot, hist, kv=kv)
@@ -216,11 +237,15 @@ def _scatter_commit(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerK
     return dataclasses.replace(layer, **upd)
 
 
-def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig) -> tuple[LayerKV, ...]:
-    """The fused commit of k, v [L, B, n, Hkv, D] into L layers: one kernel (pallas/int2_commit.py)."""
+def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig) -> tuple[LayerKV, ...] | LayerKV:
+    """The fused commit of k, v [L, B, n, Hkv, D] into L layers (or one LayerKV of [L, ...] stacks): one kernel
+    (pallas/int2_commit.py)."""
+    stacked = isinstance(layers, LayerKV)
+    layers = (layers,) if stacked else layers
     bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clip_k,
                        clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
-    return tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
+    out = tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
+    return out[0] if stacked else out
 
 
 def quantize_kv(k, v, kv: KVConfig, scale_dtype):

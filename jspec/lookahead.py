@@ -44,6 +44,7 @@ import numpy as np
 
 from jspec import decode, kvcache, ngram, programs, sharding
 from jspec.config import KVConfig
+from jspec.model import compile_options, is_stacked
 from jspec.sampling import Sampler
 
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # K tried by auto (<= config.MAX_LOOKAHEAD): few programs to compile
@@ -195,12 +196,13 @@ class _Loop:
     m: decode.Models
     make: typing.Callable
     steps: int
+    options: dict | None = None  # XLA's compiler options (model.compile_options)
 
 
 def _loop(step, m: decode.Models, make, steps: int) -> _Loop:
     run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), make())
-    return _Loop(run.lower(m, shapes), m, make, steps)
+    return _Loop(run.lower(m, shapes), m, make, steps, compile_options(m.target, m.draft))
 
 
 def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
@@ -219,7 +221,7 @@ def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
 def _per_step(step, m: decode.Models, carry, steps: int) -> float:
     """Median seconds of one step(m, carry) -> carry, timed as jitted loops of `steps` steps (one loop alone)."""
     loop = _loop(step, m, lambda: carry, steps)
-    return _time(loop.lowered.compile(), loop)
+    return _time(loop.lowered.compile(compiler_options=loop.options), loop)
 
 
 def _forward_step(forward):
@@ -242,16 +244,16 @@ def _at(cache, context: int, tok, mesh, heads: bool = True):
 
 
 def _target_loop(m: decode.Models, kv: KVConfig, B, capacity, context, n: int, dtype, mesh, steps) -> _Loop:
-    make = lambda: _at(kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1), context,
-                       jnp.zeros((B, n), jnp.int32), mesh)
+    cache = lambda: kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1, is_stacked(m.target))
+    make = lambda: _at(cache(), context, jnp.zeros((B, n), jnp.int32), mesh)
     step = _forward_step(lambda m, tok, cache: m.target_forward(tok, cache))
     return _loop(step, m.replace(draft=None), make, steps)
 
 
 def _draft_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
     """One draft-model token: a forward of two rows, as decode.draft_model's steps."""
-    make = lambda: _at(kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype), context,
-                       jnp.zeros((B, 2), jnp.int32), mesh, heads=False)
+    cache = lambda: kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype, 0, is_stacked(m.draft))
+    make = lambda: _at(cache(), context, jnp.zeros((B, 2), jnp.int32), mesh, heads=False)
     step = _forward_step(lambda m, tok, cache: m.draft_forward(tok, cache))
     return _loop(step, m.replace(target=None), make, steps)
 
@@ -307,10 +309,12 @@ def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int,
     shapes = dict(B=B, capacity=capacity, context=context, dtype=str(dtype),
                   mesh=None if mesh is None else dict(mesh.shape))
     points = sorted({n for n in VERIFY_POINTS if n <= k_max + 1} | {k_max + 1})
-    parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points),
+    stacked = lambda p: {"stacked": True} if is_stacked(p) else {}  # (no new key for the default: shipped files)
+    parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **stacked(m.target)),
                         lambda: [_target_loop(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])}
     if m.draft is not None:
-        parts["draft"] = dict(model=m.draft_cfg), lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)]
+        parts["draft"] = (dict(model=m.draft_cfg, **stacked(m.draft)),
+                          lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)])
     if m.head is not None:
         parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg),
                          lambda: [_head_loop(m, B, capacity, context, dtype, mesh, steps)])
@@ -356,7 +360,8 @@ def _cached(memo: dict, parts: dict) -> dict:
             missing.append((name, key, path, record, loops()))
             continue
         out[name] = memo[key]
-    runs = programs.compile_all([loop.lowered for *_, loops in missing for loop in loops]) if missing else []
+    timed = [loop for *_, loops in missing for loop in loops]
+    runs = programs.compile_all([x.lowered for x in timed], [x.options for x in timed]) if timed else []
     for name, key, path, record, loops in missing:
         memo[key] = out[name] = [_time(runs.pop(0), loop) for loop in loops]
         _save(path, dict(record, value=memo[key]))

@@ -142,6 +142,33 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
     return logits, kv
 
 
+def stack_layers(params: Params) -> Params:
+    """params with its layers as one Layer whose arrays have a leading layer axis [L, ...]. forward then runs
+    them as one lax.scan over that axis, so a compiled program holds one layer's ops instead of L copies: a
+    second process's load grows with the unrolled layers (issue 14; benchmarks/NOTES.md, session 21). Its caches
+    must be stacked too (kvcache.init_cache(stacked=True)), and its programs compiled with compile_options (the
+    engine does). Both forms live on the device until the tuple is dropped."""
+    if is_stacked(params):
+        return params
+    return params.replace(layers=jax.tree.map(lambda *xs: jnp.stack(xs), *params.layers))
+
+
+def is_stacked(params: Params | None) -> bool:
+    return params is not None and isinstance(params.layers, Layer)
+
+
+# XLA's options for a program whose layers are stacked, on a GPU: cuBLAS GEMMs (not XLA's Triton ones) that the
+# dynamic-slice fusion hands an address inside the stacked weights. Without them XLA copies each layer's weights
+# out of the stack first: 8.42 against 2.80 ms for 32 layers of the 8B MLP at one token; with them 2.92 ms
+# (H200, benchmarks/results/logs21/scan_probe.py, session 21). XLA on the CPU ignores them.
+SCAN_OPTIONS = {"xla_gpu_enable_dynamic_slice_fusion": True, "xla_gpu_enable_triton_gemm": False}
+
+
+def compile_options(*params: Params | None) -> dict | None:
+    """The compiler options of a program over these models' weights: SCAN_OPTIONS if any is stacked."""
+    return dict(SCAN_OPTIONS) if any(is_stacked(p) for p in params) else None
+
+
 def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None, taps: tuple[int, ...], *,
                  attn_impl: str = "reference"):
     """forward, and the residual stream entering each layer j of taps (j = L: after the last layer, before
@@ -154,15 +181,27 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     # One pair of tables for all layers, kept apart by the barrier: each layer's RoPE is then a few
     # multiplies that fuse into what reads them (R_K), not sines and cosines of its own.
     rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
-    new_k, new_v, tapped = [], [], {}
-    for i, lp in enumerate(params.layers):
-        tapped[i] = x
-        with jax.named_scope(f"layer{i}"):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
-            new_k.append(k)
-            new_v.append(v)
-    tapped[len(params.layers)] = x
+    if cache is not None and cache.stacked != is_stacked(params):
+        raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
+    if is_stacked(params):
+        def layer(x, xs):
+            lp, layer_cache = xs
+            y, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
+            return y, (k, v, x if taps else None)
+
+        # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
+        x, (new_k, new_v, entering) = jax.lax.scan(layer, x, (params.layers, getattr(cache, "layers", None)))
+        tapped = {j: entering[j] for j in taps if j < cfg.num_layers}
+    else:
+        new_k, new_v, tapped = [], [], {}
+        for i, lp in enumerate(params.layers):
+            tapped[i] = x
+            with jax.named_scope(f"layer{i}"):
+                layer_cache = cache.layers[i] if cache is not None else None
+                x, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
+                new_k.append(k)
+                new_v.append(v)
+    tapped[cfg.num_layers] = x
     x = rms_norm(x, params.norm, cfg.rms_eps)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = einsum_f32("bne,ev->bnv", x, head)

@@ -58,36 +58,38 @@ def key(args) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
-def compiled(jitted, *args):
+def compiled(jitted, *args, options: dict | None = None):
     """jitted compiled for args: read from the store when it holds the program (no trace, no lower),
-    else lowered, compiled and kept there. Without a store (JAX's cache off, or not a GPU), compiled as usual."""
-    [program] = compiled_together([args], lambda: [jitted.lower(*args)])
+    else lowered, compiled and kept there. Without a store (JAX's cache off, or not a GPU), compiled as usual.
+    options: XLA's compiler options (model.compile_options)."""
+    [program] = compiled_together([args], lambda: [jitted.lower(*args)], options)
     return program
 
 
-def compiled_together(keys: list, lower):
+def compiled_together(keys: list, lower, options: dict | None = None):
     """The programs keyed by the arguments in `keys` (key): each read from the store when it holds it (side
     by side, as compile_all: loading a program onto the GPU also takes seconds for an 8B one); when any is
     missing, lower() gives all of them lowered (in the order of keys) and the missing ones are compiled side
-    by side (compile_all) and kept."""
+    by side (compile_all) with the compiler options and kept."""
     where = directory()
-    paths = [None if where is None else where / f"{key(k)}{SUFFIX}" for k in keys]
+    paths = [None if where is None else where / f"{key((k, options))}{SUFFIX}" for k in keys]
     found = _side_by_side(_read, paths)
     if all(p is not None for p in found):
         return found
     lowered = lower()
     missing = [i for i, p in enumerate(found) if p is None]
-    for i, program in zip(missing, compile_all([lowered[i] for i in missing])):
+    for i, program in zip(missing, compile_all([lowered[i] for i in missing], [options] * len(missing))):
         found[i] = program
         if paths[i] is not None:
             _keep(paths[i], program)
     return found
 
 
-def compile_all(lowered: list) -> list:
-    """The lowered programs compiled, side by side in threads when there are several: XLA compiles without
-    the GIL, and its passes over one program run on one thread."""
-    return _side_by_side(lambda x: x.compile(), lowered)
+def compile_all(lowered: list, options: list | None = None) -> list:
+    """The lowered programs compiled (each with its compiler options, if any), side by side in threads when there
+    are several: XLA compiles without the GIL, and its passes over one program run on one thread."""
+    compile = lambda x, opts: x.compile() if opts is None else x.compile(compiler_options=opts)
+    return _side_by_side(lambda x: compile(*x), list(zip(lowered, options or [None] * len(lowered))))
 
 
 def _side_by_side(fn, items: list) -> list:

@@ -98,10 +98,24 @@ def test_all_layers_commit_equals_commit_layer_per_layer(dtype):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(getattr(want, name)))
 
 
-def test_fused_commit_lowers_for_cuda():
+def test_fused_commit_of_stacked_buffers():
+    """commit_int2 over one set of [L, ...] stacks (kvcache.init_cache(stacked=True)): the per-layer result."""
+    cases, bufs, k, v = _layers_case(3)
+    slot, hist, kv = cases[0][3:]
+    run = lambda b: int2_commit.commit_int2(b, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+                                            planes=kvcache.INT2_PLANES, interpret=True)
+    [got], want = run((tuple(jnp.stack(x) for x in zip(*bufs)),)), run(bufs)
+    for i, w in enumerate(want):
+        for x, y in zip(got, w):
+            np.testing.assert_array_equal(np.asarray(x[i]), np.asarray(y))
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_fused_commit_lowers_for_cuda(stacked):
     """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
     cases, bufs, k, v = _layers_case(2)
     slot, hist, kv = cases[0][3:]
+    bufs = (tuple(jnp.stack(x) for x in zip(*bufs)),) if stacked else bufs
     fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
     assert "triton" in jax.jit(fn).trace(bufs, k, v, slot, hist).lower(lowering_platforms=("cuda",)).as_text()
 

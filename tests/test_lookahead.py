@@ -83,7 +83,8 @@ PROMPT = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
 
 def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeypatch):
     batches, compile_all = [], programs.compile_all
-    monkeypatch.setattr(programs, "compile_all", lambda lowered: batches.append(len(lowered)) or compile_all(lowered))
+    monkeypatch.setattr(programs, "compile_all",
+                        lambda lowered, *a: batches.append(len(lowered)) or compile_all(lowered, *a))
     [r] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
     # verify at 1, 5 and 17 tokens and the n-gram lookup compiled side by side, then the generate program's
     # two parts (prefill, rounds)
@@ -112,7 +113,8 @@ def test_shipped_costs_are_read_where_the_disk_cache_has_none(hf_model_dir, cach
     (cache_root / "lookahead").rename(shipped)  # the measured files become the shipped ones; the disk cache is empty
     monkeypatch.setattr(lookahead, "SHIPPED", shipped)
     batches, compile_all = [], programs.compile_all
-    monkeypatch.setattr(programs, "compile_all", lambda lowered: batches.append(len(lowered)) or compile_all(lowered))
+    monkeypatch.setattr(programs, "compile_all",
+                        lambda lowered, *a: batches.append(len(lowered)) or compile_all(lowered, *a))
     [again] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
     assert batches == [2]  # the generate program's two parts: no cost loop
     assert again.stats["lookahead_auto"]["costs_ms"] == first.stats["lookahead_auto"]["costs_ms"]

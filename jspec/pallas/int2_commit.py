@@ -53,13 +53,14 @@ def _code_row(x4, xf, clip_ratio: float, sdt):
 
 
 def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: float, clip_v: float, planes,
-            rows: int):
+            rows: int, stacked: bool):
     # k4/v4 [4, D/4] and kf/vf [D]: this program's key or value row (the same values, two views); slot_ref,
     # hist_ref [B, n] int32; refs: every layer's buffers wk/wv [B, H, S + W, D], c [B, H, 2, T, D/4] uint8,
     # q [B, H, 4, T, 1], first as inputs (aliased, unread), then as outputs. Grid (2 L, B n, H), three axes as
     # Triton's own (none collapsed): axis 0 is layer l's key (2 l) or value (2 l + 1), two programs per row
     # (half the latency of one doing both), axis 1 the batch row and token (b n + i). A ref cannot be picked by
     # a traced index, so each layer stores under a branch of its own; the row is coded once, before them.
+    # stacked: one set of buffers [L, ...] (kvcache.init_cache(stacked=True)), layer l at index l: no branches.
     L = len(refs) // 8
     out = refs[4 * L:]
     lk, bi, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -71,16 +72,17 @@ def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: f
         packed, scale, zero = _code_row(x4[...].astype(jnp.float32), row.astype(jnp.float32), clip, out[3].dtype)
         for j in range(L):
             win_ref, c_ref, q_ref = out[4 * j + kind], out[4 * j + 2], out[4 * j + 3]
+            at, here = ((l,), True) if stacked else ((), l == j)  # the layer's index in the ref, its branch
 
-            @pl.when((l == j) & (slot < win_ref.shape[2]))
+            @pl.when(here & (slot < win_ref.shape[-2]))
             def _():
-                win_ref[b, h, pl.ds(slot, 1), :] = row[None].astype(win_ref.dtype)
+                win_ref[(*at, b, h, pl.ds(slot, 1), slice(None))] = row[None].astype(win_ref.dtype)
 
-            @pl.when((l == j) & (hist < c_ref.shape[3]))
+            @pl.when(here & (hist < c_ref.shape[-2]))
             def _():
-                c_ref[b, h, cp, pl.ds(hist, 1), :] = packed[None]
-                q_ref[b, h, sp, pl.ds(hist, 1), :] = scale.astype(q_ref.dtype)
-                q_ref[b, h, zp, pl.ds(hist, 1), :] = zero.astype(q_ref.dtype)
+                c_ref[(*at, b, h, cp, pl.ds(hist, 1), slice(None))] = packed[None]
+                q_ref[(*at, b, h, sp, pl.ds(hist, 1), slice(None))] = scale.astype(q_ref.dtype)
+                q_ref[(*at, b, h, zp, pl.ds(hist, 1), slice(None))] = zero.astype(q_ref.dtype)
 
     parts = ((k4_ref, kf_ref, clip_k, 0, *planes[0]), (v4_ref, vf_ref, clip_v, 1, *planes[1]))
     for kind, part in enumerate(parts):
@@ -93,7 +95,7 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
     """Every layer's commit in one kernel: k, v [L, B, n, H, D] (layer l's rows at l) to window slots slot
     [B, n] of each layer's win_k, win_v [B, H, S + W, D] and, coded, to history slots hist [B, n] of its
     codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range are dropped. layers: L tuples
-    (win_k, win_v, codes, qparams). planes: the (codes, scale, zero) planes of the keys, then of the values
+    (win_k, win_v, codes, qparams), or one tuple of their [L, ...] stacks. planes: the (codes, scale, zero) planes of the keys, then of the values
     (the cache's layout: kvcache.INT2_PLANES). Returns the L tuples, updated in place where XLA can alias
     them. warps: Triton warps per program.
 
@@ -102,7 +104,8 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
     0.017 ms for this one (H200, session 18: benchmarks/results/logs18/call2.txt)."""
     L, B, n, H, D = k.shape
     bufs = tuple(x for layer in layers for x in layer)
-    if len(bufs) != 4 * L:
+    stacked = bufs[0].ndim == 5
+    if len(bufs) != (4 if stacked else 4 * L) or (stacked and bufs[0].shape[0] != L):
         raise ValueError(f"{len(layers)} layers of buffers for rows of {L} layers")
     if layers[0][3].shape[-1] != 1 or layers[0][2].shape[-1] != D // 4:
         raise ValueError(f"the fused commit codes one group per row: qparams {layers[0][3].shape}, "
@@ -112,7 +115,7 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
     spec = pl.BlockSpec((None, None, None, D), lambda lk, bi, h: (lk // 2, bi, h, 0))
     whole = pl.BlockSpec(memory_space=pl.ANY)
     out = pl.pallas_call(
-        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes, rows=n),
+        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes, rows=n, stacked=stacked),
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bufs],
         grid=(2 * L, B * n, H),
         in_specs=[spec4, spec, spec4, spec, whole, whole] + [whole] * len(bufs),
@@ -121,4 +124,4 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
         interpret=interpret,
         compiler_params=None if interpret else pltriton.CompilerParams(num_warps=warps, num_stages=1),
     )(row4(k), k.reshape(L, B * n, H, D), row4(v), v.reshape(L, B * n, H, D), slot, hist, *bufs)
-    return tuple(tuple(out[4 * j: 4 * j + 4]) for j in range(L))
+    return tuple(tuple(out[4 * j: 4 * j + 4]) for j in range(len(layers)))

@@ -1,0 +1,141 @@
+"""Stacked layers (model.stack_layers + kvcache.init_cache(stacked=True)): the forward scans the layers and
+the commit writes [L, ...] stacks. In float32 every step gives the logits and cache of the per-layer tuples
+(the unrolled forward jspec compiles by default), for both KV modes, both commits (jnp and the fused Pallas
+kernel in interpret mode) and an EAGLE-3 head's taps; the engine's greedy tokens are the same with a draft."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jspec import kvcache, model
+from jspec.config import KVConfig, ModelConfig
+
+CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
+                  num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
+KVS = {"bf16": KVConfig("bf16"), "int2": KVConfig("int2", sink=2, recent=4)}
+_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+@functools.partial(jax.jit, static_argnums=1, compiler_options=_COMPILE)
+def _step(params, cfg, tokens, cache, n_commit):
+    logits, (k, v), feats = model.forward_taps(params, cfg, tokens, cache, (0, 2, 3))
+    return logits, feats, kvcache.commit(cache, k, v, n_commit)
+
+
+def _run(params, kv, stacked):
+    """A 12-token prefill (rows commit 12 and 9), then three decode steps: logits, taps and the cache."""
+    rng = np.random.default_rng(0)
+    cache = kvcache.init_cache(CFG, kv, 2, 32, jnp.float32, stacked=stacked)
+    out = []
+    tokens = jnp.asarray(rng.integers(0, CFG.vocab_size, (2, 12)), jnp.int32)
+    n = jnp.asarray([12, 9], jnp.int32)
+    for _ in range(4):
+        logits, feats, cache = _step(params, CFG, tokens, cache, n)
+        out += [logits, feats]
+        tokens, n = jnp.argmax(logits[:, -1:], -1).astype(jnp.int32), jnp.ones(2, jnp.int32)
+    return out, cache
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int2"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_stacked_layers_match_the_tuple_of_layers(mode, fused, monkeypatch):
+    if fused and mode == "bf16":
+        pytest.skip("the fused commit is INT2's")
+    monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)  # read while tracing: each case its own trace
+    jax.clear_caches()
+    params = model.init_params(CFG, jax.random.key(0), std=0.3)
+    want, cache = _run(params, KVS[mode], False)
+    got, stacked = _run(model.stack_layers(params), KVS[mode], True)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    assert stacked.stacked and not cache.stacked
+    for i in range(CFG.num_layers):
+        for a, b in zip(jax.tree.leaves(stacked.layer(i)), jax.tree.leaves(cache.layers[i])):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_stacked_model_refuses_a_tuple_cache():
+    params = model.stack_layers(model.init_params(CFG, jax.random.key(0)))
+    cache = kvcache.init_cache(CFG, KVS["bf16"], 1, 16, jnp.float32)
+    with pytest.raises(ValueError, match="stacked"):
+        model.forward(params, CFG, jnp.zeros((1, 2), jnp.int32), cache)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int2"])
+def test_engine_with_stacked_layers_gives_the_same_greedy_tokens(mode):
+    """Through the Engine at K = 3, two prompts of different lengths: stacked target and draft against the
+    tuples. The draft is the target itself (every draft accepted: commits of K + 1 rows) and a random one."""
+    from jspec.config import GenerateConfig, SamplingConfig
+    from jspec.engine import Engine
+
+    target = model.init_params(CFG, jax.random.key(0), std=0.3)
+    dcfg = dataclasses.replace(CFG, num_layers=2)
+    prompts = [list(range(3, 14)), list(range(20, 27))]
+    for cfg, draft in ((CFG, target), (dcfg, model.init_params(dcfg, jax.random.key(7), std=0.3))):
+        out = []
+        for stack in (lambda p: p, model.stack_layers):
+            eng = Engine(cfg=CFG, params=stack(target), tokenizer=None, kv=KVS[mode], dtype="float32", draft_cfg=cfg,
+                         draft_params=stack(draft))
+            rows = eng.generate_ids(prompts, [SamplingConfig()] * 2, [12, 9], GenerateConfig(12, lookahead=3))
+            out.append([(tokens, stats["accepted"]) for tokens, stats in rows])
+        assert out[1] == out[0] and len(out[0][0][0]) == 12
+
+
+def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
+    """jspec.load(scan_layers=True), a model draft at lookahead auto (its costs measured on stacked layers): the
+    tokens of the default load, and every program compiled with model.SCAN_OPTIONS."""
+    import jspec
+    from jspec import programs
+
+    monkeypatch.setenv("JSPEC_CACHE_DIR", str(tmp_path))
+    options, compile_all = [], programs.compile_all
+    monkeypatch.setattr(programs, "compile_all", lambda lowered, opts=None: options.extend(opts or [None] * len(
+        lowered)) or compile_all(lowered, opts))
+    path = hf_model_dir("llama")
+    load = lambda scan: jspec.load(path, draft=path, kv=jspec.KVConfig("bf16"), dtype="float32", scan_layers=scan)
+    gen = jspec.GenerateConfig(max_new_tokens=8)
+    [want] = load(False).generate([[5, 6, 7, 8, 9, 5, 6]], gen)
+    assert set(map(str, options)) == {"None"}
+    options.clear()
+    eng = load(True)
+    assert model.is_stacked(eng.params) and model.is_stacked(eng.draft_params)
+    [got] = eng.generate([[5, 6, 7, 8, 9, 5, 6]], gen)
+    assert got.token_ids == want.token_ids and got.stats["lookahead"] == want.stats["lookahead"]
+    assert options and all(o == model.SCAN_OPTIONS for o in options)
+    with pytest.raises(jspec.ConfigError, match="mesh"):
+        jspec.load(path, draft=None, kv=jspec.KVConfig("bf16"), dtype="float32", scan_layers=True, mesh="dp=1")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("n", [1, 5])
+def test_compiled_stacked_step_matches_the_tuple_of_layers(n):
+    """On a GPU, a decode (n = 1) and a verification (n = 5) step of a 2-layer rotated INT2 model through the
+    Pallas kernels (the Mosaic kernel where wgmma exists, window_merge, the fused commit), compiled with
+    SCAN_OPTIONS: the stacked layers' logits and cache against the tuple's, float32."""
+    cfg = dataclasses.replace(CFG, num_layers=2, hidden_size=512, head_dim=128, max_position=4096)
+    params = model.init_params(cfg, jax.random.key(3), jnp.float32, std=0.3)
+    kv = KVConfig("int2", sink=16, recent=64)
+    prompt = jax.random.randint(jax.random.key(4), (2, 1500), 0, cfg.vocab_size)
+
+    def run(p, stacked):
+        cache = kvcache.init_cache(cfg, kv, 2, 2048, jnp.float32, lookahead=4, stacked=stacked)
+        _, (k, v) = model.forward(p, cfg, prompt, cache, attn_impl="reference")
+        cache = kvcache.commit(cache, k, v, jnp.full((2,), 1500, jnp.int32))
+
+        def step(p, t, c):
+            logits, (k, v) = model.forward(p, cfg, t, c, attn_impl="pallas")
+            return logits, kvcache.commit(c, k, v, jnp.full((2,), n, jnp.int32))
+
+        tok = jnp.tile(jnp.asarray([[3], [7]]), (1, n))
+        return jax.jit(step).lower(p, tok, cache).compile(compiler_options=model.compile_options(p))(p, tok, cache)
+
+    (want, cache), (got, stacked) = run(params, False), run(model.stack_layers(params), True)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    for i in range(cfg.num_layers):
+        for a, b in zip(jax.tree.leaves(stacked.layer(i)), jax.tree.leaves(cache.layers[i])):
+            np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-4, atol=1e-4)
