@@ -483,8 +483,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.sharding).
     scan_layers: the target's and draft's layers stacked (model.stack_layers), each forward one lax.scan: smaller
-    programs that compile and load faster (not yet measured on a GPU end to end; see model.stack_layers for the
-    XLA flags its in-place weight reads need). Not under a mesh.
+    programs that compile and load faster (not yet measured on a GPU end to end; see model.stack_layers).
     """
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
@@ -512,8 +511,6 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
     impl = _default_impl() if attn_impl == "auto" else attn_impl
     mesh = sharding.resolve_mesh(mesh, cfg)
-    if scan_layers and mesh is not None:
-        raise ConfigError("scan_layers does not run under a mesh (sharding has no specs for stacked layers yet)")
     if scan_layers:
         params, draft_params = stack_layers(params), draft_params and stack_layers(draft_params)
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op

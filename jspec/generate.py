@@ -63,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
                         "auto: every local device data-parallel; none: one device")
     m.add_argument("--scan-layers", action="store_true",
                    help="experimental: the layers stacked, each forward one loop over them (smaller programs that "
-                        "compile and load faster; one device; speed on a GPU not yet measured end to end)")
+                        "compile and load faster; speed on a GPU not yet measured end to end)")
     c = p.add_argument_group("KV cache (OSCAR)")
     c.add_argument("--kv", choices=("auto", "bf16", "int2"), default="auto",
                    help="auto: int2 when the model directory holds rotations.safetensors, else bf16")

@@ -28,7 +28,7 @@ from jspec.attention_split import DP, TP
 from jspec.config import ConfigError, ModelConfig
 from jspec.decode import ProgramArgs
 from jspec.kvcache import KVCache
-from jspec.model import Layer, Params
+from jspec.model import Layer, Params, is_stacked
 
 # Layer fields split over tp (the rest are replicated): the projections into heads by KV head and
 # into the MLP by unit, the projections out of them by row. wqkv's KV-head axis carries each head's
@@ -92,9 +92,12 @@ def replicate(tree, mesh: Mesh):
 
 
 def param_specs(params: Params, mesh: Mesh) -> Params:
-    """The PartitionSpec of every target weight (a Params of specs; None where the weight is None)."""
-    spec = lambda lp, f: None if getattr(lp, f.name) is None else _LAYER_SPECS.get(f.name, P())
-    layers = tuple(Layer(**{f.name: spec(lp, f) for f in dataclasses.fields(Layer)}) for lp in params.layers)
+    """The PartitionSpec of every target weight (a Params of specs; None where the weight is None). Stacked
+    layers (model.stack_layers) keep their layer axis whole on every device."""
+    lead = (None,) if is_stacked(params) else ()
+    spec = lambda lp, f: None if getattr(lp, f.name) is None else P(*lead, *_LAYER_SPECS.get(f.name, P()))
+    one = lambda lp: Layer(**{f.name: spec(lp, f) for f in dataclasses.fields(Layer)})
+    layers = one(params.layers) if lead else tuple(one(lp) for lp in params.layers)
     head = params.lm_head
     vocab_split = head is not None and head.shape[1] % mesh.shape[TP] == 0
     head_spec = None if head is None else (P(None, TP) if vocab_split else P())
@@ -109,8 +112,9 @@ def shard_params(params: Params, cfg: ModelConfig, mesh: Mesh) -> Params:
 
 
 def shard_cache(cache: KVCache, mesh: Mesh, heads: bool = True) -> KVCache:
-    """Every [B, Hkv, X, ...] cache array by row over "dp" and (heads=True) by KV head over "tp"."""
-    spec = P(DP, TP) if heads else P(DP)
+    """Every [B, Hkv, X, ...] cache array by row over "dp" and (heads=True) by KV head over "tp" (stacked: [L,
+    B, Hkv, X, ...], the layer axis whole)."""
+    spec = P(*(None,) * cache.stacked, DP, *(TP,) * heads)
     layers = jax.tree.map(lambda x: _put(x, mesh, spec), cache.layers)
     return cache.replace(layers=layers, length=_put(cache.length, mesh, P(DP)))
 

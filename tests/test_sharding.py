@@ -47,6 +47,11 @@ def test_sharded_tokens_equal_unsharded(report, kv, draft, mesh):
     assert [len(t) for t in r["single"]] == r["max_new"]  # every row, none of the padding rows
 
 
+def test_stacked_layers_sharded_give_the_same_tokens(report):
+    r = report["tokens"]["int2/True/tp=2,dp=4/stacked"]
+    assert r["sharded"] == r["single"]
+
+
 def test_arrays_sharded_as_declared(report):
     bad = {name: why for name, why in report["placement"].items() if why != "ok"}
     assert not bad, bad
@@ -104,13 +109,15 @@ def _models():
     return cfg, params, rotated, draft_cfg, draft
 
 
-def _engine(kv_mode, with_draft, mesh):
+def _engine(kv_mode, with_draft, mesh, stacked=False):
     from jspec.config import KVConfig
     from jspec.engine import Engine
+    from jspec.model import stack_layers
 
     cfg, params, rotated, draft_cfg, draft = _models()
     kv = KVConfig(kv_mode, sink=4, recent=8)  # small windows: most of each row is read as INT2
     tgt = rotated if kv.int2 else params
+    tgt, draft = (stack_layers(tgt), stack_layers(draft)) if stacked else (tgt, draft)
     return Engine(cfg=cfg, params=tgt, tokenizer=None, kv=kv, draft_cfg=draft_cfg if with_draft else None,
                   draft_params=draft if with_draft else None, dtype="float32", attn_impl="reference", mesh=mesh)
 
@@ -274,7 +281,10 @@ def _main(part: str):
             sharded = [t for t, _ in eng.generate_ids(ids, rows, max_new, gen)]
             tokens[f"{kv}/{draft}/{spec}"] = dict(single=single, sharded=sharded, max_new=max_new)
     report = dict(tokens=tokens)
-    if part == "int2":
+    if part == "int2":  # also stacked layers (model.stack_layers) on the mesh
+        stacked = _engine("int2", True, sharding.make_mesh("tp=2,dp=4"), stacked=True)
+        got = [t for t, _ in stacked.generate_ids(ids, rows, max_new, gen)]
+        tokens["int2/True/tp=2,dp=4/stacked"] = dict(tokens["int2/True/tp=2,dp=4"], sharded=got)
         eng = engines["int2", True, "tp=2,dp=4"]  # its program is compiled already
         report.update(placement=_check_placement(eng, eng.mesh), errors=_errors(_models()[0]))
     else:

@@ -95,9 +95,9 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
     """Every layer's commit in one kernel: k, v [L, B, n, H, D] (layer l's rows at l) to window slots slot
     [B, n] of each layer's win_k, win_v [B, H, S + W, D] and, coded, to history slots hist [B, n] of its
     codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range are dropped. layers: L tuples
-    (win_k, win_v, codes, qparams), or one tuple of their [L, ...] stacks. planes: the (codes, scale, zero) planes of the keys, then of the values
-    (the cache's layout: kvcache.INT2_PLANES). Returns the L tuples, updated in place where XLA can alias
-    them. warps: Triton warps per program.
+    (win_k, win_v, codes, qparams), or one tuple of their [L, ...] stacks. planes: the (codes, scale, zero)
+    planes of the keys, then of the values (the cache's layout: kvcache.INT2_PLANES). Returns the tuples
+    (L, or the one of stacks), updated in place where XLA can alias them. warps: Triton warps per program.
 
     One launch for all layers, not one per layer: at batch 1 a layer's commit is a few programs whose time is
     latency (the rank-counted clip), and 32 launches took 0.174 ms of the 8B step at batch 1 / 128K against
