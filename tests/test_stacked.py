@@ -108,6 +108,25 @@ def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
     assert options and all(o == model.SCAN_OPTIONS for o in options)
 
 
+def test_the_mosaic_kernel_in_a_scan_over_stacked_caches_lowers_for_cuda():
+    """What the CPU can check of the GPU path: the Mosaic kernel inside a lax.scan, reading each layer of a stacked
+    cache [L, B, H, ...] at the loop's index, lowers for CUDA (one kernel call site for all layers)."""
+    from jspec.pallas import int2_mosaic as im
+
+    if im.plgpu is None:
+        pytest.skip("needs jax's Mosaic GPU")
+
+    def layers(q, C, P, lo, hi):
+        one = lambda acc, cp: (acc + im.int2_attention_mosaic(q, *cp, lo, hi)[0], None)
+        return jax.lax.scan(one, jnp.zeros(q.shape, jnp.float32), (C, P))[0]
+
+    shapes = [((1, 2, 4, 128), jnp.bfloat16), ((3, 1, 2, 2, 512, 32), jnp.uint8), ((3, 1, 2, 4, 512, 1), jnp.bfloat16),
+              ((1, 4), jnp.int32), ((1, 4), jnp.int32)]
+    text = jax.jit(layers).trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
+        lowering_platforms=("cuda",)).as_text()
+    assert text.count("mosaic_gpu") >= 1 and "while" in text
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("n", [1, 5])
