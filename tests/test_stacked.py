@@ -156,3 +156,22 @@ def test_compiled_stacked_step_matches_the_tuple_of_layers(n):
     for i in range(cfg.num_layers):
         for a, b in zip(jax.tree.leaves(stacked.layer(i)), jax.tree.leaves(cache.layers[i])):
             np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_engine_with_an_eagle3_head_over_stacked_layers():
+    """An EAGLE-3 head drafting from a stacked target's taps (the scan's per-layer residuals): the tokens and
+    accepted drafts of the tuple target."""
+    from jspec import head
+    from jspec.config import GenerateConfig, SamplingConfig
+    from jspec.engine import Engine
+
+    target = model.init_params(CFG, jax.random.key(0), std=0.3)
+    hcfg = head.HeadConfig(head.layer_config(CFG, 2, 1, 48), CFG.vocab_size, (0, 1, 2))
+    hp = head.init_head(hcfg, jax.random.key(11), std=0.3)
+    out = []
+    for stack in (lambda p: p, model.stack_layers):
+        eng = Engine(cfg=CFG, params=stack(target), tokenizer=None, kv=KVS["int2"], dtype="float32", head_cfg=hcfg,
+                     head_params=hp)
+        rows = eng.generate_ids([list(range(3, 14))], [SamplingConfig()], [10], GenerateConfig(10, lookahead=2))
+        out.append([(tokens, stats["accepted"]) for tokens, stats in rows])
+    assert out[1] == out[0] and len(out[0][0][0]) == 10
