@@ -79,9 +79,10 @@ def weight_bytes(params) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(params))
 
 
-def make_step(cfg: ModelConfig, impl: str, n: int = 1, steps: int = 1):
+def make_step(cfg: ModelConfig, impl: str, n: int = 1, steps: int = 1, options: dict | None = None):
     """`steps` steps in one jitted call (a lax.fori_loop when > 1, as in the engine's decode loop), each
-    a forward over n tokens per row (decode: 1; verification: K + 1) and the commit of all n rows."""
+    a forward over n tokens per row (decode: 1; verification: K + 1) and the commit of all n rows.
+    options: XLA's compiler options (model.compile_options of the weights, as the engine compiles with)."""
     def one(params, cache, tok):
         logits, (k, v) = model.forward(params, cfg, jnp.broadcast_to(tok[:, None], (tok.shape[0], n)), cache,
                                        attn_impl=impl)
@@ -93,7 +94,7 @@ def make_step(cfg: ModelConfig, impl: str, n: int = 1, steps: int = 1):
             return one(params, cache, tok)
         return jax.lax.fori_loop(0, steps, lambda i, c: one(params, c[1], c[0]), (tok, cache))
 
-    return jax.jit(step, donate_argnums=1)
+    return jax.jit(step, donate_argnums=1, compiler_options=options)
 
 
 def capacity(ctx: int, n: int = 1, steps: int = 1) -> int:
@@ -111,7 +112,7 @@ def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str, n: int = 1
     tok = jnp.zeros((B,), jnp.int32)
     if mesh is not None:
         cache, tok = sharding.shard_cache(cache, mesh), sharding.shard_batch(tok, mesh)
-    step = make_step(cfg, impl, n, steps)
+    step = make_step(cfg, impl, n, steps, model.compile_options(params))
     state = {"cache": cache, "tok": tok}
 
     def run():

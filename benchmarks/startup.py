@@ -83,7 +83,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     with tempfile.TemporaryDirectory() as trace_dir:
         with jax.profiler.trace(trace_dir) if phases else contextlib.nullcontext():
             t = time.perf_counter()
-            compiled = programs.compile_all(lowered)  # side by side, as Engine.compile
+            compiled = programs.compile_all(lowered, [eng.xla_options] * len(lowered))  # side by side, as Engine.compile
             out["compile_s"] = time.perf_counter() - t
         if phases:
             out["phases"] = host_events(trace_dir)
@@ -277,7 +277,7 @@ def main():
     ap.add_argument("--engine", action="store_true", help="the cases compiled by Engine.compile (jspec's program "
                     "store, then JAX's cache: what the CLI's stats report as compile_s), not trace, lower and compile")
     ap.add_argument("--scan-layers", action="store_true", help="the 8B cases' layers stacked, each forward one "
-                    "lax.scan (model.stack_layers; set XLA_FLAGS for in-place weight reads: see its docstring)")
+                    "lax.scan (model.stack_layers), compiled with model.SCAN_OPTIONS as the engine does")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()

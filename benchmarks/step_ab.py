@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--gemm-products", action="store_true", help="issue 16 tree only: the small products (R_K, "
                     "the BF16 window's) as GEMMs again (SMALL_ROTATE = SMALL_CHUNK = 0), to time that choice alone")
     ap.add_argument("--scan-layers", action="store_true", help="the layers stacked, each forward one lax.scan "
-                    "(model.stack_layers; its in-place weight reads need XLA_FLAGS: see its docstring)")
+                    "(model.stack_layers), compiled with model.SCAN_OPTIONS as the engine does")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "

@@ -67,7 +67,7 @@ class Engine:
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
 
     @property
-    def _options(self) -> dict | None:
+    def xla_options(self) -> dict | None:
         """XLA's compiler options for this engine's programs (model.compile_options: stacked layers)."""
         return compile_options(self.params, self.draft_params)
 
@@ -281,10 +281,10 @@ class Engine:
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
             if self.mesh is None:
                 start, rounds = programs.compiled_together([("start", args), ("rounds", args)],
-                                                           lambda: lower_parts(args), self._options)
+                                                           lambda: lower_parts(args), self.xla_options)
                 compiled = _back_to_back(start, rounds)
             else:
-                compiled = programs.compiled(decode.generate_program, *args, options=self._options)
+                compiled = programs.compiled(decode.generate_program, *args, options=self.xla_options)
         self._compiled[key] = compiled
         return compiled, time.perf_counter() - t0
 
