@@ -136,7 +136,8 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
     """tokens [B, n] at positions cache.length + 0..n-1 (0..n-1 without a cache).
 
     Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
-    [B, n, Hkv, D] in the cache's rotated basis, for kvcache.commit.
+    [B, n, Hkv, D] (stacked layers: one [L, B, n, Hkv, D] array) in the cache's rotated basis, for
+    kvcache.commit.
     """
     logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl)
     return logits, kv
@@ -183,6 +184,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
+    L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
     if is_stacked(params):
         def layer(x, xs):
             lp, layer_cache = xs
@@ -191,7 +193,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
 
         # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
         x, (new_k, new_v, entering) = jax.lax.scan(layer, x, (params.layers, getattr(cache, "layers", None)))
-        tapped = {j: entering[j] for j in taps if j < cfg.num_layers}
+        tapped = {j: entering[j] for j in taps if j < L}
     else:
         new_k, new_v, tapped = [], [], {}
         for i, lp in enumerate(params.layers):
@@ -201,7 +203,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
                 x, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
                 new_k.append(k)
                 new_v.append(v)
-    tapped[cfg.num_layers] = x
+    tapped[L] = x
     x = rms_norm(x, params.norm, cfg.rms_eps)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = einsum_f32("bne,ev->bnv", x, head)
