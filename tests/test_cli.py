@@ -239,6 +239,14 @@ def test_job_killed_interrupted_and_resumed(cli, cache_dir, reference, tmp_path)
 # --help and bad flags
 
 
+def test_scan_layers_gives_the_same_tokens_in_float32(cli):
+    """--scan-layers (stacked layers, each forward one loop) on the shipped pair: the unrolled run's tokens."""
+    runs = [cli("--json", "--dtype", "float32", *flag, PROMPT) for flag in ([], ["--scan-layers"])]
+    assert [rc for rc, *_ in runs] == [0, 0]
+    plain, scanned = (json.loads(out) for _, out, _ in runs)
+    assert scanned["token_ids"] == plain["token_ids"] and len(plain["token_ids"]) == MAX_NEW
+
+
 def test_help_lists_every_flag(cli):
     rc, out, _ = cli("--help")
     assert rc == 0
