@@ -512,7 +512,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     impl = _default_impl() if attn_impl == "auto" else attn_impl
     mesh = sharding.resolve_mesh(mesh, cfg)
     if scan_layers:
-        params, draft_params = stack_layers(params), draft_params and stack_layers(draft_params)
+        params = stack_layers(params)
+        draft_params = None if draft_params is None else stack_layers(draft_params)
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
         head_params = sharding.replicate(head_params, mesh)

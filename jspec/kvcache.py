@@ -189,15 +189,12 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    if cache.stacked:  # new_k, new_v [L, B, n, Hkv, D] (or per layer, stacked here)
-        stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)
-        if _fused_commit(kv, first):
-            layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
-        else:
-            layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(
-                cache.layers, stack(new_k), stack(new_v))
-    elif _fused_commit(kv, first):  # every layer's in one kernel
-        layers = _commit_fused(cache.layers, jnp.stack(new_k), jnp.stack(new_v), slot, hist, kv=kv)
+    stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
+    if _fused_commit(kv, first):  # every layer's in one kernel
+        layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
+    elif cache.stacked:
+        layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(
+            cache.layers, stack(new_k), stack(new_v))
     else:
         layers = tuple(_scatter_commit(layer, k, v, slot, hist, kv=kv)
                        for layer, k, v in zip(cache.layers, new_k, new_v))

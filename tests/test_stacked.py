@@ -93,8 +93,12 @@ def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
 
     monkeypatch.setenv("JSPEC_CACHE_DIR", str(tmp_path))
     options, compile_all = [], programs.compile_all
-    monkeypatch.setattr(programs, "compile_all", lambda lowered, opts=None: options.extend(opts or [None] * len(
-        lowered)) or compile_all(lowered, opts))
+
+    def recorded(lowered, opts=None):
+        options.extend(opts or [None] * len(lowered))
+        return compile_all(lowered, opts)
+
+    monkeypatch.setattr(programs, "compile_all", recorded)
     path = hf_model_dir("llama")
     load = lambda scan: jspec.load(path, draft=path, kv=jspec.KVConfig("bf16"), dtype="float32", scan_layers=scan)
     gen = jspec.GenerateConfig(max_new_tokens=8)
