@@ -46,6 +46,8 @@ def main():
                     "the BF16 window's) as GEMMs again (SMALL_ROTATE = SMALL_CHUNK = 0), to time that choice alone")
     ap.add_argument("--scan-layers", action="store_true", help="the layers stacked, each forward one lax.scan "
                     "(model.stack_layers), compiled with model.SCAN_OPTIONS as the engine does")
+    ap.add_argument("--scan-option", action="append", default=[], metavar="NAME=VALUE", help="with --scan-layers: "
+                    "an XLA option added to model.SCAN_OPTIONS (true/false/integers parsed), to time it")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
@@ -58,6 +60,10 @@ def main():
     ap.add_argument("--early-values", action="store_true", help="the lean8 body unpacks its values before the "
                     "scores (int2_attention_mosaic(late_values=False)), to time that against the default")
     args = ap.parse_args()
+    for opt in args.scan_option:  # read by model.compile_options when each step is compiled
+        name, value = opt.split("=", 1)
+        parsed = {"true": True, "false": False}.get(value.lower(), value)
+        model.SCAN_OPTIONS[name] = int(parsed) if isinstance(parsed, str) and parsed.lstrip("-").isdigit() else parsed
     if args.early_values:  # attention_split reads the module attribute while tracing
         int2_mosaic.int2_attention_mosaic = functools.partial(int2_mosaic.int2_attention_mosaic, late_values=False)
     if args.warp_stages:
@@ -84,7 +90,8 @@ def main():
         modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
                xla_window=args.xla_window, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
-               scan_layers=args.scan_layers, xla_flags=os.environ.get("XLA_FLAGS", ""),
+               scan_layers=args.scan_layers, scan_options=dict(model.SCAN_OPTIONS) if args.scan_layers else None,
+               xla_flags=os.environ.get("XLA_FLAGS", ""),
                device=str(jax.devices()[0]),
                jax=jax.__version__, copy_bw_gbs=bw / 1e9, steps_per_call=args.steps, rows=[], profiles=[])
     print(f"[{args.tag}] jspec from {jspec.__file__}; copy bandwidth {bw / 1e9:.0f} GB/s", flush=True)

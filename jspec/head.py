@@ -31,7 +31,7 @@ from jspec.attention import attend
 from jspec.config import ConfigError, ModelConfig
 from jspec.kvcache import KVCache
 from jspec.model import Layer, fuse_qkv, mlp, qkv, rms_norm
-from jspec.numerics import einsum_f32
+from jspec.numerics import logits_f32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +111,7 @@ def qkv_input(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats):
 
 def draft_logits(hp: HeadParams, hcfg: HeadConfig, h):
     """The LM head on pre-norm outputs h [..., E] -> logits [..., Vd] f32 over the draft vocabulary."""
-    return einsum_f32("...e,ev->...v", rms_norm(h, hp.norm, hcfg.layer.rms_eps), hp.lm_head)
+    return logits_f32(rms_norm(h, hp.norm, hcfg.layer.rms_eps), hp.lm_head)
 
 
 def _residual(hp: HeadParams, hcfg: HeadConfig, feats, o):

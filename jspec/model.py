@@ -17,7 +17,7 @@ from jspec import struct
 from jspec.attention import attend
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
-from jspec.numerics import einsum_f32
+from jspec.numerics import logits_f32
 
 
 @struct.dataclass
@@ -206,7 +206,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     tapped[L] = x
     x = rms_norm(x, params.norm, cfg.rms_eps)
     head = params.embed.T if params.lm_head is None else params.lm_head
-    logits = einsum_f32("bne,ev->bnv", x, head)
+    logits = logits_f32(x, head)
     features = jnp.concatenate([tapped[j] for j in taps], -1) if taps else None
     return logits, (new_k, new_v), features
 

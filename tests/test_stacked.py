@@ -155,11 +155,33 @@ def test_compiled_stacked_step_matches_the_tuple_of_layers(n):
         tok = jnp.tile(jnp.asarray([[3], [7]]), (1, n))
         return jax.jit(step).lower(p, tok, cache).compile(compiler_options=model.compile_options(p))(p, tok, cache)
 
-    (want, cache), (got, stacked) = run(params, False), run(model.stack_layers(params), True)
+    # Full f32 products: by default both GEMM paths may use TF32 (XLA's Triton GEMMs for the tuple, cuBLAS under
+    # SCAN_OPTIONS), and their roundings differ by ~1e-3 (H200, session 22).
+    with jax.default_matmul_precision("highest"):
+        (want, cache), (got, stacked) = run(params, False), run(model.stack_layers(params), True)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4 * np.abs(want).max())
     for i in range(cfg.num_layers):
         for a, b in zip(jax.tree.leaves(stacked.layer(i)), jax.tree.leaves(cache.layers[i])):
             np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_bf16_head_stays_bf16_under_scan_options(rows):
+    """numerics.logits_f32 compiled with SCAN_OPTIONS (XLA's Triton GEMMs off): no f32 copy of the [E, V] head in
+    the optimised program (a one-row product of unnamed algorithm made one every step), and f32 logits."""
+    from jspec.numerics import logits_f32
+
+    E, V = 256, 4096
+    x = jax.random.normal(jax.random.key(0), (rows, 1, E), jnp.bfloat16)
+    w = jax.random.normal(jax.random.key(1), (E, V), jnp.bfloat16) * 0.05
+    compiled = jax.jit(logits_f32).lower(x, w).compile(compiler_options=dict(model.SCAN_OPTIONS))
+    assert f"f32[{E},{V}]" not in compiled.as_text()
+    got = compiled(x, w)
+    want = jnp.einsum("bne,ev->bnv", x.astype(jnp.float32), w.astype(jnp.float32), precision="highest")
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-3, atol=1e-3)
 
 
 def test_engine_with_an_eagle3_head_over_stacked_layers():
