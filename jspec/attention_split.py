@@ -68,7 +68,8 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
         splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window)
     if fused_window:
         with jax.named_scope("window_merge"):
-            return window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
+            win_k, win_v, index = layer.window_stacks or (layer.k, layer.v, None)  # in place where stacked
+            return window_merge(q, k, v, win_k, win_v, length, splits, index, sink=kv.sink, recent=kv.recent,
                                 pinned=layer.pinned_slots, interpret=interpret)
     out_k, lse_k = splits
     with jax.named_scope("bf16_parts"):
@@ -194,8 +195,10 @@ def per_shard(fn, mesh=None):
 
     def run(q, k, v, layer, length, kv):
         body = lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv)
+        stacks = None if layer.window_stacks is None else (P(None, DP, TP), P(None, DP, TP), P())
+        layer_spec = LayerKV(*[P(DP, TP)] * 4, layer.pinned_slots, stacks)  # [L, B, H, ...] stacks: L whole
         # check_vma off: a pallas_call carries no varying-axes annotations for shard_map to check
-        return jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, P(DP, TP), P(DP)),
+        return jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, layer_spec, P(DP)),
                              out_specs=heads, check_vma=False)(q, k, v, layer, length)
 
     return run

@@ -60,6 +60,10 @@ class LayerKV:
     codes: jax.Array  # [B, Hkv, 2, T, D/4] uint8 INT2 keys and values (CODE_PLANES), planar packing
     qparams: jax.Array  # [B, Hkv, 4, T, D/G] scales and zero points (QPARAM_PLANES)
     pinned_slots: int = struct.field(pytree_node=False)  # S: kv.sink in int2 mode, the capacity in bf16
+    # In a loop over a stacked cache's layers (model.forward_taps' scan), (k, v, i): the [L, ...] window stacks that
+    # k and v are layer i's slices of, for a kernel that reads them in place (window_merge); XLA then drops the
+    # slices unread. None elsewhere.
+    window_stacks: tuple | None = None
 
     @property
     def ring_slots(self) -> int:

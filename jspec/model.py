@@ -186,13 +186,17 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
     if is_stacked(params):
-        def layer(x, xs):
+        def layer(carry, xs):
+            x, i = carry
             lp, layer_cache = xs
+            if layer_cache is not None:
+                layer_cache = layer_cache.replace(window_stacks=(cache.layers.k, cache.layers.v, i))
             y, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
-            return y, (k, v, x if taps else None)
+            return (y, i + 1), (k, v, x if taps else None)
 
         # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
-        x, (new_k, new_v, entering) = jax.lax.scan(layer, x, (params.layers, getattr(cache, "layers", None)))
+        xs = (params.layers, getattr(cache, "layers", None))
+        (x, _), (new_k, new_v, entering) = jax.lax.scan(layer, (x, jnp.int32(0)), xs)
         tapped = {j: entering[j] for j in taps if j < L}
     else:
         new_k, new_v, tapped = [], [], {}

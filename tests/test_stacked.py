@@ -169,15 +169,16 @@ def test_compiled_stacked_step_matches_the_tuple_of_layers(n):
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("rows", [1, 3])
 def test_the_bf16_head_stays_bf16_under_scan_options(rows):
-    """numerics.logits_f32 compiled with SCAN_OPTIONS (XLA's Triton GEMMs off): no f32 copy of the [E, V] head in
-    the optimised program (a one-row product of unnamed algorithm made one every step), and f32 logits."""
+    """numerics.logits_f32 compiled with SCAN_OPTIONS (XLA's Triton GEMMs off): the program's top level makes no
+    f32 copy of the [E, V] head (a one-row product of unnamed algorithm made one every step), and f32 logits."""
     from jspec.numerics import logits_f32
 
-    E, V = 256, 4096
+    E, V = 4096, 32768
     x = jax.random.normal(jax.random.key(0), (rows, 1, E), jnp.bfloat16)
     w = jax.random.normal(jax.random.key(1), (E, V), jnp.bfloat16) * 0.05
     compiled = jax.jit(logits_f32).lower(x, w).compile(compiler_options=dict(model.SCAN_OPTIONS))
-    assert f"f32[{E},{V}]" not in compiled.as_text()
+    entry = compiled.as_text().split("\nENTRY ", 1)[1].split("\n}", 1)[0]
+    assert f"= f32[{E},{V}]" not in entry
     got = compiled(x, w)
     want = jnp.einsum("bne,ev->bnv", x.astype(jnp.float32), w.astype(jnp.float32), precision="highest")
     assert got.dtype == jnp.float32

@@ -60,6 +60,30 @@ def test_fused_window_lowers_for_cuda():
     assert "window_merge" in text and "triton" in text
 
 
+@pytest.mark.parametrize("interpret", [True, False])
+def test_fused_window_reads_layer_i_of_stacked_windows(interpret):
+    """In a loop over a stacked cache's layers (LayerKV.window_stacks: the [L, ...] window stacks and the layer's
+    index), window_merge reads layer i's window out of the stacks itself: in interpret mode the result of that
+    layer's own window (the other layers random), compiled for CUDA a lowering (what the CPU can check)."""
+    kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.float32)
+    rng = np.random.default_rng(7)
+    noise = lambda x: jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+    stacks = tuple(jnp.stack([noise(w), w, noise(w)]) for w in (layer.k, layer.v))
+    stacked = layer.replace(window_stacks=(*stacks, jnp.int32(1)))
+    options = dict(kv=kv, kernel="auto" if interpret else "triton", fused_window=True, interpret=interpret,
+                   block_t=16, num_splits=20)
+    if not interpret:
+        fn = lambda *a: attention_split.attend_split(*a, **options)
+        text = jax.jit(fn).trace(q, k, v, stacked, length).lower(lowering_platforms=("cuda",)).as_text()
+        assert "window_parts" in text and "triton" in text
+        return
+    want = SPLIT(q, k, v, layer, length, **options)
+    got = SPLIT(q, k, v, stacked, length, **options)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+    assert not np.allclose(np.asarray(SPLIT(q, k, v, layer.replace(window_stacks=(*stacks, jnp.int32(0))), length,
+                                            **options)), np.asarray(want), atol=1e-3)
+
+
 @pytest.mark.parametrize("body", ["lean", True])  # the per-warp bodies' value factors
 @pytest.mark.parametrize("n", [1, 5])
 def test_raw_mosaic_partials_match_finished_ones(body, n, ns=20):

@@ -56,19 +56,21 @@ def _partial(s, vals):
     return m, p.sum(axis=1), jnp.dot(p, vals, precision=lax.Precision.HIGHEST)
 
 
-def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int, sink: int, R: int, n: int,
-                  scale: float, bw: int, bs: int):
-    # len_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] window | kn_ref, vn_ref [n, D] chunk rows
+def _parts_kernel(len_ref, layer_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int, sink: int, R: int,
+                  n: int, scale: float, bw: int, bs: int, stacked: bool):
+    # len_ref [1] int32 | layer_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] the window, or with
+    # stacked the whole [L, B, Hkv, S + W, D] stacks, of which this row's is (layer, b, h) | kn_ref, vn_ref [n, D]
+    # chunk rows
     # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, g, D],
     # st_ref [ns, 4, g] f32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
     # m_ref, l_ref [g], acc_ref [g, D]: this unit's part
     f32 = jnp.float32
     split_refs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
-    i, u = pl.program_id(2), pl.program_id(3)
+    b, h, i, u = (pl.program_id(axis) for axis in range(4))
     length = len_ref[0]
     q = q_ref[...]
     g, D = q.shape
-    X, W, ns = kw_ref.shape[0], kw_ref.shape[0] - S, split_refs[0].shape[0]
+    X, W, ns = kw_ref.shape[-2], kw_ref.shape[-2] - S, split_refs[0].shape[0]
     n_split_units = pl.cdiv(ns, bs)
 
     def chunk():  # the chunk's own rows j <= i (causal: j = 0 is always read), a row at a time (n is no power of 2)
@@ -113,9 +115,12 @@ def _parts_kernel(len_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int,
         else:
             pos = x
         ok = (x >= c * bw) & jnp.where(x < S, x < length, (pos >= jnp.maximum(sink, length + i - R + 1)) & (pos >= 0))
-        k = kw_ref[pl.ds(a, bw), :].astype(q.dtype)
+        def slots(ref):  # [bw, D]: this row's window slots a ..< a + bw
+            return ref[layer_ref[0], b, h, pl.ds(a, bw), :] if stacked else ref[pl.ds(a, bw)]
+
+        k = slots(kw_ref).astype(q.dtype)
         s = jnp.dot(q, k.T, precision=lax.Precision.HIGHEST, preferred_element_type=f32) * scale  # [g, bw]
-        return _partial(jnp.where(ok[None, :], s, -jnp.inf), vw_ref[pl.ds(a, bw), :].astype(f32))
+        return _partial(jnp.where(ok[None, :], s, -jnp.inf), slots(vw_ref).astype(f32))
 
     def store(part):
         m_ref[...], l_ref[...], acc_ref[...] = part
@@ -154,15 +159,17 @@ def _merge_kernel(m_ref, l_ref, acc_ref, o_ref):
 
 
 @functools.partial(jax.jit, static_argnames=("sink", "recent", "pinned", "interpret"))
-def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: int, pinned: int,
+def window_merge(q, k, v, win_k, win_v, length, splits, layer=None, *, sink: int, recent: int, pinned: int,
                  interpret: bool = False):
     """q [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v [B, n, Hkv, D] the chunk's rows;
-    win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots); splits: the INT2 kernel's split partials
+    win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots), or with layer (an int32 scalar) the [L, B, Hkv,
+    S + W, D] stacks of a stacked cache, read in place at that layer (a loop over the layers copies no slice of
+    them: XLA copied each layer's out of the stack for a Triton call, 0.27 ms per 8B step at B 8); splits: the INT2 kernel's split partials
     (row i * g + head in group), normalised (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as
     the Mosaic per-warp kernel leaves them (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats
     [B, Hkv, ns, 4, N], value factors [D]; N >= n * g). Returns [B, n, Hq, D] in q.dtype."""
     B, n, Hq, D = q.shape
-    H, X = k.shape[2], win_k.shape[2]
+    H, X = k.shape[2], win_k.shape[-2]
     g, ns = Hq // H, splits[0].shape[2]
     if not supported(n, g, D, X, recent):
         raise ValueError(f"window_merge: n {n}, g {g}, D {D}, {X} slots, recent {recent} not supported")
@@ -173,10 +180,13 @@ def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: in
         raise ValueError(f"split partials {[x.shape for x in splits]} do not match q {q.shape}")
     bs, bw = _floor_pow2(ns, BLOCK_SPLITS), _floor_pow2(X, BLOCK_SLOTS)
     U = 1 << (-(-ns // bs) + -(-X // bw) - 1).bit_length()  # units: blocks of splits, then of slots; a power of two
-    kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs)
+    stacked = layer is not None
+    kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs,
+                               stacked=stacked)
     rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # q and out: [B, n, Hq, D]
     chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i, u: (b, 0, h, 0))
-    win = pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
+    win = pl.BlockSpec(win_k.shape, lambda *_: (0,) * 5) if stacked else \
+        pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
     part = lambda *shape: pl.BlockSpec((None,) * 4 + shape, lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
     parts = [jax.ShapeDtypeStruct((B, H, n, U, *shape), jnp.float32) for shape in ((g,), (g,), (g, D))]
     rows_of_i = pl.BlockSpec((None, None, ns, g, D), lambda b, h, i, u: (b, h, 0, i, 0))  # out or raw: i's g rows
@@ -190,13 +200,15 @@ def window_merge(q, k, v, win_k, win_v, length, splits, *, sink: int, recent: in
     m, l, acc = pl.pallas_call(
         kernel,
         grid=(B, H, n, U),
-        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), rows, win, win, chunk, chunk, *split_specs],
+        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), pl.BlockSpec((1,), lambda *_: (0,)), rows, win, win,
+                  chunk, chunk, *split_specs],
         out_specs=[part(g), part(g), part(g, D)],
         out_shape=parts,
         compiler_params=_params(interpret),
         interpret=interpret,
         name="window_parts",
-    )(length.astype(jnp.int32), q, win_k, win_v, k, v, *splits)
+    )(length.astype(jnp.int32), jnp.reshape(jnp.asarray(0 if layer is None else layer, jnp.int32), (1,)), q, win_k,
+      win_v, k, v, *splits)
     whole = lambda *shape: pl.BlockSpec((None, None, None, U, *shape), lambda b, h, i: (b, h, i, 0) + (0,) * len(shape))
     return pl.pallas_call(
         _merge_kernel,
