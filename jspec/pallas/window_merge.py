@@ -115,6 +115,7 @@ def _parts_kernel(len_ref, layer_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *re
         else:
             pos = x
         ok = (x >= c * bw) & jnp.where(x < S, x < length, (pos >= jnp.maximum(sink, length + i - R + 1)) & (pos >= 0))
+
         def slots(ref):  # [bw, D]: this row's window slots a ..< a + bw
             return ref[layer_ref[0], b, h, pl.ds(a, bw), :] if stacked else ref[pl.ds(a, bw)]
 
@@ -163,11 +164,11 @@ def window_merge(q, k, v, win_k, win_v, length, splits, layer=None, *, sink: int
                  interpret: bool = False):
     """q [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v [B, n, Hkv, D] the chunk's rows;
     win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots), or with layer (an int32 scalar) the [L, B, Hkv,
-    S + W, D] stacks of a stacked cache, read in place at that layer (a loop over the layers copies no slice of
-    them: XLA copied each layer's out of the stack for a Triton call, 0.27 ms per 8B step at B 8); splits: the INT2 kernel's split partials
-    (row i * g + head in group), normalised (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as
-    the Mosaic per-warp kernel leaves them (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats
-    [B, Hkv, ns, 4, N], value factors [D]; N >= n * g). Returns [B, n, Hq, D] in q.dtype."""
+    S + W, D] stacks of a stacked cache, read in place at that layer (XLA copied a slice for the call: 0.27 ms per
+    8B step at B 8, session 22); splits: the INT2 kernel's split partials (row i * g + head in group), normalised
+    (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as the Mosaic per-warp kernel leaves them
+    (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats [B, Hkv, ns, 4, N], value factors [D]; N >= n * g).
+    Returns [B, n, Hq, D] in q.dtype."""
     B, n, Hq, D = q.shape
     H, X = k.shape[2], win_k.shape[-2]
     g, ns = Hq // H, splits[0].shape[2]
