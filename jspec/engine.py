@@ -482,8 +482,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.sharding).
-    scan_layers: the target's and draft's layers stacked (model.stack_layers), each forward one lax.scan: smaller
-    programs that compile and load faster (not yet measured on a GPU end to end; see model.stack_layers).
+    scan_layers: the target's and draft's layers stacked (model.stack_layers), each forward one lax.scan: programs
+    that compile ~4x and load ~17x faster, a decode step 0-6% slower in INT2 (BF16 11% at batch 1; H200, README).
     """
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
