@@ -1,6 +1,7 @@
-# Session 22, call 1 (H200): prepared in session 21 (logs21/next_call.sh): the stacked layers (model.stack_layers,
-# --scan-layers) on the H200. Probes (BF16 cache / Mosaic kernel inputs in a scan: in place?), the stacked GPU
-# test, the 8B step default vs stacked, the 8B + draft cold compile and second-process load with and without.
+# Session 22, call 1 (H200): prepared in session 21 as logs21/next_call.sh (this file replaces it): the stacked
+# layers (model.stack_layers, --scan-layers) on the H200. Probes (BF16 cache / Mosaic kernel inputs in a scan: in
+# place?), the stacked GPU test, the 8B step default vs stacked, the 8B + draft cold compile and second-process load
+# with and without.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 el "scan_attention_probe"; timeout 150 python benchmarks/results/logs21/scan_attention_probe.py 2>&1 | grep "^{" | tee $OUT/scan_attention.jsonl
