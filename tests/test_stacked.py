@@ -1,7 +1,8 @@
 """Stacked layers (model.stack_layers + kvcache.init_cache(stacked=True)): the forward scans the layers and
 the commit writes [L, ...] stacks. In float32 every step gives the logits and cache of the per-layer tuples
 (the unrolled forward jspec compiles by default), for both KV modes, both commits (jnp and the fused Pallas
-kernel in interpret mode) and an EAGLE-3 head's taps; the engine's greedy tokens are the same with a draft."""
+kernel in interpret mode), the split path with window_merge reading the window stacks (interpret mode) and an
+EAGLE-3 head's taps; the engine's greedy tokens are the same with a draft."""
 
 import dataclasses
 import functools
@@ -56,6 +57,43 @@ def test_stacked_layers_match_the_tuple_of_layers(mode, fused, monkeypatch):
     for i in range(CFG.num_layers):
         for a, b in zip(jax.tree.leaves(stacked.layer(i)), jax.tree.leaves(cache.layers[i])):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
+    """Through the split path with the fused window (interpret mode on the CPU): a stacked decode (n = 1) or
+    verification (n = 5) step passes window_merge the [L, ...] window stacks and the loop's layer index
+    (LayerKV.window_stacks), and its logits are the tuple's, float32 (a wrong layer's window would change them)."""
+    from jspec import attention, attention_split
+
+    calls = []
+    merge = attention_split.window_merge
+
+    def recording_merge(q, k, v, win_k, *args, **kwargs):
+        calls.append(win_k.ndim)
+        return merge(q, k, v, win_k, *args, **kwargs)
+
+    monkeypatch.setattr(attention_split, "window_merge", recording_merge)
+    monkeypatch.setattr(attention, "attend_split", functools.partial(attention_split.attend_split, fused_window=True))
+    # 4 query heads per KV head (window_merge's least), head_dim 64 (the Triton INT2 kernel's least)
+    cfg = dataclasses.replace(CFG, num_heads=8, hidden_size=128, head_dim=64)
+    kv = KVConfig("int2", sink=8, recent=8)
+    params = model.init_params(cfg, jax.random.key(5), std=0.3)
+    prompt = jnp.asarray(np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 30)), jnp.int32)
+    tokens = jnp.tile(jnp.asarray([[3], [7]], jnp.int32), (1, n))
+
+    def step(p, stacked):
+        cache = kvcache.init_cache(cfg, kv, 2, 48, jnp.float32, stacked=stacked)
+        _, (k, v) = model.forward(p, cfg, prompt, cache)
+        cache = kvcache.commit(cache, k, v, jnp.asarray([30, 22], jnp.int32))
+        return model.forward(p, cfg, tokens, cache, attn_impl="pallas")[0]
+
+    jax.clear_caches()  # the layers' jitted block traces afresh: one recorded call per trace
+    want = step(params, False)
+    assert calls == [4]  # the tuple: each layer's own window [B, Hkv, S + W, D]
+    got = step(model.stack_layers(params), True)
+    assert calls == [4, 5]  # the scan: the stacks whole
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_a_stacked_model_refuses_a_tuple_cache():
