@@ -115,19 +115,22 @@ def test_raw_partials_lower_for_cuda():
 
 def test_fused_window_under_a_mesh_matches_xla_parts():
     """Under a (dp 1, tp 2) mesh of two CPU devices attend_split runs per device on its KV heads
-    (attention_split.per_shard); the fused path there (interpret mode) equals the XLA path."""
+    (attention_split.per_shard); the fused path there (interpret mode) equals the XLA path, also reading layer 1
+    of window stacks (LayerKV.window_stacks, each device its KV heads of every layer)."""
     code = textwrap.dedent("""
         import functools, jax, jax.numpy as jnp, numpy as np
         from jspec import attention_split, sharding
         from test_window_merge import _inputs
         kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.float32)
+        stacks = tuple(jnp.stack([w[:, ::-1], w, w * 2]) for w in (layer.k, layer.v))  # layer 1 is this one
         mesh = sharding.make_mesh("tp=2,dp=1")
         outs = []
-        for fused in (False, True):
+        for fused, lay in ((False, layer), (True, layer), (True, layer.replace(window_stacks=(*stacks, jnp.int32(1))))):
             fn = functools.partial(attention_split.attend_split, interpret=True, fused_window=fused, block_t=16)
             run = attention_split.per_shard(fn, mesh)
-            outs.append(np.asarray(jax.jit(run, static_argnums=5)(q, k, v, layer, length, kv)))
+            outs.append(np.asarray(jax.jit(run, static_argnums=5)(q, k, v, lay, length, kv)))
         np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(outs[2], outs[0], rtol=1e-5, atol=1e-5)
         assert "window_merge" in str(jax.make_jaxpr(attention_split.per_shard(functools.partial(
             attention_split.attend_split, interpret=True, fused_window=True), mesh), static_argnums=5)(
             q, k, v, layer, length, kv))
