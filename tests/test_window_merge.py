@@ -60,28 +60,34 @@ def test_fused_window_lowers_for_cuda():
     assert "window_merge" in text and "triton" in text
 
 
-@pytest.mark.parametrize("interpret", [True, False])
-def test_fused_window_reads_layer_i_of_stacked_windows(interpret):
-    """In a loop over a stacked cache's layers (LayerKV.window_stacks: the [L, ...] window stacks and the layer's
-    index), window_merge reads layer i's window out of the stacks itself: in interpret mode the result of that
-    layer's own window (the other layers random), compiled for CUDA a lowering (what the CPU can check)."""
-    kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.float32)
+def _stacked_window(layer, index: int = 1):
+    """layer with window_stacks: its window as layer `index` of 3-layer [L, ...] stacks, the others random."""
     rng = np.random.default_rng(7)
     noise = lambda x: jnp.asarray(rng.standard_normal(x.shape), x.dtype)
-    stacks = tuple(jnp.stack([noise(w), w, noise(w)]) for w in (layer.k, layer.v))
-    stacked = layer.replace(window_stacks=(*stacks, jnp.int32(1)))
-    options = dict(kv=kv, kernel="auto" if interpret else "triton", fused_window=True, interpret=interpret,
-                   block_t=16, num_splits=20)
-    if not interpret:
-        fn = lambda *a: attention_split.attend_split(*a, **options)
-        text = jax.jit(fn).trace(q, k, v, stacked, length).lower(lowering_platforms=("cuda",)).as_text()
-        assert "window_parts" in text and "triton" in text
-        return
+    stacks = [[noise(w), noise(w), noise(w)] for w in (layer.k, layer.v)]
+    stacks[0][index], stacks[1][index] = layer.k, layer.v
+    return layer.replace(window_stacks=(*map(jnp.stack, stacks), jnp.int32(index)))
+
+
+def test_fused_window_reads_layer_i_of_stacked_windows():
+    """In a loop over a stacked cache's layers (LayerKV.window_stacks: the [L, ...] window stacks and the layer's
+    index), window_merge reads layer i's window out of the stacks itself (interpret mode): the result of that
+    layer's own window, and not of another layer's."""
+    kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.float32)
+    options = dict(kv=kv, fused_window=True, interpret=True, block_t=16, num_splits=20)
     want = SPLIT(q, k, v, layer, length, **options)
-    got = SPLIT(q, k, v, stacked, length, **options)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
-    assert not np.allclose(np.asarray(SPLIT(q, k, v, layer.replace(window_stacks=(*stacks, jnp.int32(0))), length,
-                                            **options)), np.asarray(want), atol=1e-3)
+    np.testing.assert_allclose(np.asarray(SPLIT(q, k, v, _stacked_window(layer), length, **options)),
+                               np.asarray(want), rtol=1e-6, atol=1e-6)
+    other = _stacked_window(layer).replace(window_stacks=(*_stacked_window(layer).window_stacks[:2], jnp.int32(0)))
+    assert not np.allclose(np.asarray(SPLIT(q, k, v, other, length, **options)), np.asarray(want), atol=1e-3)
+
+
+def test_stacked_windows_lower_for_cuda():
+    """The Triton kernel reading window stacks lowers for CUDA (what the CPU can check of the GPU path)."""
+    kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.bfloat16)
+    fn = lambda *a: attention_split.attend_split(*a, kv=kv, kernel="triton", fused_window=True, interpret=False)
+    text = jax.jit(fn).trace(q, k, v, _stacked_window(layer), length).lower(lowering_platforms=("cuda",)).as_text()
+    assert "window_parts" in text and "triton" in text
 
 
 @pytest.mark.parametrize("body", ["lean", True])  # the per-warp bodies' value factors
@@ -120,12 +126,11 @@ def test_fused_window_under_a_mesh_matches_xla_parts():
     code = textwrap.dedent("""
         import functools, jax, jax.numpy as jnp, numpy as np
         from jspec import attention_split, sharding
-        from test_window_merge import _inputs
+        from test_window_merge import _inputs, _stacked_window
         kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.float32)
-        stacks = tuple(jnp.stack([w[:, ::-1], w, w * 2]) for w in (layer.k, layer.v))  # layer 1 is this one
         mesh = sharding.make_mesh("tp=2,dp=1")
         outs = []
-        for fused, lay in ((False, layer), (True, layer), (True, layer.replace(window_stacks=(*stacks, jnp.int32(1))))):
+        for fused, lay in ((False, layer), (True, layer), (True, _stacked_window(layer))):
             fn = functools.partial(attention_split.attend_split, interpret=True, fused_window=fused, block_t=16)
             run = attention_split.per_shard(fn, mesh)
             outs.append(np.asarray(jax.jit(run, static_argnums=5)(q, k, v, lay, length, kv)))
