@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--scan-layers", action="store_true", help="the layers stacked, each forward one lax.scan "
                     "(model.stack_layers), compiled with model.SCAN_OPTIONS as the engine does")
     ap.add_argument("--scan-option", action="append", default=[], metavar="NAME=VALUE", help="with --scan-layers: "
-                    "an XLA option added to model.SCAN_OPTIONS (true/false/integers parsed), to time it")
+                    "an XLA option added to model.SCAN_OPTIONS (the value read as JSON where it is), to time it")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
@@ -62,8 +62,10 @@ def main():
     args = ap.parse_args()
     for opt in args.scan_option:  # read by model.compile_options when each step is compiled
         name, value = opt.split("=", 1)
-        parsed = {"true": True, "false": False}.get(value.lower(), value)
-        model.SCAN_OPTIONS[name] = int(parsed) if isinstance(parsed, str) and parsed.lstrip("-").isdigit() else parsed
+        try:  # true, false and numbers as JSON reads them; anything else a string
+            model.SCAN_OPTIONS[name] = json.loads(value)
+        except json.JSONDecodeError:
+            model.SCAN_OPTIONS[name] = value
     if args.early_values:  # attention_split reads the module attribute while tracing
         int2_mosaic.int2_attention_mosaic = functools.partial(int2_mosaic.int2_attention_mosaic, late_values=False)
     if args.warp_stages:

@@ -195,8 +195,9 @@ def per_shard(fn, mesh=None):
 
     def run(q, k, v, layer, length, kv):
         body = lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv)
+        # every buffer [B, H, ...] over (dp, tp); window stacks [L, B, H, ...] the same with L whole, their index bare
         stacks = None if layer.window_stacks is None else (P(None, DP, TP), P(None, DP, TP), P())
-        layer_spec = LayerKV(*[P(DP, TP)] * 4, layer.pinned_slots, stacks)  # [L, B, H, ...] stacks: L whole
+        layer_spec = jax.tree.map(lambda _: P(DP, TP), layer.replace(window_stacks=None)).replace(window_stacks=stacks)
         # check_vma off: a pallas_call carries no varying-axes annotations for shard_map to check
         return jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, layer_spec, P(DP)),
                              out_specs=heads, check_vma=False)(q, k, v, layer, length)
