@@ -53,6 +53,8 @@ def main():
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
+    ap.add_argument("--xla-norms", action="store_true", help="the residual adds and RMS norms in XLA (model."
+                    "FUSED_NORMS = False), to time them against one Pallas kernel each (pallas/add_norm.py)")
     ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
                     "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
     ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
@@ -74,6 +76,8 @@ def main():
         int2_mosaic.decode_splits = lambda B, H, T, BT: splits_s14(B, H, T, BT)  # read while tracing
     if args.xla_window:
         attention_split.FUSED_WINDOW = False  # read while tracing
+    if args.xla_norms:
+        model.FUSED_NORMS = False  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.gemm_products:
@@ -91,7 +95,8 @@ def main():
         del params
         modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, splits_s14=args.splits_s14, warp_stages=args.warp_stages,
+               xla_window=args.xla_window, xla_norms=args.xla_norms, splits_s14=args.splits_s14,
+               warp_stages=args.warp_stages,
                scan_layers=args.scan_layers, scan_options=dict(model.SCAN_OPTIONS) if args.scan_layers else None,
                xla_flags=os.environ.get("XLA_FLAGS", ""),
                device=str(jax.devices()[0]),

@@ -18,6 +18,7 @@ from jspec.attention import attend
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 from jspec.numerics import logits_f32
+from jspec.pallas.add_norm import add_norm, supported as add_norm_supported
 
 
 @struct.dataclass
@@ -185,51 +186,79 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
+    fused = fused_norms()
+    y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
     if is_stacked(params):
         def layer(carry, xs):
-            x, i = carry
+            x, y, i = carry
             lp, layer_cache = xs
             if layer_cache is not None:
                 layer_cache = layer_cache.replace(window_stacks=(cache.layers.k, cache.layers.v, i))
-            y, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
-            return (y, i + 1), (k, v, x if taps else None)
+            norms = (params.layers.attn_norm, params.layers.mlp_norm, i)  # read in place by the fused norms
+            entering, x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, norms, cfg=cfg, kv=kv,
+                                          attn_impl=attn_impl, fused=fused)
+            return (x, y, i + 1), (k, v, entering if taps else None)
 
         # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
         xs = (params.layers, getattr(cache, "layers", None))
-        (x, _), (new_k, new_v, entering) = jax.lax.scan(layer, (x, jnp.int32(0)), xs)
+        (x, y, _), (new_k, new_v, entering) = jax.lax.scan(layer, (x, y, jnp.int32(0)), xs)
         tapped = {j: entering[j] for j in taps if j < L}
     else:
         new_k, new_v, tapped = [], [], {}
         for i, lp in enumerate(params.layers):
-            tapped[i] = x
             with jax.named_scope(f"layer{i}"):
                 layer_cache = cache.layers[i] if cache is not None else None
-                x, k, v = _block(lp, x, pos, rope, layer_cache, length, cfg=cfg, kv=kv, attn_impl=attn_impl)
+                tapped[i], x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, cfg=cfg, kv=kv,
+                                               attn_impl=attn_impl, fused=fused)
                 new_k.append(k)
                 new_v.append(v)
-    tapped[L] = x
-    x = rms_norm(x, params.norm, cfg.rms_eps)
+    tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, fused)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = logits_f32(x, head)
     features = jnp.concatenate([tapped[j] for j in taps], -1) if taps else None
     return logits, (new_k, new_v), features
 
 
-def block(lp: Layer, x, pos, rope, layer_cache, length, *, cfg: ModelConfig, kv, attn_impl: str):
-    """One decoder layer over x [B, n, E] at positions pos [B, n] (rope: their rope_tables) -> (x, its new
-    k and v rows)."""
+def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, cfg: ModelConfig, kv,
+          attn_impl: str, fused: bool = False):
+    """One decoder layer over the residual x + y [B, n, E] at positions pos [B, n] (rope: their rope_tables). y is
+    the last layer's MLP output, added here by the first norm. Returns the residual entering the
+    layer, the residual after its attention, its MLP's output (the next layer's y) and its new k and v rows.
+    fused: each residual add and the norm after it in one kernel (add_rms_norm). norm_stacks (stacked layers: the
+    scan's body): the [L, E] stacks of both norms' weights and this layer's index, for the kernel to read in place.
+    """
     B, n, _ = x.shape
-    h = rms_norm(x, lp.attn_norm, cfg.rms_eps)
+    attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
+    entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
     q, k, v = qkv(lp, cfg, h, pos, rope)
     o = attend(q, k, v, layer_cache, length, kv, attn_impl)
-    x = x + o.reshape(B, n, -1) @ lp.wo
-    x = x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps))
-    return x, k, v
+    x, h = add_rms_norm(entering, o.reshape(B, n, -1) @ lp.wo, mlp_norm, cfg.rms_eps, fused, index)
+    return entering, x, mlp(lp, h), k, v
+
+
+# The residual adds and the norms after them in one Pallas kernel each on GPUs (pallas/add_norm.py), where XLA runs
+# three. A switch for A/B runs.
+FUSED_NORMS = True
+
+
+def fused_norms() -> bool:
+    """Whether forwards take add_rms_norm's kernel: on a GPU, without a mesh (a Pallas call takes whole arrays: under
+    GSPMD it would gather the sharded rows onto every device)."""
+    return FUSED_NORMS and jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty
+
+
+def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):
+    """(s, rms_norm(s, w)) for s = x + y, the residual x and a layer's output y; w [E], or with layer (an index) a
+    [L, E] stack. fused: in one Pallas kernel where it takes the rows (pallas/add_norm.py), else in XLA."""
+    if fused and add_norm_supported(x.size // x.shape[-1], x.shape[-1]):
+        return add_norm(x, y, w, layer, eps=eps, interpret=jax.default_backend() != "gpu")
+    s = x + y
+    return s, rms_norm(s, w if layer is None else w[layer], eps)
 
 
 # A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the
 # compiled program is unchanged); unrolled Python, the body was traced and lowered once per layer.
-_block = jax.jit(block, static_argnames=("cfg", "kv", "attn_impl"))
+_block = jax.jit(block, static_argnames=("cfg", "kv", "attn_impl", "fused"))
 
 
 def fuse_qkv(q, k, v, cfg: ModelConfig, xp=jnp):
