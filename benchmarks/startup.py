@@ -43,7 +43,8 @@ CASES = ("shipped", "8b", "8b+draft")
 
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
-          one_program: bool = False, engine_path: bool = False, scan: bool = False, rerun: bool = False) -> dict:
+          one_program: bool = False, engine_path: bool = False, scan: bool = False, rerun: bool = False,
+          xla_norms: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
@@ -51,17 +52,19 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     the two parts compiled side by side that Engine.compile builds on one device. engine_path: compiled by
     Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s).
     scan: the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan). rerun: the program run a
-    second time on fresh arguments (rerun_s: without the first run's one-time costs)."""
+    second time on fresh arguments (rerun_s: without the first run's one-time costs). xla_norms: the residual adds
+    and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel."""
     t0 = time.perf_counter()
     import jax
 
     import jspec  # noqa: F401  (the import being timed)
-    from jspec import decode, engine, programs
+    from jspec import decode, engine, model, programs
     from jspec.config import GenerateConfig, SamplingConfig
 
     out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
                transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))
     engine.use_compile_cache(cache_dir)
+    model.FUSED_NORMS = not xla_norms  # read while tracing
     t = time.perf_counter()
     eng, ids, gen = _build(case, small, abstract, scan)
     jax.block_until_ready((eng.params, eng.draft_params))
@@ -183,7 +186,7 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
     cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
-    cmd += ["--rerun"] * args.rerun
+    cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -292,18 +295,21 @@ def main():
                     "lax.scan (model.stack_layers), compiled with model.SCAN_OPTIONS as the engine does")
     ap.add_argument("--rerun", action="store_true", help="the 8B cases' program run twice, the second on fresh "
                     "arguments (rerun s: without the first run's one-time costs; its time counts in wall s)")
+    ap.add_argument("--xla-norms", action="store_true", help="the 8B cases' residual adds and norms in XLA "
+                    "(model.FUSED_NORMS off), to time their Pallas kernel's compiles (pallas/add_norm.py)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
-                              args.engine, args.scan_layers, args.rerun)),
+                              args.engine, args.scan_layers, args.rerun, args.xla_norms)),
               flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
-                  rerun=args.rerun, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[], readme={})
+                  rerun=args.rerun, xla_norms=args.xla_norms, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],
+                  readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see
             if left() > 0 and not args.no_readme:

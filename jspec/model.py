@@ -186,7 +186,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
-    fused = fused_norms()
+    fused = fused_norms(cfg.hidden_size)
     y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
     if is_stacked(params):
         def layer(carry, xs):
@@ -237,14 +237,17 @@ def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, 
 
 
 # The residual adds and the norms after them in one Pallas kernel each on GPUs (pallas/add_norm.py), where XLA runs
-# three. A switch for A/B runs.
-FUSED_NORMS = True
+# three (FUSED_NORMS: a switch for A/B runs), for models at least FUSED_WIDTH wide: measured at 4096 (the 8B shape,
+# session 23). Narrower models (the shipped pair: 384 and 256) stay in XLA, whose fusions the shipped autotuning
+# results cover; each kernel shape would add a Triton compile to their cold start, for a gain not measured.
+FUSED_NORMS, FUSED_WIDTH = True, 1024
 
 
-def fused_norms() -> bool:
-    """Whether forwards take add_rms_norm's kernel: on a GPU, without a mesh (a Pallas call takes whole arrays: under
-    GSPMD it would gather the sharded rows onto every device)."""
-    return FUSED_NORMS and jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty
+def fused_norms(width: int) -> bool:
+    """Whether forwards of a model this wide take add_rms_norm's kernel: on a GPU, without a mesh (a Pallas call takes
+    whole arrays: under GSPMD it would gather the sharded rows onto every device)."""
+    return (FUSED_NORMS and width >= FUSED_WIDTH and jax.default_backend() == "gpu"
+            and jax.sharding.get_abstract_mesh().empty)
 
 
 def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):

@@ -77,7 +77,7 @@ def test_model_with_fused_norms_matches_xla(stacked, monkeypatch):
     want = run()
     calls = []
     fused = jax.jit(add_norm, static_argnames=("eps", "interpret"))
-    monkeypatch.setattr(model, "fused_norms", lambda: True)
+    monkeypatch.setattr(model, "fused_norms", lambda width: True)
     monkeypatch.setattr(model, "add_norm", lambda *a, **k: calls.append(1) or fused(*a, **k))
     got = run()
     assert len(calls) == 2 * 3  # each forward traces its layers' body once (a nested jit or the scan's): 2, the final 1
@@ -94,10 +94,10 @@ def test_add_norm_compiled_matches_xla(shape, dtype):
 
 @gpu
 def test_fused_norms_on_gpu():
-    """On a GPU forwards take the kernel, but not under a mesh."""
-    assert model.fused_norms()
+    """On a GPU forwards of 8B width take the kernel, but not under a mesh, nor the shipped pair's widths."""
+    assert model.fused_norms(4096) and not model.fused_norms(384)
     with jax.set_mesh(jax.make_mesh((1, 1), ("dp", "tp"))):
-        assert not model.fused_norms()
+        assert not model.fused_norms(4096)
 
 
 def test_add_norm_lowers_for_cuda():

@@ -2,7 +2,7 @@
 # (model.residual_add: no memcpy32_post) and k, v as one scan output (one store per layer): this tree stacked
 # against session 22's (.base/jspec, HEAD 6d1f0b1, carried) and the unrolled default, one call. Then session 22's
 # prepared question (its next_call.sh): is the stacked 8B + draft run's 1.27x a first-run cost? startup.py --rerun,
-# both layouts.
+# both layouts. (The two cuts measured no step change and were taken out after this call: not in the commit.)
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 C=int2:1:131072,int2:8:32768
