@@ -58,6 +58,9 @@ def test_model_with_fused_norms_matches_xla(stacked, monkeypatch):
     """A prefill and a decode step through forward_taps (taps included), the norms in the kernel (interpret mode)
     against XLA's, float32."""
     params = model.init_params(CFG, jax.random.key(0), std=0.3)
+    keys = iter(jax.random.split(jax.random.key(1), 2 * CFG.num_layers))
+    norm = lambda: 1 + 0.3 * jax.random.normal(next(keys), (CFG.hidden_size,))  # each layer's own: a wrong index shows
+    params = params.replace(layers=tuple(lp.replace(attn_norm=norm(), mlp_norm=norm()) for lp in params.layers))
     if stacked:
         params = model.stack_layers(params)
     kv = KVConfig("int2", sink=2, recent=4)
