@@ -88,16 +88,17 @@ def apply_rope(x, cos, sin):
     return (xf * cos + swapped * sin).astype(x.dtype)
 
 
-def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
+def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None, splits: int = 0):
     """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
     layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
     rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
 
     The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
+    splits: the projection as that many partial products (split_k; 0: one GEMM).
     """
     B, n, _ = h.shape
     g, D = cfg.q_per_kv, cfg.head_dim
-    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
+    y = split_k(h, lp.wqkv, splits) if splits else jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
     qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
@@ -127,9 +128,29 @@ def rotate(x, rot_t):
     return prod.sum(-1).astype(x.dtype)
 
 
-def mlp(lp: Layer, x):
+def mlp(lp: Layer, x, splits: int = 0):
     y = jnp.einsum("bne,ejf->bnjf", x, lp.w_gu)  # [B, n, 2, F]
-    return (jax.nn.silu(y[..., 0, :]) * y[..., 1, :]) @ lp.w_down
+    gated = jax.nn.silu(y[..., 0, :]) * y[..., 1, :]
+    return split_k(gated, lp.w_down, splits) if splits else gated @ lp.w_down
+
+
+# The stacked body's GEMMs of few rows (decode, verification) as partial products over the contraction, summed in
+# f32. Unrolled, XLA's Triton GEMMs split them so for the 8B shape at 1 and 8 rows (wqkv 4 x 1024, wo 8 x 512, w_down
+# 8 x 1792; w_gu whole: session 23's HLO); in the scan the GEMMs are cuBLASLt calls inside dynamic-slice fusions,
+# which XLA does not autotune, each contraction run whole: 0.37 ms more per 8B step at B 8. Splits per weight, up to
+# SPLIT_ROWS rows; None: off. Not yet measured on a GPU (step_ab.py --split-k): off until it is.
+SPLIT_K, SPLIT_ROWS = None, 64
+XLA_SPLITS = {"wqkv": 4, "wo": 8, "w_down": 8}
+
+
+def split_k(x, w, splits: int):
+    """x [..., K] @ w [K, ...] as `splits` partial products over K (one batched GEMM), summed in f32, in x's dtype. The
+    barrier keeps XLA from folding the sum back into the contraction (attention._dot_values does the same)."""
+    K, lead, tail = x.shape[-1], x.shape[:-1], w.shape[1:]
+    xs = x.reshape(-1, splits, K // splits)
+    ws = w.reshape(splits, K // splits, -1)
+    part = jnp.einsum("msk,skn->smn", xs, ws, preferred_element_type=jnp.float32)
+    return jax.lax.optimization_barrier(part).sum(0).astype(x.dtype).reshape(*lead, *tail)
 
 
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
@@ -229,11 +250,20 @@ def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, 
     """
     B, n, _ = x.shape
     attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
+    splits = _splits(lp, B * n) if norm_stacks is not None else {}  # stacked: SPLIT_K
     entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
-    q, k, v = qkv(lp, cfg, h, pos, rope)
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl)
-    x, h = add_rms_norm(entering, o.reshape(B, n, -1) @ lp.wo, mlp_norm, cfg.rms_eps, fused, index)
-    return entering, x, mlp(lp, h), k, v
+    q, k, v = qkv(lp, cfg, h, pos, rope, splits.get("wqkv", 0))
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl).reshape(B, n, -1)
+    o = split_k(o, lp.wo, splits["wo"]) if "wo" in splits else o @ lp.wo
+    x, h = add_rms_norm(entering, o, mlp_norm, cfg.rms_eps, fused, index)
+    return entering, x, mlp(lp, h, splits.get("w_down", 0)), k, v
+
+
+def _splits(lp: Layer, rows: int) -> dict:
+    """SPLIT_K's splits of the layer's weights whose contraction they divide, for a forward of `rows` rows."""
+    if SPLIT_K is None or rows > SPLIT_ROWS:
+        return {}
+    return {name: s for name, s in SPLIT_K.items() if s > 1 and getattr(lp, name).shape[0] % s == 0}
 
 
 # The residual adds and the norms after them in one Pallas kernel each on GPUs (pallas/add_norm.py), where XLA runs

@@ -240,3 +240,28 @@ def test_engine_with_an_eagle3_head_over_stacked_layers():
         rows = eng.generate_ids([list(range(3, 14))], [SamplingConfig()], [10], GenerateConfig(10, lookahead=2))
         out.append([(tokens, stats["accepted"]) for tokens, stats in rows])
     assert out[1] == out[0] and len(out[0][0][0]) == 10
+
+
+def test_split_k_gives_the_whole_products(monkeypatch):
+    """model.SPLIT_K (the stacked body's GEMMs as partial products over the contraction, summed in f32): the same
+    logits and cache as whole GEMMs, float32, up to the sums' order (BF16 KV: no INT2 rounding to amplify it); the split
+    is really taken (the traced program holds the barriers)."""
+    params = model.stack_layers(model.init_params(CFG, jax.random.key(0), std=0.3))
+    want, cache = _run(params, KVS["bf16"], True)
+    monkeypatch.setattr(model, "SPLIT_K", {"wqkv": 2, "wo": 4, "w_down": 2})
+    jax.clear_caches()
+    got, split = _run(params, KVS["bf16"], True)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+    for a, b in zip(jax.tree.leaves(split), jax.tree.leaves(cache)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+    tokens, empty = jnp.zeros((2, 1), jnp.int32), kvcache.init_cache(CFG, KVS["bf16"], 2, 32, jnp.float32, stacked=True)
+
+    def barriers():
+        jax.clear_caches()  # SPLIT_K is read while tracing the layers' body
+        return jax.jit(model.forward, static_argnums=1).lower(params, CFG, tokens, empty).as_text().count(
+            "optimization_barrier")
+
+    with_split = barriers()
+    monkeypatch.setattr(model, "SPLIT_K", None)
+    assert with_split == barriers() + 3  # one per split product, in the scan's body
