@@ -74,17 +74,28 @@ def profile_case(modes: dict, mode: str, B: int, ctx: int, out_dir: str, steps: 
     traced_wall = (time.perf_counter() - t0) / steps
     jax.profiler.stop_trace()
     events = gpu_kernels(trace_dir)
-    by_kind = collections.defaultdict(lambda: [0, 0.0])
-    for kname, _, dur, _ in events:
-        k = by_kind[kernel_kind(kname)]
-        k[0] += 1
-        k[1] += dur
     busy = sum(e[2] for e in events) / steps * 1e-9
-    kinds = sorted(((k, n / steps, d / steps * 1e-6) for k, (n, d) in by_kind.items()), key=lambda r: -r[2])
+    kinds = _grouped(events, lambda e: kernel_kind(e[0]), steps)
+    # per HLO instruction (the stats' hlo_op, named as in the .hlo.txt beside): which GEMM, which fusion
+    ops = _grouped(events, lambda e: str(e[3].get("hlo_op", "?")), steps)[:OPS_KEPT]
     return dict(case=name, wall_ms=wall * 1e3, traced_wall_ms=traced_wall * 1e3,
                 kernels_per_step=len(events) / steps, kernel_ms_per_step=busy * 1e3,
                 stat_keys=sorted(events[0][3]) if events else [],
-                kinds=[dict(kind=k, per_step=n, ms=ms) for k, n, ms in kinds])
+                kinds=[dict(kind=k, per_step=n, ms=ms) for k, n, ms in kinds],
+                ops=[dict(op=k, per_step=n, ms=ms) for k, n, ms in ops])
+
+
+OPS_KEPT = 80  # the HLO instructions kept in a profile, by time
+
+
+def _grouped(events, key, steps: int) -> list[tuple[str, float, float]]:
+    """(group, kernels per step, ms per step) of the events grouped by key, longest first."""
+    groups = collections.defaultdict(lambda: [0, 0.0])
+    for e in events:
+        g = groups[key(e)]
+        g[0] += 1
+        g[1] += e[2]
+    return sorted(((k, n / steps, d / steps * 1e-6) for k, (n, d) in groups.items()), key=lambda r: -r[2])
 
 
 def main():
