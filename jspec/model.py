@@ -7,6 +7,7 @@ rows it computed so that the caller commits only what it accepts (kvcache.commit
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -284,9 +285,32 @@ def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):
     """(s, rms_norm(s, w)) for s = x + y, the residual x and a layer's output y; w [E], or with layer (an index) a
     [L, E] stack. fused: in one Pallas kernel where it takes the rows (pallas/add_norm.py), else in XLA."""
     if fused and add_norm_supported(x.size // x.shape[-1], x.shape[-1]):
-        return add_norm(x, y, w, layer, eps=eps, interpret=jax.default_backend() != "gpu")
+        return _fused_add_norm(x, y, w, layer, eps)
+    return _xla_add_norm(x, y, w, layer, eps)
+
+
+def _xla_add_norm(x, y, w, layer, eps):
     s = x + y
     return s, rms_norm(s, w if layer is None else w[layer], eps)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _fused_add_norm(x, y, w, layer, eps):
+    """The kernel, differentiated as XLA's path (a Pallas call has no derivative of its own: training takes it)."""
+    return add_norm(x, y, w, layer, eps=eps, interpret=jax.default_backend() != "gpu")
+
+
+def _fused_add_norm_fwd(x, y, w, layer, eps):
+    return _fused_add_norm(x, y, w, layer, eps), (x, y, w, layer)
+
+
+def _fused_add_norm_bwd(eps, saved, cotangents):
+    x, y, w, layer = saved
+    _, vjp = jax.vjp(lambda x, y, w: _xla_add_norm(x, y, w, layer, eps), x, y, w)
+    return (*vjp(cotangents), None)  # the layer index: an integer, no cotangent
+
+
+_fused_add_norm.defvjp(_fused_add_norm_fwd, _fused_add_norm_bwd)
 
 
 # A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the

@@ -108,3 +108,21 @@ def test_add_norm_lowers_for_cuda():
     fn = lambda x, y, w, layer: add_norm(x, y, w, layer, eps=1e-5)
     text = jax.jit(fn).trace(x, y, w, jnp.int32(1)).lower(lowering_platforms=("cuda",)).as_text()
     assert "add_norm" in text and "__gpu$xla.gpu.triton" in text
+
+
+@pytest.mark.parametrize("layer", [None, 2])
+def test_fused_norm_differentiates_as_xla(layer):
+    """Training through a forward that takes the kernel (a Pallas call has no derivative of its own): its gradients
+    are XLA's path's (interpret mode, float32)."""
+    x, y, w = _inputs((2, 3, 64), jnp.float32)
+    w = w if layer is not None else w[1]
+    index = None if layer is None else jnp.int32(layer)
+
+    def loss(fused):
+        def f(x, y, w):
+            s, h = model.add_rms_norm(x, y, w, 1e-5, fused, index)
+            return (s * jnp.cos(h)).sum() + (h * h).sum()
+        return jax.grad(f, argnums=(0, 1, 2))(x, y, w)
+
+    for got, want in zip(loss(True), loss(False)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
