@@ -15,10 +15,6 @@ CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediat
                   num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
 
 
-def gpu(test):
-    return pytest.mark.gpu(pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")(test))
-
-
 def _inputs(shape, dtype, layers=4):
     kx, ky, kw = jax.random.split(jax.random.key(0), 3)
     x, y = (jax.random.normal(k, shape, jnp.float32).astype(dtype) for k in (kx, ky))
@@ -88,14 +84,16 @@ def test_model_with_fused_norms_matches_xla(stacked, monkeypatch):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
-@gpu
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 1, 4096), (8, 5, 1024), (64, 1, 32)])
 def test_add_norm_compiled_matches_xla(shape, dtype):
     _check(shape, dtype, interpret=False)
 
 
-@gpu
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 def test_fused_norms_on_gpu():
     """On a GPU forwards of 8B width take the kernel, but not under a mesh, nor the shipped pair's widths."""
     assert model.fused_norms(4096) and not model.fused_norms(384)
