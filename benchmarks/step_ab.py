@@ -55,8 +55,6 @@ def main():
                     "(pallas/window_merge.py)")
     ap.add_argument("--xla-norms", action="store_true", help="the residual adds and RMS norms in XLA (model."
                     "FUSED_NORMS = False), to time them against one Pallas kernel each (pallas/add_norm.py)")
-    ap.add_argument("--xla-gemms", action="store_true", help="with --scan-layers: all the body's GEMMs XLA's "
-                    "(cuBLAS; model.STACKED_GEMMS = {}), to time them against the Pallas kernel's (pallas/stacked_matmul.py)")
     ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
                     "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
     ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
@@ -80,8 +78,6 @@ def main():
         attention_split.FUSED_WINDOW = False  # read while tracing
     if args.xla_norms:
         model.FUSED_NORMS = False  # read while tracing
-    if args.xla_gemms:
-        model.STACKED_GEMMS = {}  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.gemm_products:
@@ -99,7 +95,7 @@ def main():
         del params
         modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               xla_window=args.xla_window, xla_norms=args.xla_norms, xla_gemms=args.xla_gemms, splits_s14=args.splits_s14,
+               xla_window=args.xla_window, xla_norms=args.xla_norms, splits_s14=args.splits_s14,
                warp_stages=args.warp_stages,
                scan_layers=args.scan_layers, scan_options=dict(model.SCAN_OPTIONS) if args.scan_layers else None,
                xla_flags=os.environ.get("XLA_FLAGS", ""),

@@ -19,9 +19,7 @@ from jspec.attention import attend
 from jspec.config import ModelConfig
 from jspec.kvcache import KVCache
 from jspec.numerics import logits_f32
-from jspec.pallas import stacked_matmul
 from jspec.pallas.add_norm import add_norm, supported as add_norm_supported
-from jspec.pallas.stacked_matmul import Tiling
 
 
 @struct.dataclass
@@ -91,19 +89,16 @@ def apply_rope(x, cos, sin):
     return (xf * cos + swapped * sin).astype(x.dtype)
 
 
-def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None, stacks=None):
+def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
     """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
     layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
     rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
 
     The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
-    stacks: the scan's (stacked layers, index), for stacked_product.
     """
     B, n, _ = h.shape
     g, D = cfg.q_per_kv, cfg.head_dim
-    y = stacked_product(h, stacks, "wqkv")  # [B, n, Hkv, g + 2, D]
-    if y is None:
-        y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)
+    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
     qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
@@ -133,33 +128,10 @@ def rotate(x, rot_t):
     return prod.sum(-1).astype(x.dtype)
 
 
-def mlp(lp: Layer, x, stacks=None):
-    y = stacked_product(x, stacks, "w_gu")
-    y = jnp.einsum("bne,ejf->bnjf", x, lp.w_gu) if y is None else y  # [B, n, 2, F]
+def mlp(lp: Layer, x):
+    y = jnp.einsum("bne,ejf->bnjf", x, lp.w_gu)  # [B, n, 2, F]
     gated = jax.nn.silu(y[..., 0, :]) * y[..., 1, :]
-    out = stacked_product(gated, stacks, "w_down")
-    return gated @ lp.w_down if out is None else out
-
-
-# The stacked body's GEMMs of few rows (decode, verification) that a Pallas kernel takes (pallas/stacked_matmul.py:
-# the stack read in place at the loop's index), with its tiling; the others stay cuBLAS calls in XLA's dynamic-slice
-# fusions, which XLA does not autotune. Per weight, 32 layers of the 8B shape at 8 rows (session 24,
-# results/logs24/matmul_probe.py): wqkv 0.589 ms against cuBLAS's 0.634, wo 0.461 against 0.576; w_gu and w_down
-# lost (1.936 vs 1.856, 1.069 vs 1.016). XLA's Triton GEMMs unrolled: 0.425, 0.297, 1.741, 0.948.
-STACKED_GEMMS = {"wqkv": Tiling(64, 128, 1, 4, 5), "wo": Tiling(128, 32, 8, 4, 5)}
-
-
-def stacked_product(x, stacks, name: str):
-    """x [..., K] @ the weight `name` of the scan's layer by the Pallas kernel, for stacks = (the stacked layers, the
-    index) where STACKED_GEMMS names it, the weights are bf16 (float32 stays XLA's, exact) and the kernel takes the
-    rows on this backend; else None (XLA's GEMM)."""
-    if stacks is None or name not in STACKED_GEMMS or not _gpu_alone():
-        return None
-    w, t = getattr(stacks[0], name), STACKED_GEMMS[name]
-    K = x.shape[-1]
-    if w.dtype != jnp.bfloat16 or not stacked_matmul.supported(x.size // K, K, math.prod(w.shape[2:]), t):
-        return None
-    return stacked_matmul.matmul(x, w, stacks[1], t, interpret=jax.default_backend() != "gpu")
+    return gated @ lp.w_down
 
 
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
@@ -224,7 +196,8 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
             lp, layer_cache = xs
             if layer_cache is not None:
                 layer_cache = layer_cache.replace(window_stacks=(cache.layers.k, cache.layers.v, i))
-            entering, x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, (params.layers, i), cfg=cfg, kv=kv,
+            norms = (params.layers.attn_norm, params.layers.mlp_norm, i)  # read in place by the fused norms
+            entering, x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, norms, cfg=cfg, kv=kv,
                                           attn_impl=attn_impl, fused=fused)
             return (x, y, i + 1), (k, v, entering if taps else None)
 
@@ -248,24 +221,21 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     return logits, (new_k, new_v), features
 
 
-def block(lp: Layer, x, y, pos, rope, layer_cache, length, stacks=None, *, cfg: ModelConfig, kv,
+def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, cfg: ModelConfig, kv,
           attn_impl: str, fused: bool = False):
     """One decoder layer over the residual x + y [B, n, E] at positions pos [B, n] (rope: their rope_tables). y is
     the last layer's MLP output, added here by the first norm. Returns the residual entering the
     layer, the residual after its attention, its MLP's output (the next layer's y) and its new k and v rows.
-    fused: each residual add and the norm after it in one kernel (add_rms_norm). stacks (stacked layers: the scan's
-    body): the stacked layers (a Layer of [L, ...] arrays) and this layer's index, for the kernels that read the
-    norms' and the weights' stacks in place (add_rms_norm, stacked_product).
+    fused: each residual add and the norm after it in one kernel (add_rms_norm). norm_stacks (stacked layers: the
+    scan's body): the [L, E] stacks of both norms' weights and this layer's index, for the kernel to read in place.
     """
     B, n, _ = x.shape
-    norms = lp if stacks is None else stacks[0]
-    index = None if stacks is None else stacks[1]
-    entering, h = add_rms_norm(x, y, norms.attn_norm, cfg.rms_eps, fused, index)
-    q, k, v = qkv(lp, cfg, h, pos, rope, stacks)
+    attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
+    entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
+    q, k, v = qkv(lp, cfg, h, pos, rope)
     o = attend(q, k, v, layer_cache, length, kv, attn_impl).reshape(B, n, -1)
-    p = stacked_product(o, stacks, "wo")
-    x, h = add_rms_norm(entering, o @ lp.wo if p is None else p, norms.mlp_norm, cfg.rms_eps, fused, index)
-    return entering, x, mlp(lp, h, stacks), k, v
+    x, h = add_rms_norm(entering, o @ lp.wo, mlp_norm, cfg.rms_eps, fused, index)
+    return entering, x, mlp(lp, h), k, v
 
 
 # The residual adds and the norms after them in one Pallas kernel each on GPUs (pallas/add_norm.py), where XLA runs
@@ -278,12 +248,8 @@ FUSED_NORMS, FUSED_WIDTH = True, 1024
 def fused_norms(width: int) -> bool:
     """Whether forwards of a model this wide take add_rms_norm's kernel: on a GPU, without a mesh (a Pallas call takes
     whole arrays: under GSPMD it would gather the sharded rows onto every device)."""
-    return FUSED_NORMS and width >= FUSED_WIDTH and _gpu_alone()
-
-
-def _gpu_alone() -> bool:
-    """A GPU without a mesh: where the Pallas kernels of a forward run (a Pallas call takes whole arrays)."""
-    return jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty
+    return (FUSED_NORMS and width >= FUSED_WIDTH and jax.default_backend() == "gpu"
+            and jax.sharding.get_abstract_mesh().empty)
 
 
 def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):

@@ -240,25 +240,3 @@ def test_engine_with_an_eagle3_head_over_stacked_layers():
         rows = eng.generate_ids([list(range(3, 14))], [SamplingConfig()], [10], GenerateConfig(10, lookahead=2))
         out.append([(tokens, stats["accepted"]) for tokens, stats in rows])
     assert out[1] == out[0] and len(out[0][0][0]) == 10
-
-
-def test_stacked_gemms_give_xla_products(monkeypatch):
-    """model.STACKED_GEMMS (the stacked body's GEMMs in pallas/stacked_matmul.py, interpreted here as on a GPU): a
-    bf16 forward's logits and new rows as with XLA's GEMMs, up to bf16 rounding, every weight taken by the kernel (its
-    tilings fit CFG's small shapes); the kernel is really called (the traced program names it)."""
-    from jspec.pallas.stacked_matmul import Tiling
-    params = model.stack_layers(model.init_params(CFG, jax.random.key(0), dtype=jnp.bfloat16, std=0.3))
-    tokens = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, 12)), jnp.int32)
-    empty = kvcache.init_cache(CFG, KVS["bf16"], 2, 32, jnp.bfloat16, stacked=True)
-    forward = lambda: jax.jit(model.forward, static_argnums=1).trace(params, CFG, tokens, empty)
-    want = forward().lower().compile()(params, tokens, empty)
-    monkeypatch.setattr(model, "_gpu_alone", lambda: True)
-    monkeypatch.setattr(model, "FUSED_NORMS", False)
-    monkeypatch.setattr(model, "STACKED_GEMMS", {name: Tiling(16, 16, 2) for name in ("wqkv", "wo", "w_gu", "w_down")})
-    jax.clear_caches()  # read while tracing the layers' body
-    traced = forward()
-    assert "name=stacked_matmul" in str(traced.jaxpr)
-    got = traced.lower().compile()(params, tokens, empty)
-    jax.clear_caches()
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=0.05, atol=0.05)

@@ -1,3 +1,4 @@
+# Run at commit c1b57af, whose jspec/pallas/stacked_matmul.py was taken out after call 4 (no gain in the step).
 """Issue 14, session 24: the stacked step's GEMMs in a Pallas (Triton) kernel that reads the [L, K, N] stack in place at
 the loop's layer index (jspec/pallas/stacked_matmul.py), against XLA's GEMMs.
 
