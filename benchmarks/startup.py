@@ -43,7 +43,7 @@ CASES = ("shipped", "8b", "8b+draft")
 
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
-          one_program: bool = False, engine_path: bool = False, scan: bool = False, rerun: bool = False,
+          one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
           xla_norms: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
@@ -51,7 +51,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     one_program: decode.generate_program, the prefill and rounds as one program (before session 11), against
     the two parts compiled side by side that Engine.compile builds on one device. engine_path: compiled by
     Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s).
-    scan: the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan). rerun: the program run a
+    scan: "all", the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan); "draft", the draft's
+    only (the whole program then compiled with model.SCAN_OPTIONS, as the engine does). rerun: the program run a
     second time on fresh arguments (rerun_s: without the first run's one-time costs). xla_norms: the residual adds
     and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel."""
     t0 = time.perf_counter()
@@ -137,9 +138,9 @@ def host_events(trace_dir: str, top: int = 25) -> list:
     return [[name, n, round(s, 3)] for name, (n, s) in rows]
 
 
-def _build(case: str, small: bool, abstract: bool = False, scan: bool = False):
-    """(engine, prompt ids, GenerateConfig) of a case; abstract: the 8B weights as shapes only; scan: their
-    layers stacked (model.stack_layers)."""
+def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):
+    """(engine, prompt ids, GenerateConfig) of a case; abstract: the 8B weights as shapes only; scan: "all", their
+    layers stacked (model.stack_layers), "draft", the draft's only."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -154,14 +155,14 @@ def _build(case: str, small: bool, abstract: bool = False, scan: bool = False):
     target, draft, prompt, new = _shapes(small)
     with_draft = case == "8b+draft"
 
-    def weights(cfg, seed, rotate=False):  # random bf16 weights; R_K set and R_V folded in (Hadamard)
+    def weights(cfg, seed, rotate, stack):  # random bf16 weights; R_K set and R_V folded in (Hadamard)
         p = model.init_params(cfg, jax.random.key(seed), dtype=jnp.bfloat16)
         p = engine._apply_rotations(p, cfg, *rotation.hadamard_rotations(cfg)) if rotate else p
-        return model.stack_layers(p) if scan else p
+        return model.stack_layers(p) if stack else p
 
     make = (lambda *a: jax.eval_shape(lambda: weights(*a))) if abstract else weights
-    params = make(target, 0, True)
-    dparams = make(draft, 1) if with_draft else None
+    params = make(target, 0, True, scan == "all")
+    dparams = make(draft, 1, False, scan in ("all", "draft")) if with_draft else None
     eng = engine.Engine(target, params, None, KVConfig("int2"), draft if with_draft else None, dparams,
                         attn_impl=engine._default_impl())
     ids = np.random.default_rng(0).integers(0, target.vocab_size, prompt).tolist()
@@ -186,6 +187,7 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
     cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
+    cmd += ["--scan-draft"] * args.scan_draft
     cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
@@ -293,6 +295,8 @@ def main():
                     "store, then JAX's cache: what the CLI's stats report as compile_s), not trace, lower and compile")
     ap.add_argument("--scan-layers", action="store_true", help="the 8B cases' layers stacked, each forward one "
                     "lax.scan (model.stack_layers), compiled with model.SCAN_OPTIONS as the engine does")
+    ap.add_argument("--scan-draft", action="store_true", help="the 8b+draft case's draft layers stacked, the "
+                    "target's unrolled (the program compiled with model.SCAN_OPTIONS: the target's GEMMs cuBLAS)")
     ap.add_argument("--rerun", action="store_true", help="the 8B cases' program run twice, the second on fresh "
                     "arguments (rerun s: without the first run's one-time costs; its time counts in wall s)")
     ap.add_argument("--xla-norms", action="store_true", help="the 8B cases' residual adds and norms in XLA "
@@ -302,14 +306,15 @@ def main():
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
-                              args.engine, args.scan_layers, args.rerun, args.xla_norms)),
+                              args.engine, "all" if args.scan_layers else "draft" if args.scan_draft else "",
+                              args.rerun, args.xla_norms)),
               flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
-                  rerun=args.rerun, xla_norms=args.xla_norms, xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[],
-                  readme={})
+                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms,
+                  xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[], readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see
             if left() > 0 and not args.no_readme:

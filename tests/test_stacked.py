@@ -105,8 +105,9 @@ def test_a_stacked_model_refuses_a_tuple_cache():
 
 @pytest.mark.parametrize("mode", ["bf16", "int2"])
 def test_engine_with_stacked_layers_gives_the_same_greedy_tokens(mode):
-    """Through the Engine at K = 3, two prompts of different lengths: stacked target and draft against the
-    tuples. The draft is the target itself (every draft accepted: commits of K + 1 rows) and a random one."""
+    """Through the Engine at K = 3, two prompts of different lengths: stacked target and draft, and the draft alone
+    stacked (startup.py --scan-draft), against the tuples. The draft is the target itself (every draft accepted:
+    commits of K + 1 rows) and a random one."""
     from jspec.config import GenerateConfig, SamplingConfig
     from jspec.engine import Engine
 
@@ -115,12 +116,13 @@ def test_engine_with_stacked_layers_gives_the_same_greedy_tokens(mode):
     prompts = [list(range(3, 14)), list(range(20, 27))]
     for cfg, draft in ((CFG, target), (dcfg, model.init_params(dcfg, jax.random.key(7), std=0.3))):
         out = []
-        for stack in (lambda p: p, model.stack_layers):
-            eng = Engine(cfg=CFG, params=stack(target), tokenizer=None, kv=KVS[mode], dtype="float32", draft_cfg=cfg,
-                         draft_params=stack(draft))
+        same, stack = (lambda p: p), model.stack_layers
+        for stack_target, stack_draft in ((same, same), (stack, stack), (same, stack)):
+            eng = Engine(cfg=CFG, params=stack_target(target), tokenizer=None, kv=KVS[mode], dtype="float32",
+                         draft_cfg=cfg, draft_params=stack_draft(draft))
             rows = eng.generate_ids(prompts, [SamplingConfig()] * 2, [12, 9], GenerateConfig(12, lookahead=3))
             out.append([(tokens, stats["accepted"]) for tokens, stats in rows])
-        assert out[1] == out[0] and len(out[0][0][0]) == 12
+        assert out[2] == out[1] == out[0] and len(out[0][0][0]) == 12
 
 
 def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):

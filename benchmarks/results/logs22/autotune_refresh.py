@@ -28,7 +28,7 @@ CASES = ("shipped", "8b+draft")
 
 def case(name: str, cache: Path, process: str, small: bool) -> dict:
     args = argparse.Namespace(small=small, abstract=False, phases=False, one_program=False, engine=True,
-                              scan_layers=False, rerun=False, xla_norms=False)
+                              scan_layers=False, scan_draft=False, rerun=False, xla_norms=False)
     r = startup.run_child(name, cache, args, 300)
     tuned = cache / engine.PER_FUSION
     r = {k: r[k] for k in KEEP if k in r}
