@@ -4,8 +4,10 @@
 #   changed since their results were made), twice; the draft alone stacked (--scan-draft: the target unrolled, the
 #   program under model.SCAN_OPTIONS, so the target's GEMMs are cuBLAS: compile and rounds against the default); all
 #   stacked, for the host's pace.
-# `b` (~3 min): where the default program's cold compile goes now (--phases: XLA's host events; the trace-lower-
-#   compile path, not Engine.compile); issue 16, two more INT2 / BF16 pairs at B 1 / 128K.
+# `b` (~4 min): where the default program's cold compile goes now (--phases: XLA's host events; the trace-lower-
+#   compile path, not Engine.compile); issue 16: the decode kernel at B 1 / 128K (1.04 ms, 55% of copy, the step's
+#   largest item above its floor) over its grid: one wave of 49 splits per KV head (the default), 16 (one CTA per
+#   SM), 33 (two), 98 and 147 (two and three waves); two more INT2 / BF16 pairs at B 1 / 128K.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 if [ "$1" != b ]; then
@@ -17,6 +19,8 @@ fi
 [ "$1" = a ] && exit
 el "phases"; timeout 120 python benchmarks/startup.py --phases --cases 8b+draft --no-readme --no-job \
   --out $OUT/startup_phases.json 2>&1 | grep "^| 8b+draft"
+el "kernel splits at B 1 / 128K"; timeout 90 python benchmarks/kernel_diag.py --trace --budget-s 75 --points 1:131072:1 \
+  --variants base,num_splits=16,num_splits=33,num_splits=98,num_splits=147 --out $OUT 2>&1 | grep "^B=\|^copy "
 for i in 1 2; do
   el "step $i"; timeout 60 python benchmarks/step_ab.py --tag default$i --jspec-root . \
     --cases int2:1:131072,bf16:1:131072 --profile "" --out $OUT/step$i.json 2>&1 | grep "ms/step"
