@@ -8,6 +8,9 @@
 #   compile path, not Engine.compile); issue 16: the decode kernel at B 1 / 128K (1.04 ms, 55% of copy, the step's
 #   largest item above its floor) over its grid: one wave of 49 splits per KV head (the default), 16 (one CTA per
 #   SM), 33 (two), 98 and 147 (two and three waves); two more INT2 / BF16 pairs at B 1 / 128K.
+# `c` (~4 min): the stacked layers' GEMMs as a Mosaic GPU kernel with TMA (mosaic_gemm_probe.py: agreement with XLA,
+#   then 32 layers per weight and tiling against cuBLAS in the loop; XLA's Triton GEMMs unrolled read at 3.6-4.3
+#   TB/s in session 24's call 3: the mark to reach).
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 if [ "$1" != b ]; then
@@ -17,6 +20,11 @@ if [ "$1" != b ]; then
   done
 fi
 [ "$1" = a ] && exit
+if [ "$1" = c ]; then  # ~4 min: the stacked GEMMs as a Mosaic GPU kernel with TMA (mosaic_gemm_probe.py)
+  el "mosaic gemm"; timeout 280 python benchmarks/results/logs24/mosaic_gemm_probe.py --out $OUT 2>&1 | \
+    grep -v Warning | tail -30
+  exit
+fi
 el "phases"; timeout 120 python benchmarks/startup.py --phases --cases 8b+draft --no-readme --no-job \
   --out $OUT/startup_phases.json 2>&1 | grep "^| 8b+draft"
 el "kernel splits at B 1 / 128K"; timeout 90 python benchmarks/kernel_diag.py --trace --budget-s 75 --points 1:131072:1 \
