@@ -9,8 +9,12 @@ rounded up to 8, on N), as XLA's Triton GEMMs order the product. Each CTA runs o
 partials [splits, N, Nr] are summed by XLA after the call.
 
     python mosaic_gemm_probe.py --lower-only        # any host: lowers the kernel for CUDA (no PTX, no run)
-    python mosaic_gemm_probe.py --out DIR           # H200: agreement with XLA, then 32 layers per weight and tiling
-                                                    # against cuBLAS in the loop (matmul_probe.py's part 1)
+    python mosaic_gemm_probe.py --small             # CPU check of the script: small shapes, XLA in the kernel's place
+    python mosaic_gemm_probe.py --out DIR           # H200: agreement with XLA; 32 layers per weight and tiling
+                                                    # against cuBLAS in the loop (matmul_probe.py's part 1); then
+                                                    # session 23's probe layer (norms, the four GEMMs, residual adds)
+                                                    # 32 times: unrolled (XLA's Triton GEMMs), scanned with cuBLAS,
+                                                    # scanned with the kernel at each weight's best tiling
 """
 import argparse
 import functools
@@ -114,18 +118,59 @@ def timed(fn, args, opts=None, reps=20):
     return out, (time.perf_counter() - t) / reps
 
 
+def probe_layers(W, M, tilings, scan_options):
+    """Session 23's gemm_probe layer 32 times at M rows: unrolled over separate arrays, and scanned over the stacks
+    with cuBLAS (under scan_options) and with the kernel; ms per pass."""
+    E, F = W["wo"].shape[1], W["w_down"].shape[1]
+    L = W["wo"].shape[0]
+    lists = {name: [w[i] for i in range(L)] for name, w in W.items()}
+
+    def norm(x):
+        xf = x.astype(jnp.float32)
+        return (xf * lax.rsqrt(jnp.mean(xf * xf, -1, keepdims=True) + 1e-6)).astype(x.dtype)
+
+    def layer(x, w, i, mm):
+        a = mm(norm(x), w, "wqkv", i)[:, :E]  # stands in for attention's output
+        x = x + mm(a, w, "wo", i)
+        y = mm(norm(x), w, "w_gu", i)
+        return x + mm(jax.nn.silu(y[:, :F]) * y[:, F:], w, "w_down", i)
+
+    xla = lambda x, w, name, i: x @ w[name][i]
+    mosaic = lambda x, w, name, i: matmul(x, w[name], i, **tilings[name])
+    unrolled = lambda x, ws: functools.reduce(lambda x, i: layer(x, ws, i, xla), range(L), x)
+    scanned = lambda mm: (lambda x, w: lax.fori_loop(0, L, lambda i, x: layer(x, w, i, mm), x))
+    x = jnp.ones((M, E), jnp.bfloat16)
+    gb = sum(w.size for w in W.values()) * 2 / 1e9
+    rows, ref = [], None
+    for variant, fn, args, opts in [("unrolled", unrolled, (x, lists), None),
+                                    ("scan, cuBLAS", scanned(xla), (x, W), scan_options),
+                                    ("scan, mosaic", scanned(mosaic), (x, W), None)]:
+        out, dt = timed(fn, args, opts)
+        ref = out if ref is None else ref
+        r = dict(rows=M, variant=variant, ms=dt * 1e3, TBps=gb / dt / 1e3,
+                 max_diff=float(jnp.abs(out.astype(jnp.float32) - ref.astype(jnp.float32)).max()))
+        print("layer", r, flush=True)
+        rows.append(r)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--lower-only", action="store_true")
     ap.add_argument("--rows", default="1,8")
+    ap.add_argument("--small", action="store_true")
     a = ap.parse_args()
     if a.lower_only:
         return lower_only()
-    res = dict(agree=[], weights=[])
+    global matmul
+    if a.small and jax.default_backend() != "gpu":  # no Mosaic GPU here: the script's logic only
+        matmul = lambda x, w, i, **t: (x @ w[i].reshape(w.shape[1], -1)).reshape(x.shape[0], *w.shape[2:])
+    res = dict(agree=[], weights=[], layers=[])
+    best = {}
     # agreement with XLA at 3 layers, every weight shape's default tiling
-    E, F, QKV, L = 4096, 14336, 6144, 32
-    key = iter(jax.random.split(jax.random.PRNGKey(0), 8))
+    E, F, QKV, L = (256, 512, 384, 4) if a.small else (4096, 14336, 6144, 32)
+    key = iter(jax.random.split(jax.random.PRNGKey(0), 32))
     stack = lambda *s: (jax.random.normal(next(key), (L, *s), jnp.float32) * 0.02).astype(jnp.bfloat16)
     W = dict(wqkv=stack(E, QKV), wo=stack(E, E), w_gu=stack(E, 2 * F), w_down=stack(F, E))
     for name, w in W.items():
@@ -134,6 +179,7 @@ def main():
             got = matmul(x, w, jnp.int32(L - 1), bn=64, bk=64, splits=4, stages=4).astype(jnp.float32)
             want = jnp.dot(x.astype(jnp.float32), w[L - 1].astype(jnp.float32))
             r = dict(weight=name, rows=M, max_rel=float(jnp.abs(got - want).max() / jnp.abs(want).max()))
+            r["ok"] = r["max_rel"] < 1e-2  # bf16 output rounding is ~4e-3
             print("agree", r, flush=True)
             res["agree"].append(r)
     SCAN = dict(model.SCAN_OPTIONS)
@@ -148,7 +194,7 @@ def main():
             _, dt = timed(loop(lambda x, w, i: x @ w[i]), (x, w), SCAN)
             rows.append(dict(variant="cublas in the loop", ms=dt * 1e3))
             for bn, bk, splits, stages in itertools.product((64, 128), (64, 128), (1, 2, 4, 8), (4,)):
-                if K % (splits * bk) or K // (splits * bk) < 2 or N // bn * splits < 66:
+                if K % (splits * bk) or K // (splits * bk) < 2 or N // bn * splits < (1 if a.small else 66):
                     continue
                 try:
                     t = dict(bn=bn, bk=bk, splits=splits, stages=stages)
@@ -158,11 +204,16 @@ def main():
                     rows.append(dict(variant="mosaic", tiling=t, error=str(e)[:200]))
             for r in rows:
                 r.update(weight=name, rows=M, TBps=gb / r["ms"] if "ms" in r else None)
-            best = min((r for r in rows if r["variant"] == "mosaic" and "ms" in r), key=lambda r: r["ms"], default=None)
-            for r in (rows[0], best):
+            top = min((r for r in rows if r["variant"] == "mosaic" and "ms" in r), key=lambda r: r["ms"], default=None)
+            for r in (rows[0], top):
                 if r:
                     print(name, M, r["variant"], r.get("tiling", ""), f"{r['ms']:.3f} ms {r['TBps']:.2f} TB/s", flush=True)
             res["weights"] += rows
+            if top:
+                best[M, name] = top["tiling"]
+    for M in map(int, a.rows.split(",")):
+        if all((M, name) in best for name in W):
+            res["layers"] += probe_layers(W, M, {name: best[M, name] for name in W}, SCAN)
     if a.out:
         Path(a.out, "mosaic_gemm_probe.json").write_text(json.dumps(res, indent=1))
 
