@@ -130,8 +130,7 @@ def rotate(x, rot_t):
 
 def mlp(lp: Layer, x):
     y = jnp.einsum("bne,ejf->bnjf", x, lp.w_gu)  # [B, n, 2, F]
-    gated = jax.nn.silu(y[..., 0, :]) * y[..., 1, :]
-    return gated @ lp.w_down
+    return (jax.nn.silu(y[..., 0, :]) * y[..., 1, :]) @ lp.w_down
 
 
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
