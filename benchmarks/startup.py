@@ -44,7 +44,7 @@ CASES = ("shipped", "8b", "8b+draft")
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
           one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
-          xla_norms: bool = False) -> dict:
+          xla_norms: bool = False, no_prime: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
@@ -54,18 +54,22 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     scan: "all", the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan); "draft", the draft's
     only (the whole program then compiled with model.SCAN_OPTIONS, as the engine does). rerun: the program run a
     second time on fresh arguments (rerun_s: without the first run's one-time costs). xla_norms: the residual adds
-    and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel."""
+    and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel. no_prime: the Mosaic GPU kernels compiled
+    inside their programs' compiles (mosaic_keys.prime off), as before session 25."""
     t0 = time.perf_counter()
     import jax
 
     import jspec  # noqa: F401  (the import being timed)
     from jspec import decode, engine, model, programs
+    from jspec.pallas import mosaic_keys
     from jspec.config import GenerateConfig, SamplingConfig
 
     out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
                transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))
     engine.use_compile_cache(cache_dir)
     model.FUSED_NORMS = not xla_norms  # read while tracing
+    if no_prime:
+        mosaic_keys.prime = mosaic_keys._lowered.clear
     t = time.perf_counter()
     eng, ids, gen = _build(case, small, abstract, scan)
     jax.block_until_ready((eng.params, eng.draft_params))
@@ -122,8 +126,9 @@ def _run_once(out: dict, run, args, eng, prompt_tokens: int, again=None) -> dict
 
 
 def host_events(trace_dir: str, top: int = 25) -> list:
-    """[name, count, total seconds] of the longest host events of a jax.profiler trace, by name (nested
-    events each count: a pass and its parent both appear); Python's own frames ('$file:line ...') left out."""
+    """[name, count, total seconds, longest seconds, threads] of the longest host events of a jax.profiler trace,
+    by name (nested events each count: a pass and its parent both appear; threads: how many host threads ran
+    them); Python's own frames ('$file:line ...') left out."""
     from jax.profiler import ProfileData
 
     path = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1]
@@ -132,10 +137,11 @@ def host_events(trace_dir: str, top: int = 25) -> list:
         if plane.name.startswith("/host"):
             for line in plane.lines:
                 for ev in (ev for ev in line.events if not ev.name.startswith("$")):
-                    n, s = total.get(ev.name, (0, 0.0))
-                    total[ev.name] = (n + 1, s + ev.duration_ns / 1e9)
+                    n, s, longest, threads = total.get(ev.name, (0, 0.0, 0.0, set()))
+                    d = ev.duration_ns / 1e9
+                    total[ev.name] = (n + 1, s + d, max(longest, d), threads | {(plane.name, line.name)})
     rows = sorted(total.items(), key=lambda kv: -kv[1][1])[:top]
-    return [[name, n, round(s, 3)] for name, (n, s) in rows]
+    return [[name, n, round(s, 3), round(longest, 3), len(threads)] for name, (n, s, longest, threads) in rows]
 
 
 def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):
@@ -188,7 +194,7 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
     cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
     cmd += ["--scan-draft"] * args.scan_draft
-    cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms
+    cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms + ["--no-prime"] * args.no_prime
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -301,19 +307,21 @@ def main():
                     "arguments (rerun s: without the first run's one-time costs; its time counts in wall s)")
     ap.add_argument("--xla-norms", action="store_true", help="the 8B cases' residual adds and norms in XLA "
                     "(model.FUSED_NORMS off), to time their Pallas kernel's compiles (pallas/add_norm.py)")
+    ap.add_argument("--no-prime", action="store_true", help="the Mosaic GPU kernels compiled inside their programs' "
+                    "compiles (mosaic_keys.prime off), as before session 25")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
                               args.engine, "all" if args.scan_layers else "draft" if args.scan_draft else "",
-                              args.rerun, args.xla_norms)),
+                              args.rerun, args.xla_norms, args.no_prime)),
               flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
-                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms,
+                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms, no_prime=args.no_prime,
                   xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[], readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see

@@ -25,6 +25,8 @@ import jax
 import jaxlib
 from jax.experimental import serialize_executable
 
+from jspec.pallas import mosaic_keys
+
 SUFFIX = ".program"
 
 
@@ -87,7 +89,10 @@ def compiled_together(keys: list, lower, options: dict | None = None):
 
 def compile_all(lowered: list, options: list | None = None) -> list:
     """The lowered programs compiled (each with its compiler options, if any), side by side in threads when there
-    are several: XLA compiles without the GIL, and its passes over one program run on one thread."""
+    are several: XLA compiles without the GIL, and its passes over one program run on one thread. The Mosaic GPU
+    kernels they call are compiled first, each alone (mosaic_keys.prime): else a kernel waits for every other
+    XLA compile in the process to end."""
+    mosaic_keys.prime()
     compile = lambda x, opts: x.compile() if opts is None else x.compile(compiler_options=opts)
     return _side_by_side(lambda x: compile(*x), list(zip(lowered, options or [None] * len(lowered))))
 

@@ -1,6 +1,8 @@
 """The Mosaic GPU INT2 kernel: its register maps and algebra on CPU (a numpy model of what each thread
 loads and computes), and the compiled kernel against the reference on a Hopper GPU."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from jspec.pallas import int2_attention as ia
 from jspec.pallas import int2_mosaic as im
 from jspec.pallas import int2_mosaic_lean as lean
+from jspec.pallas import mosaic_keys
 
 
 def _rel(a, b):
@@ -399,6 +402,56 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
     first = lowered(256)
     lowered(512)  # another kernel in between
     assert lowered(256) == first
+
+
+def _kernel_program(T):
+    """A jitted program around the kernel, and its arguments' shapes (T tokens of history)."""
+    shapes = [((1, 2, 8, 128), jnp.bfloat16), ((1, 2, 2, T, 32), jnp.uint8), ((1, 2, 4, T, 1), jnp.bfloat16),
+              ((1, 8), jnp.int32), ((1, 8), jnp.int32)]
+    return jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False)), [jax.ShapeDtypeStruct(*s) for s in shapes]
+
+
+@pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
+def test_lowering_notes_each_kernel_for_prime_once():
+    """Lowering a program notes its kernel; the kernel alone in a program (what mosaic_keys.prime compiles
+    ahead of the program) has the same kernel hash, so jaxlib finds it compiled. Lowered again after prime,
+    the kernel is not noted again; off a GPU prime compiles nothing and drops the notes."""
+    f, shapes = _kernel_program(264)
+    mosaic_keys._lowered.clear()
+    text = f.trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()
+    [(digest, noted)] = mosaic_keys._lowered.items()
+    alone = mosaic_keys.kernel_program(*noted, platforms=("cuda",)).as_text()
+    kernel_hash = lambda text: re.findall(r'kernel_hash = "([^"]*)"', text)
+    assert len(kernel_hash(text)) == 1 and kernel_hash(alone) == kernel_hash(text)
+    mosaic_keys.prime()
+    assert not mosaic_keys._lowered and digest in mosaic_keys._primed
+    f.trace(*shapes).lower(lowering_platforms=("cuda",))
+    assert not mosaic_keys._lowered
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
+    """jaxlib compiles a Mosaic GPU kernel inside its program's XLA compile (a host event "Compile"), unless
+    mosaic_keys.prime compiled it before. Both seen in a profile: a program whose kernel was not primed
+    (prime's notes dropped), and one whose kernel was (the kernels are new to the process: odd T)."""
+    from jax.profiler import ProfileData
+
+    def compiles(T, primed):
+        f, shapes = _kernel_program(T)
+        lowered = f.trace(*shapes).lower()
+        if primed:
+            mosaic_keys.prime()
+        else:
+            mosaic_keys._lowered.clear()
+        with jax.profiler.trace(str(tmp_path / f"{T}")):
+            lowered.compile()
+        [path] = (tmp_path / f"{T}").rglob("*.xplane.pb")
+        return sum(ev.name == "Compile" for plane in ProfileData.from_file(str(path)).planes
+                   if plane.name.startswith("/host") for line in plane.lines for ev in line.events)
+
+    assert compiles(4200 + np.random.randint(1000), primed=False) == 1
+    assert compiles(5200 + np.random.randint(1000), primed=True) == 0
 
 
 @pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")

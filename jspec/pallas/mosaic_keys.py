@@ -8,6 +8,14 @@ auto`'s timing programs before its generate program, its second run reads those 
 lowers none, so the second run looked for another key and compiled everything again (issue 14: 5.9 to
 9.8 s of a 10.8 s warm run on the H200). The name only names debug dumps; here it becomes the kernel's
 name and a digest of its module, the same in every process.
+
+The lowering also notes each kernel so that `prime` can compile it ahead of the programs that hold it.
+jaxlib compiles a Mosaic GPU kernel while XLA builds the program around it, under LLVM's command-line
+options lock with options of its own, so it waits until no XLA compile in the process holds that lock:
+with the generate program's two parts compiled side by side, the kernel in one part waited for the other
+part (one "Compile" of 16.2 s against 0.5 s, the 8B + draft cold compile 43 s against 18 s; compiled
+beside the parts, it still waited 14.3 s; session 25). A kernel compiled before the programs is found in
+jaxlib's in-process cache.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import hashlib
 import io
 
 DUMP_NAME = "mosaic_gpu.dump_basename"
+_lowered: dict = {}  # digest -> (input avals, module, params) of each kernel lowered and not yet primed
+_primed: set = set()
 
 
 def install() -> None:
@@ -32,23 +42,57 @@ def install() -> None:
 
     @functools.wraps(rule)
     def lowering_rule(ctx, *args, module, **params):
-        name_kernel(module)
+        digest = name_kernel(module)
+        if digest not in _primed:
+            _lowered[digest] = (tuple(ctx.avals_in), module, params)
         return rule(ctx, *args, module=module, **params)
 
     lowering_rule.names_kernels = True
     core._mosaic_gpu_lowering_rule = lowering_rule
 
 
-def name_kernel(module) -> None:
-    """Replaces the kernel module's counted dump name by "<sym_name>_<digest of the module>"."""
+def name_kernel(module) -> str:
+    """Replaces the kernel module's counted dump name by "<sym_name>_<digest of the module>"; the digest."""
     from jax._src.lib.mlir import ir
 
     attrs = module.operation.attributes
-    if DUMP_NAME not in attrs:  # jax 0.10: no counted name
-        return
-    del attrs[DUMP_NAME]
+    named = DUMP_NAME in attrs  # jax 0.10: no counted name
+    if named:
+        del attrs[DUMP_NAME]
     code = io.BytesIO()
     module.operation.write_bytecode(code)  # a tenth of the time of printing it
     digest = hashlib.sha256(code.getvalue()).hexdigest()[:16]
-    name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else "kernel"
-    attrs[DUMP_NAME] = ir.StringAttr.get(f"{name}_{digest}", module.context)
+    if named:
+        name = ir.StringAttr(attrs["sym_name"]).value if "sym_name" in attrs else "kernel"
+        attrs[DUMP_NAME] = ir.StringAttr.get(f"{name}_{digest}", module.context)
+    return digest
+
+
+def prime() -> None:
+    """Compiles each Mosaic GPU kernel lowered since the last call, each in a program of its own (on a GPU;
+    elsewhere they are dropped), so that jaxlib holds it compiled before the programs that call it are
+    (programs.compile_all calls it before theirs). A kernel that fails here is left to its program's
+    compile, as before."""
+    import jax
+
+    while _lowered:
+        digest, noted = _lowered.popitem()
+        _primed.add(digest)
+        if jax.default_backend() == "gpu":
+            try:
+                kernel_program(*noted).compile()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def kernel_program(avals, module, params, platforms: tuple = ()):
+    """One noted Mosaic GPU kernel (its input avals, module and lowering params) alone in a program, lowered
+    (for `platforms`, where given): the kernel's custom call as in the program it was noted in, the same
+    module and so the same hash."""
+    import jax
+    from jax.experimental.mosaic.gpu import core
+
+    fn = lambda *a: core.mosaic_gpu_p.bind(*a, module=module, out_types=params["out_types"],
+                                           inout_types=params["inout_types"])
+    traced = jax.jit(fn).trace(*(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals))
+    return traced.lower(lowering_platforms=platforms) if platforms else traced.lower()
