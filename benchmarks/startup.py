@@ -44,7 +44,7 @@ CASES = ("shipped", "8b", "8b+draft")
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
           one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
-          xla_norms: bool = False, no_prime: bool = False) -> dict:
+          xla_norms: bool = False, no_prime: bool = False, two_parts: bool = False) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
@@ -55,7 +55,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     only (the whole program then compiled with model.SCAN_OPTIONS, as the engine does). rerun: the program run a
     second time on fresh arguments (rerun_s: without the first run's one-time costs). xla_norms: the residual adds
     and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel. no_prime: the Mosaic GPU kernels compiled
-    inside their programs' compiles (mosaic_keys.prime off), as before session 25."""
+    inside their programs' compiles (mosaic_keys.prime off), as before session 25. two_parts: the draft's prefill in
+    the start part, not a part of its own (engine.part_names), as before session 25."""
     t0 = time.perf_counter()
     import jax
 
@@ -70,6 +71,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     model.FUSED_NORMS = not xla_norms  # read while tracing
     if no_prime:
         mosaic_keys.prime = mosaic_keys._lowered.clear
+    if two_parts:
+        engine.part_names = lambda m: ["start", "rounds"]
     t = time.perf_counter()
     eng, ids, gen = _build(case, small, abstract, scan)
     jax.block_until_ready((eng.params, eng.draft_params))
@@ -83,7 +86,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     t = time.perf_counter()
     if one_program:
         traced = [decode.generate_program.trace(*args)]
-    else:  # Engine.compile's two parts
+    else:  # Engine.compile's parts
         traced = engine.trace_parts(args)
     out["trace_s"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -195,6 +198,7 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
     cmd += ["--scan-draft"] * args.scan_draft
     cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms + ["--no-prime"] * args.no_prime
+    cmd += ["--two-parts"] * args.two_parts
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -309,19 +313,21 @@ def main():
                     "(model.FUSED_NORMS off), to time their Pallas kernel's compiles (pallas/add_norm.py)")
     ap.add_argument("--no-prime", action="store_true", help="the Mosaic GPU kernels compiled inside their programs' "
                     "compiles (mosaic_keys.prime off), as before session 25")
+    ap.add_argument("--two-parts", action="store_true", help="the draft's prefill inside the start part "
+                    "(engine.part_names), not a part of its own, as before session 25")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
                               args.engine, "all" if args.scan_layers else "draft" if args.scan_draft else "",
-                              args.rerun, args.xla_norms, args.no_prime)),
+                              args.rerun, args.xla_norms, args.no_prime, args.two_parts)),
               flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
-                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms, no_prime=args.no_prime,
+                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms, no_prime=args.no_prime, two_parts=args.two_parts,
                   xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[], readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see

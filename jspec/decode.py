@@ -146,22 +146,33 @@ def _pick(x, idx):
 PREFILL_CHUNK = 256
 
 
-def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sampler, keys):
-    """Runs the prompts through both models, commits them, draws the first token of each row.
+def _over_chunks(prompts, prompt_lens, chunk, carry):
+    """carry through chunk(i, tokens [B, c], carry) for the prompts' chunks i of c = min(PREFILL_CHUNK, P)
+    tokens (the last padded) until the longest prompt is done; one chunk: no loop."""
+    P = prompts.shape[1]
+    c = min(PREFILL_CHUNK, P)
+    prompts = jnp.pad(prompts, ((0, 0), (0, -P % c)))  # whole chunks
+    body = lambda i, carry: chunk(i, jax.lax.dynamic_slice_in_dim(prompts, i * c, c, axis=1), carry)
+    if prompts.shape[1] == c:
+        return body(0, carry)
+    return jax.lax.fori_loop(0, -(-jnp.max(prompt_lens) // c), body, carry)
 
-    prompts [B, P] right-padded, read in chunks of c = min(PREFILL_CHUNK, P) tokens until the longest
-    prompt is done; a row commits only its own tokens of a chunk (prompt padding never reaches a cache),
-    and its next-token logits come from the chunk that holds its last prompt token.
+
+def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sampler, keys):
+    """Runs the prompts through both models (the target alone where m has no draft), commits them, draws the
+    first token of each row.
+
+    prompts [B, P] right-padded, read in chunks (_over_chunks); a row commits only its own tokens of a chunk
+    (prompt padding never reaches a cache), and its next-token logits come from the chunk that holds its last
+    prompt token.
     """
     B, P = prompts.shape
-    c = min(PREFILL_CHUNK, P)
-    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % c)))  # [B, P'] the token after each position
-    prompts = jnp.pad(prompts, ((0, 0), (0, -P % c)))  # whole chunks
+    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % min(PREFILL_CHUNK, P))))  # the token after each
 
-    def chunk(i, carry):
+    def chunk(i, tokens, carry):
         cache, draft_cache, logits, feat = carry
-        start = i * c
-        tokens = jax.lax.dynamic_slice_in_dim(prompts, start, c, axis=1)  # [B, c] at positions start..
+        c = tokens.shape[1]
+        start = i * c  # tokens [B, c] are at positions start..
         n = jnp.clip(prompt_lens - start, 0, c)  # [B] prompt tokens of each row in this chunk
         last = prompt_lens - 1 - start  # [B] index of the row's last prompt token in this chunk, if here
         here = (last >= 0) & (last < c)
@@ -175,22 +186,32 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
             out, (k, v) = m.target_forward(tokens, cache)
         cache = kvcache.commit(cache, k, v, n)
         if m.draft is not None:
-            _, (dk, dv) = m.draft_forward(tokens, draft_cache)
-            draft_cache = kvcache.commit(draft_cache, dk, dv, n)
+            draft_cache = _draft_chunk(m, prompt_lens, i, tokens, draft_cache)
         logits = jnp.where(here[:, None], _pick(out, jnp.clip(last, 0, c - 1)), logits)
         return cache, draft_cache, logits, feat
 
     with jax.named_scope("prefill"):
         feat = None if m.head is None else jnp.zeros((B, m.target_cfg.hidden_size), m.target.embed.dtype)
         carry = (cache, draft_cache, jnp.zeros((B, m.target_cfg.vocab_size), jnp.float32), feat)
-        if prompts.shape[1] == c:  # one chunk: no loop
-            cache, draft_cache, logits, feat = chunk(0, carry)
-        else:
-            cache, draft_cache, logits, feat = jax.lax.fori_loop(0, -(-jnp.max(prompt_lens) // c), chunk, carry)
+        cache, draft_cache, logits, feat = _over_chunks(prompts, prompt_lens, chunk, carry)
         keys, use = sampling.split_keys(keys, 2)
         first, _ = draw(use, logits, sampler)
     last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
     return cache, draft_cache, first, last, keys, feat
+
+
+def _draft_chunk(m: Models, prompt_lens, i, tokens, draft_cache):
+    """Chunk i of the prompts (tokens [B, c]) through the draft model, each row's own tokens committed."""
+    c = tokens.shape[1]
+    _, (k, v) = m.draft_forward(tokens, draft_cache)
+    return kvcache.commit(draft_cache, k, v, jnp.clip(prompt_lens - i * c, 0, c))
+
+
+def draft_prefill(m: Models, prompts, prompt_lens, draft_cache):
+    """The draft model's half of prefill alone: its cache with the prompts committed."""
+    chunk = lambda i, tokens, dc: _draft_chunk(m, prompt_lens, i, tokens, dc)
+    with jax.named_scope("prefill"):
+        return _over_chunks(prompts, prompt_lens, chunk, draft_cache)
 
 
 def _resync(m: Models, dc: KVCache, tokens, at):
@@ -434,5 +455,8 @@ generate_program = jax.jit(_generate, donate_argnames=("cache", "draft_cache"))
 # side, each holding the target and the draft once (benchmarks/RESULTS.md, session 11).
 start_program = jax.jit(_start, donate_argnames=("cache", "draft_cache"))
 rounds_program = jax.jit(_rounds, donate_argnums=(4,))
+# With a draft model, the Engine runs the draft's prefill as a third part first and start_program on the models
+# without the draft: the three compile side by side, the two prefills each about half of start_program's compile.
+draft_prefill_program = jax.jit(draft_prefill, donate_argnums=(3,))
 # Streaming runs one round per call (a host sync per round).
 round_program = jax.jit(round_step, donate_argnums=(4,))

@@ -272,17 +272,18 @@ class Engine:
     def compile(self, args: ProgramArgs):
         """(the generate program compiled for these arguments' shapes, compile seconds): compiled on first
         use, then reused (0.0 seconds). On one device it is two programs, decode.start_program and
-        decode.rounds_program, compiled side by side and run back to back; on a mesh the one
-        decode.generate_program (the rounds' input shardings are only known once the prefill is compiled)."""
+        decode.rounds_program (three with a draft model: decode.draft_prefill_program), compiled side by side
+        and run back to back (trace_parts); on a mesh the one decode.generate_program (the rounds' input
+        shardings are only known once the prefill is compiled)."""
         key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
         if key in self._compiled:
             return self._compiled[key], 0.0
         t0 = time.perf_counter()
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
             if self.mesh is None:
-                start, rounds = programs.compiled_together([("start", args), ("rounds", args)],
-                                                           lambda: lower_parts(args), self.xla_options)
-                compiled = _back_to_back(start, rounds)
+                keys = [(name, args) for name in part_names(args.models)]
+                compiled = _back_to_back(*programs.compiled_together(keys, lambda: lower_parts(args),
+                                                                     self.xla_options))
             else:
                 compiled = programs.compiled(decode.generate_program, *args, options=self.xla_options)
         self._compiled[key] = compiled
@@ -323,11 +324,24 @@ def text_pieces(tokenizer, rounds):
             shown = text
 
 
-def trace_parts(args: ProgramArgs, start=decode.start_program, rounds=decode.rounds_program) -> list:
-    """The generate program's two parts traced for args: the prefill (start) and the rounds from the state
-    it leaves (rounds), jitted as decode's."""
-    start = start.trace(*args)
-    return [start, rounds.trace(args.models, args.sampler, args.max_new, args.eos_ids, start.out_info)]
+def part_names(m: decode.Models) -> list:
+    """The generate program's parts on one device (trace_parts), by name: the prefill and the rounds, and with a
+    draft model the draft's prefill, a part of its own so that the two prefills compile side by side."""
+    return ["start", "rounds"] + ["draft_prefill"] * (m.draft is not None)
+
+
+def trace_parts(args: ProgramArgs, start=decode.start_program, rounds=decode.rounds_program,
+                draft_prefill=decode.draft_prefill_program) -> list:
+    """The generate program's parts (part_names) traced for args, jitted as decode's: the prefill (start), the
+    rounds from the state it leaves (rounds) and the draft's prefill (draft_prefill: run first, start then
+    given the models without the draft)."""
+    m = args.models
+    split = "draft_prefill" in part_names(m)
+    first = start.trace(*args._replace(models=m.replace(draft=None))) if split else start.trace(*args)
+    parts = [first, rounds.trace(m, args.sampler, args.max_new, args.eos_ids, first.out_info)]
+    if split:
+        parts.append(draft_prefill.trace(m, args.prompts, args.prompt_lens, args.draft_cache))
+    return parts
 
 
 def lower_parts(args: ProgramArgs, *jitted) -> list:
@@ -335,11 +349,16 @@ def lower_parts(args: ProgramArgs, *jitted) -> list:
     return [part.lower() for part in trace_parts(args, *jitted)]
 
 
-def _back_to_back(start, rounds):
-    """The generate program as its two compiled parts: the rounds enqueued on the prefill's state."""
+def _back_to_back(start, rounds, draft_prefill=None):
+    """The generate program as its compiled parts (trace_parts'), each enqueued on the results of the one
+    before."""
     def run(*args):
         a = ProgramArgs(*args)
-        return rounds(a.models, a.sampler, a.max_new, a.eos_ids, start(*a))
+        models = a.models
+        if draft_prefill is not None:  # start was traced on the target alone
+            a = a._replace(models=models.replace(draft=None),
+                           draft_cache=draft_prefill(models, a.prompts, a.prompt_lens, a.draft_cache))
+        return rounds(models, a.sampler, a.max_new, a.eos_ids, start(*a))
     return run
 
 

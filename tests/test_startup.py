@@ -129,7 +129,8 @@ def eng(monkeypatch):
     lower = engine.lower_parts
 
     def fast(args):
-        parts = lower(args, jax.jit(decode._start, donate_argnums=(6, 7)), jax.jit(decode._rounds, donate_argnums=4))
+        parts = lower(args, jax.jit(decode._start, donate_argnums=(6, 7)), jax.jit(decode._rounds, donate_argnums=4),
+                      jax.jit(decode.draft_prefill, donate_argnums=3))
         return [types.SimpleNamespace(compile=functools.partial(x.compile, {"xla_backend_optimization_level": 0}))
                 for x in parts]
 
@@ -155,9 +156,10 @@ def test_one_program_serves_a_bucket(eng):
     assert len(eng._compiled) == 2
 
 
-def test_a_new_bucket_compiles_its_two_parts_and_its_caches_only(eng, caplog):
+def test_a_new_bucket_compiles_its_parts_and_its_caches_only(eng, caplog):
     """Arguments are made on the host and each cache in one program: a call in a new bucket compiles the
-    prefill, the rounds and one zeros program per new cache shape, no program per buffer or argument."""
+    prefill, the rounds, the draft's prefill and one zeros program per new cache shape, no program per buffer
+    or argument."""
     # three rows: shapes no other test compiles (this process keeps compiled programs by their module)
     _run(eng, (5, 9, 2), (6, 3, 1))
     jax.config.update("jax_log_compiles", True)  # for every thread (jax.log_compiles() is this thread's only)
@@ -168,13 +170,14 @@ def test_a_new_bucket_compiles_its_two_parts_and_its_caches_only(eng, caplog):
         jax.config.update("jax_log_compiles", False)
     # the draft's BF16 cache keeps its shape (its window is aligned to 256 slots): one zeros program
     assert sorted(re.findall(r"Finished XLA compilation of jit\((\S+?)\)", caplog.text)) == [
-        "_rounds", "_start", "_zeros"]
+        "_rounds", "_start", "_zeros", "draft_prefill"]
 
 
-def test_the_two_parts_end_where_the_one_program_ends(eng):
-    """Engine.compile's two parts, the prefill and the rounds from its state, leave the one generate program's
-    final state: tokens, counts, rounds and accepted drafts, greedy and sampled. The draft: the target with its
-    weights scaled, so that some drafts are accepted and some are not."""
+def test_the_parts_end_where_the_one_program_ends(eng):
+    """Engine.compile's three parts, the draft's prefill, the target's and the rounds from its state, leave the
+    one generate program's final state: tokens, counts, rounds and accepted drafts (a draft cache left unfilled
+    would change those), greedy and sampled. The draft: the target with its weights scaled, so that some drafts
+    are accepted and some are not."""
     eng = dataclasses.replace(eng, draft_cfg=CFG, draft_params=jax.tree.map(lambda x: 1.1 * x, eng.params),
                               _compiled={})
     ids = [[(7 * n + i) % VOCAB for i in range(n)] for n in (5, 9)]
