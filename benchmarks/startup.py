@@ -16,7 +16,8 @@ and again (warm), each with the programs it missed in the compilation cache. The
 prompts with mixed max_new_tokens through the CLI: the programs it compiled against the capacity buckets
 its batches fell in (told apart by the KV bytes of a batch). --small swaps the 8B shapes for tiny ones (a
 CPU check of the script). --phases traces each case's compile with jax.profiler and keeps its longest host
-events (XLA's passes, autotuning, LLVM and ptxas; a cache hit's deserialize and load). --engine compiles each
+events (XLA's passes, autotuning, LLVM and ptxas; a cache hit's deserialize and load) and what the events directly
+inside XLA's one-thread IR emission (CompileModuleToLlvmIr) took. --engine compiles each
 case through Engine.compile, the CLI's path: jspec's program store, read before any trace, so that compile_s
 is what the CLI's stats report (no trace or lower figures then). Every process
 inherits XLA_FLAGS (the result records it): set it around the script to A/B a flag.
@@ -101,6 +102,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
             out["compile_s"] = time.perf_counter() - t
         if phases:
             out["phases"] = host_events(trace_dir)
+            out["llvm_ir"] = children(trace_dir)
     out["cache_hit"] = bool(hits)
     out["programs"] = len(compiled)
     out["hlo_ops"] = sum(1 for c in compiled for line in c.as_text().splitlines() if " = " in line)
@@ -145,6 +147,39 @@ def host_events(trace_dir: str, top: int = 25) -> list:
                     total[ev.name] = (n + 1, s + d, max(longest, d), threads | {(plane.name, line.name)})
     rows = sorted(total.items(), key=lambda kv: -kv[1][1])[:top]
     return [[name, n, round(s, 3), round(longest, 3), len(threads)] for name, (n, s, longest, threads) in rows]
+
+
+def children(trace_dir: str, parent: str = "CompileModuleToLlvmIr", top: int = 15) -> list:
+    """[name, count, total seconds] of the host events directly inside each `parent` event on its own thread (what
+    XLA's one-thread IR emission spends its time on), and ["(self)", count, seconds] for the parent's time outside
+    them."""
+    from jax.profiler import ProfileData
+
+    path = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1]
+    total, own = {}, [0, 0.0]
+    for plane in ProfileData.from_file(str(path)).planes:
+        if not plane.name.startswith("/host"):
+            continue
+        for line in plane.lines:
+            stack = []  # the open events enclosing the current one: [event, seconds of its direct children]
+            for ev in sorted(line.events, key=lambda e: (e.start_ns, -e.duration_ns)):
+                while stack and stack[-1][0].end_ns <= ev.start_ns:
+                    done, inner = stack.pop()
+                    if done.name == parent:
+                        own[0] += 1
+                        own[1] += done.duration_ns / 1e9 - inner
+                if stack:
+                    stack[-1][1] += ev.duration_ns / 1e9
+                    if stack[-1][0].name == parent:
+                        n, t = total.get(ev.name, (0, 0.0))
+                        total[ev.name] = (n + 1, t + ev.duration_ns / 1e9)
+                stack.append([ev, 0.0])
+            for done, inner in stack:
+                if done.name == parent:
+                    own[0] += 1
+                    own[1] += done.duration_ns / 1e9 - inner
+    rows = sorted(total.items(), key=lambda kv: -kv[1][1])[:top]
+    return [["(self)", own[0], round(own[1], 3)]] + [[name, n, round(t, 3)] for name, (n, t) in rows]
 
 
 def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):

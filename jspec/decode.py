@@ -456,7 +456,7 @@ generate_program = jax.jit(_generate, donate_argnames=("cache", "draft_cache"))
 start_program = jax.jit(_start, donate_argnames=("cache", "draft_cache"))
 rounds_program = jax.jit(_rounds, donate_argnums=(4,))
 # With a draft model, the Engine runs the draft's prefill as a third part first and start_program on the models
-# without the draft: the three compile side by side, the two prefills each about half of start_program's compile.
+# without the draft: the three compile side by side (engine.part_names).
 draft_prefill_program = jax.jit(draft_prefill, donate_argnums=(3,))
 # Streaming runs one round per call (a host sync per round).
 round_program = jax.jit(round_step, donate_argnums=(4,))

@@ -434,7 +434,7 @@ def test_lowering_notes_each_kernel_for_prime_once():
 def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
     """jaxlib compiles a Mosaic GPU kernel inside its program's XLA compile (a host event "Compile"), unless
     mosaic_keys.prime compiled it before. Both seen in a profile: a program whose kernel was not primed
-    (prime's notes dropped), and one whose kernel was (the kernels are new to the process: odd T)."""
+    (prime's notes dropped), and one whose kernel was (T drawn at random: kernels new to the process)."""
     from jax.profiler import ProfileData
 
     def compiles(T, primed):

@@ -12,10 +12,10 @@ name and a digest of its module, the same in every process.
 The lowering also notes each kernel so that `prime` can compile it ahead of the programs that hold it.
 jaxlib compiles a Mosaic GPU kernel while XLA builds the program around it, under LLVM's command-line
 options lock with options of its own, so it waits until no XLA compile in the process holds that lock:
-with the generate program's two parts compiled side by side, the kernel in one part waited for the other
-part (one "Compile" of 16.2 s against 0.5 s, the 8B + draft cold compile 43 s against 18 s; compiled
-beside the parts, it still waited 14.3 s; session 25). A kernel compiled before the programs is found in
-jaxlib's in-process cache.
+with the generate program's parts compiled side by side, the kernel in one part waited for the others (one
+build of 16.2 s against 0.5 s; compiled beside the parts it still waited, 14.3 s). A kernel compiled before
+the programs is found in jaxlib's in-process cache: the 8B + draft cold compile took 30-33 s against 48-52 s
+on one H200 host (session 25, benchmarks/NOTES.md).
 """
 
 from __future__ import annotations

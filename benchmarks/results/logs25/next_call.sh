@@ -1,0 +1,33 @@
+# Prepared in session 25 for the next (not run). `bash next_call.sh a|b|c`:
+# `a` (~6 min), issue 14: the draft's prefill as a third part (the default since d2ab588) against the two parts
+#   (--two-parts), alternated on one host, Engine.compile cold with a second run (rerun_s: the run must not slow);
+#   then the per-part compiles (--phases, trace-lower-compile path) and what XLA's one-thread IR emission spends.
+# `b` (~5 min): the GPU tests on this code, the first half (every file but test_window_merge.py, test_startup.py,
+#   test_add_norm.py, test_stacked.py); `c` (~4 min) the second half, then the README command.
+export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+LATE="tests/test_window_merge.py tests/test_startup.py tests/test_add_norm.py tests/test_stacked.py"
+case "$1" in
+a)
+  for s in --two-parts "" --two-parts ""; do
+    el "engine $s"; timeout 110 python benchmarks/startup.py --engine --rerun --cases 8b+draft --no-readme --no-job $s \
+      --out $OUT/startup_engine_$(date +%s)${s:+_twoparts}.json 2>&1 | grep "^| 8b+draft | cold"
+  done
+  el "phases"; timeout 120 python benchmarks/startup.py --phases --cases 8b+draft --no-readme --no-job \
+    --out $OUT/startup_phases.json 2>&1 | grep "^| 8b+draft"
+  python -c "
+import json; d = json.load(open('$OUT/startup_phases.json'))
+for r in d['cases'][0]['phases'][:12]: print(r)
+print('inside CompileModuleToLlvmIr:')
+for r in d['cases'][0]['llvm_ir']: print(r)" ;;
+b)
+  el "gpu tests, first half"; timeout 400 python -m pytest -q --tb=short -m gpu -p no:cacheprovider \
+    $(for f in $LATE; do echo --ignore=$f; done) 2>&1 | grep -v "^  warnings\|Warning\|^  " | tail -12 ;;
+c)
+  el "gpu tests, second half"; timeout 300 python -m pytest -q --tb=short -m gpu -p no:cacheprovider $LATE 2>&1 | \
+    grep -v "^  warnings\|Warning\|^  " | tail -12
+  el "README command"; timeout 120 python benchmarks/startup.py --engine --cases shipped --no-job \
+    --out $OUT/startup_readme.json 2>&1 | grep "^| " ;;
+*) echo "usage: bash next_call.sh a|b|c"; exit 2 ;;
+esac
+el done
