@@ -50,6 +50,8 @@ def main():
                     "an XLA option added to model.SCAN_OPTIONS (the value read as JSON where it is), to time it")
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
+    ap.add_argument("--commit-group", type=int, default=None, help="kvcache.COMMIT_GROUP: the fused commit as a "
+                    "kernel per this many layers, to time it against the default one kernel for all layers")
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
@@ -80,6 +82,7 @@ def main():
         model.FUSED_NORMS = False  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
+    kvcache.COMMIT_GROUP = args.commit_group  # read while tracing
     if args.gemm_products:
         model.SMALL_ROTATE = attention_split.SMALL_CHUNK = 0  # read while tracing: set before any step is traced
     if args.jspec_root and not os.path.abspath(jspec.__file__).startswith(os.path.abspath(args.jspec_root) + os.sep):
@@ -94,7 +97,7 @@ def main():
     if args.scan_layers:  # each mode's weights stacked (the unstacked ones are freed with params and modes)
         del params
         modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
-    res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
+    res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit, commit_group=args.commit_group,
                xla_window=args.xla_window, xla_norms=args.xla_norms, splits_s14=args.splits_s14,
                warp_stages=args.warp_stages,
                scan_layers=args.scan_layers, scan_options=dict(model.SCAN_OPTIONS) if args.scan_layers else None,

@@ -194,8 +194,12 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
     stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
-    if _fused_commit(kv, first):  # every layer's in one kernel
+    if _fused_commit(kv, first) and (cache.stacked or not COMMIT_GROUP):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
+    elif _fused_commit(kv, first):  # a kernel per COMMIT_GROUP layers
+        G = COMMIT_GROUP
+        layers = sum((_commit_fused(cache.layers[i: i + G], stack(new_k[i: i + G]), stack(new_v[i: i + G]), slot,
+                                    hist, kv=kv) for i in range(0, len(cache.layers), G)), ())
     elif cache.stacked:
         layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(
             cache.layers, stack(new_k), stack(new_v))
@@ -211,6 +215,11 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
 # kernel per layer (benchmarks/RESULTS.md, session 11), then from 5.934 to 5.828 ms as one for all layers
 # (session 18, benchmarks/results/logs18/call2.txt).
 FUSED_COMMIT = None
+# Where the cache's layers are separate arrays, the fused commit's layers per kernel: None, all of them in one; G, a
+# kernel per G layers. The kernel branches once per layer, so for 32 layers its Pallas lowering took 0.53-0.69 s of
+# each part's ~0.9 s (session 25, on the CPU: benchmarks/results/logs25/lower_probe.log); groups of G layers are
+# one kernel, lowered and compiled once, launched L / G times. Its cost in the step is not measured yet.
+COMMIT_GROUP = None
 
 
 def _fused_commit(kv: KVConfig, layer: LayerKV) -> bool:

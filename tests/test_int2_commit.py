@@ -3,6 +3,7 @@ for bit (interpret mode on the CPU), masked slots included; a whole decode with 
 tokens; its Triton kernel lowers for CUDA; on a GPU, the compiled kernel against the jnp commit."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -50,11 +51,13 @@ def test_fused_commit_equals_commit_layer(sdt, clips):
     assert not np.array_equal(np.asarray(want.codes), np.asarray(args[0].codes))  # the commit wrote something
 
 
-def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(monkeypatch):
+@pytest.mark.parametrize("group", [None, 2], ids=["one_kernel", "groups_of_2"])
+def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(group, monkeypatch):
     """Prefill, then greedy decode steps through model.forward and kvcache.commit, float32: the fused
-    commit (through kvcache.FUSED_COMMIT: one kernel for both layers) and the jnp one give the same tokens
-    and the same cache."""
-    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
+    commit (through kvcache.FUSED_COMMIT: one kernel for the three layers, or with kvcache.COMMIT_GROUP one for
+    layers 0-1 and one for layer 2) and the jnp one give the same tokens and the same cache."""
+    monkeypatch.setattr(kvcache, "COMMIT_GROUP", group)
+    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
     kv = KVConfig("int2", sink=2, recent=4)
     params = model.init_params(cfg, jax.random.key(0), std=0.3)
@@ -118,6 +121,26 @@ def test_fused_commit_lowers_for_cuda(stacked):
     bufs = (tuple(jnp.stack(x) for x in zip(*bufs)),) if stacked else bufs
     fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
     assert "triton" in jax.jit(fn).trace(bufs, k, v, slot, hist).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_commit_groups_of_layers_lower_to_one_kernel(monkeypatch):
+    """kvcache.COMMIT_GROUP = 2 over four layers: two calls of one Triton kernel (a program lowers and XLA compiles
+    it once), where the default is one call of a kernel that branches over the four layers. Traced as on a GPU
+    (not in interpret mode), lowered for CUDA."""
+    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=4,
+                      num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
+    cache = kvcache.init_cache(cfg, KVConfig("int2", sink=2, recent=4), 1, 32, jnp.bfloat16)
+    rows = tuple(jnp.ones((1, 1, 2, 16), jnp.bfloat16) for _ in range(4))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+
+    def kernels(group):
+        monkeypatch.setattr(kvcache, "COMMIT_GROUP", group)
+        commit = jax.jit(lambda c, k, v: kvcache.commit(c, k, v, jnp.ones((1,), jnp.int32)))
+        text = commit.trace(cache, rows, rows).lower(lowering_platforms=("cuda",)).as_text()
+        return re.findall(r"call @(commit_int2\w*)", text), text.count("__gpu$xla.gpu.triton(")
+
+    assert kernels(None) == (["commit_int2"], 1)
+    assert kernels(2) == (["commit_int2"] * 2, 1)  # the one function (its kernel) called twice
 
 
 def test_fused_commit_refuses_groups_smaller_than_a_row():
