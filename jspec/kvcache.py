@@ -216,9 +216,10 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
 # (session 18, benchmarks/results/logs18/call2.txt).
 FUSED_COMMIT = None
 # Where the cache's layers are separate arrays, the fused commit's layers per kernel: None, all of them in one; G, a
-# kernel per G layers. The kernel branches once per layer, so for 32 layers its Pallas lowering took 0.53-0.69 s of
-# each part's ~0.9 s (session 25, on the CPU: benchmarks/results/logs25/lower_probe.log); groups of G layers are
-# one kernel, lowered and compiled once, launched L / G times. Its cost in the step is not measured yet.
+# kernel per G layers. The kernel branches once per layer, so for 32 layers its Pallas lowering took 0.55-0.59 s of
+# each 8B part's 0.7-1.0 s; groups of G layers are one kernel, traced, lowered and compiled once, launched L / G
+# times: with G = 8 the 8B + draft program's trace and lower took 1.8 s against 3.0 s (session 25, on the CPU:
+# benchmarks/results/logs25/lower_probe.log). Its cost in the step is not measured yet.
 COMMIT_GROUP = None
 
 

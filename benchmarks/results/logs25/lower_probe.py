@@ -2,7 +2,7 @@
 traced (jax.default_backend patched to "gpu", the Mosaic kernel taken as available) and each part is lowered for
 CUDA; every Pallas Triton kernel's lowering is timed.
 
-    PYTHONPATH=. python benchmarks/results/logs25/lower_probe.py [G]   # G: kvcache.COMMIT_GROUP
+    PYTHONPATH=. python benchmarks/results/logs25/lower_probe.py [G]   # G: kvcache.COMMIT_GROUP (0: None)
 """
 import sys
 import time
@@ -33,12 +33,12 @@ import startup  # noqa: E402
 from jspec import engine, kvcache  # noqa: E402
 from jspec.config import SamplingConfig  # noqa: E402
 
-kvcache.COMMIT_GROUP = int(sys.argv[1]) if len(sys.argv) > 1 else None
+kvcache.COMMIT_GROUP = int(sys.argv[1]) or None if len(sys.argv) > 1 else None
 eng, ids, gen = startup._build("8b+draft", small=False, abstract=True)
 args = eng.prepare(ids, [SamplingConfig()], [gen.max_new_tokens], gen)
 t = time.perf_counter()
 parts = engine.trace_parts(args)
-print(f"traced in {time.perf_counter() - t:.2f} s")
+print(f"COMMIT_GROUP {kvcache.COMMIT_GROUP}: traced in {time.perf_counter() - t:.2f} s")
 for name, part in zip(engine.part_names(args.models), parts):
     t = time.perf_counter()
     part.lower(lowering_platforms=("cuda",))
