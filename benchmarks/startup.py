@@ -367,7 +367,8 @@ def main():
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
-                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms, no_prime=args.no_prime, two_parts=args.two_parts, commit_group=args.commit_group,
+                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms, no_prime=args.no_prime,
+                  two_parts=args.two_parts, commit_group=args.commit_group,
                   xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[], readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see
