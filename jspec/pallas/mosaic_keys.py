@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import warnings
 
 DUMP_NAME = "mosaic_gpu.dump_basename"
 _lowered: dict = {}  # digest -> (input avals, module, params) of each kernel lowered and not yet primed
@@ -72,7 +73,7 @@ def prime() -> None:
     """Compiles each Mosaic GPU kernel lowered since the last call, each in a program of its own (on a GPU;
     elsewhere they are dropped), so that jaxlib holds it compiled before the programs that call it are
     (programs.compile_all calls it before theirs). A kernel that fails here is left to its program's
-    compile, as before."""
+    compile, as before, with a warning."""
     import jax
 
     while _lowered:
@@ -81,8 +82,10 @@ def prime() -> None:
         if jax.default_backend() == "gpu":
             try:
                 kernel_program(*noted).compile()
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as e:  # noqa: BLE001
+                warnings.warn(f"Mosaic GPU kernel {digest} not compiled ahead of its program ({str(e)[:200]}): its "
+                              "program's compile builds it, and may wait for other compiles in the process",
+                              stacklevel=2)
 
 
 def kernel_program(avals, module, params, platforms: tuple = ()):
