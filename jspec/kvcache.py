@@ -177,12 +177,13 @@ def _scatter(buf, idx, rows):
     return jax.vmap(put)(buf, idx, rows)
 
 
-def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
+def commit(cache: KVCache, new_k, new_v, n_commit, *, layers_per_kernel: int | None = None) -> KVCache:
     """Writes the first n_commit[b] of the new rows of each row b and advances the lengths.
 
     new_k, new_v: per layer [B, n, Hkv, D], the rows a forward computed at positions length + 0..n-1.
     Rows past n_commit (rejected speculative candidates, prompt padding) never touch the cache: their
-    scatter index points out of bounds and mode="drop" discards them.
+    scatter index points out of bounds and mode="drop" discards them. layers_per_kernel: the fused commit's
+    (COMMIT_GROUP where None).
     """
     kv, first = cache.kv, cache.layer(0)  # for its shapes (a stacked cache's slice is dead code)
     S, W, T = first.pinned_slots, first.ring_slots, first.history_slots
@@ -194,10 +195,10 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
     stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
-    if _fused_commit(kv, first) and (cache.stacked or not COMMIT_GROUP):  # every layer's in one kernel
+    G = layers_per_kernel or COMMIT_GROUP
+    if _fused_commit(kv, first) and (cache.stacked or not G):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
-    elif _fused_commit(kv, first):  # a kernel per COMMIT_GROUP layers
-        G = COMMIT_GROUP
+    elif _fused_commit(kv, first):  # a kernel per G layers
         layers = sum((_commit_fused(cache.layers[i: i + G], stack(new_k[i: i + G]), stack(new_v[i: i + G]), slot,
                                     hist, kv=kv) for i in range(0, len(cache.layers), G)), ())
     elif cache.stacked:

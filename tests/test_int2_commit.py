@@ -123,6 +123,33 @@ def test_fused_commit_lowers_for_cuda(stacked):
     assert "triton" in jax.jit(fn).trace(bufs, k, v, slot, hist).lower(lowering_platforms=("cuda",)).as_text()
 
 
+def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
+    """decode.prefill's fused commit as a kernel per PREFILL_COMMIT_LAYERS layers (2 of 3 here, interpret mode)
+    leaves the cache the jnp commit leaves, float32, over two prefill chunks."""
+    from conftest import VOCAB, tiny_tokenizer
+
+    from jspec import decode, engine, tokenizer
+    from jspec.config import GenerateConfig, SamplingConfig
+
+    cfg = ModelConfig("llama", VOCAB, 32, 64, 3, 4, 2, 8, max_position=128)
+    tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})
+    eng = engine.Engine(cfg, model.init_params(cfg, jax.random.key(0), std=0.3), tok, KVConfig("int2", sink=2,
+                        recent=4), dtype="float32")
+    monkeypatch.setattr(decode, "PREFILL_COMMIT_LAYERS", 2)
+    monkeypatch.setattr(decode, "PREFILL_CHUNK", 8)
+    ids = [[(5 * i + 3) % VOCAB for i in range(13)]]
+
+    def start(fused):
+        monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)
+        args = eng.prepare(ids, [SamplingConfig()], [4], GenerateConfig(lookahead=0))
+        return jax.jit(lambda *a: decode._start(*a))(*args).cache  # a new function: traced anew, flags read
+
+    got, want = start(True), start(False)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(got.length[0]) == 13
+
+
 def test_commit_groups_of_layers_lower_to_one_kernel(monkeypatch):
     """kvcache.COMMIT_GROUP = 2 over four layers: two calls of one Triton kernel (a program lowers and XLA compiles
     it once), where the default is one call of a kernel that branches over the four layers. Traced as on a GPU
