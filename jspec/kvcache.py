@@ -195,10 +195,10 @@ def commit(cache: KVCache, new_k, new_v, n_commit, *, layers_per_kernel: int | N
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
     stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
-    G = layers_per_kernel or COMMIT_GROUP
-    if _fused_commit(kv, first) and (cache.stacked or not G):  # every layer's in one kernel
+    fused, G = _fused_commit(kv, first), layers_per_kernel or COMMIT_GROUP
+    if fused and (cache.stacked or not G):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
-    elif _fused_commit(kv, first):  # a kernel per G layers
+    elif fused:  # a kernel per G layers
         layers = sum((_commit_fused(cache.layers[i: i + G], stack(new_k[i: i + G]), stack(new_v[i: i + G]), slot,
                                     hist, kv=kv) for i in range(0, len(cache.layers), G)), ())
     elif cache.stacked:
