@@ -45,7 +45,7 @@ CASES = ("shipped", "8b", "8b+draft")
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
           one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
-          xla_norms: bool = False, no_prime: bool = False, two_parts: bool = False, commit_group: int = 0) -> dict:
+          xla_norms: bool = False, no_prime: bool = False, two_parts: bool = False, commit_group: int | None = None) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
@@ -58,7 +58,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel. no_prime: the Mosaic GPU kernels compiled
     inside their programs' compiles (mosaic_keys.prime off), as before session 25. two_parts: the draft's prefill in
     the start part, not a part of its own (engine.part_names), as before session 25. commit_group: the fused commit
-    as a kernel per this many layers (kvcache.COMMIT_GROUP), 0 for the default."""
+    as a kernel per this many layers (kvcache.COMMIT_GROUP; 0: one kernel for all, as before session 26)."""
     t0 = time.perf_counter()
     import jax
 
@@ -75,8 +75,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
         mosaic_keys.prime = mosaic_keys._lowered.clear
     if two_parts:
         engine.part_names = lambda m: ["start", "rounds"]
-    if commit_group:
-        kvcache.COMMIT_GROUP = commit_group  # read while tracing
+    if commit_group is not None:
+        kvcache.COMMIT_GROUP = commit_group or None  # read while tracing
     t = time.perf_counter()
     eng, ids, gen = _build(case, small, abstract, scan)
     jax.block_until_ready((eng.params, eng.draft_params))
@@ -236,7 +236,7 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
     cmd += ["--scan-draft"] * args.scan_draft
     cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms + ["--no-prime"] * args.no_prime
-    cmd += ["--two-parts"] * args.two_parts + [f"--commit-group={args.commit_group}"] * bool(args.commit_group)
+    cmd += ["--two-parts"] * args.two_parts + [f"--commit-group={args.commit_group}"] * (args.commit_group is not None)
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -353,8 +353,8 @@ def main():
                     "compiles (mosaic_keys.prime off), as before session 25")
     ap.add_argument("--two-parts", action="store_true", help="the draft's prefill inside the start part "
                     "(engine.part_names), not a part of its own, as before session 25")
-    ap.add_argument("--commit-group", type=int, default=0, help="the fused commit as a kernel per this many layers "
-                    "(kvcache.COMMIT_GROUP), against the default one kernel for all layers")
+    ap.add_argument("--commit-group", type=int, default=None, help="the fused commit as a kernel per this many "
+                    "layers (kvcache.COMMIT_GROUP; 0: one kernel for all layers, the default before session 26)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()

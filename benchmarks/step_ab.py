@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--jnp-commit", action="store_true", help="the int2 commit in jnp (kvcache.FUSED_COMMIT = "
                     "False), to time it against the default one Pallas kernel (pallas/int2_commit.py)")
     ap.add_argument("--commit-group", type=int, default=None, help="kvcache.COMMIT_GROUP: the fused commit as a "
-                    "kernel per this many layers, to time it against the default one kernel for all layers")
+                    "kernel per this many layers (0: one kernel for all layers, the default before session 26)")
     ap.add_argument("--xla-window", action="store_true", help="the BF16 window parts and the merge in XLA "
                     "(attention_split.FUSED_WINDOW = False), to time them against the one Pallas kernel "
                     "(pallas/window_merge.py)")
@@ -82,7 +82,8 @@ def main():
         model.FUSED_NORMS = False  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
-    kvcache.COMMIT_GROUP = args.commit_group  # read while tracing
+    if args.commit_group is not None:
+        kvcache.COMMIT_GROUP = args.commit_group or None  # read while tracing
     if args.gemm_products:
         model.SMALL_ROTATE = attention_split.SMALL_CHUNK = 0  # read while tracing: set before any step is traced
     if args.jspec_root and not os.path.abspath(jspec.__file__).startswith(os.path.abspath(args.jspec_root) + os.sep):

@@ -144,11 +144,6 @@ def _pick(x, idx):
 # a chunk stay [B, H, chunk, capacity]. At most the default recent window (256): a longer chunk would
 # also read its own older rows as INT2 (attention_split), more program for no gain.
 PREFILL_CHUNK = 256
-# The prefill's INT2 commit as a kernel per this many layers (kvcache.commit's layers_per_kernel), not one kernel
-# branching over all of them as the rounds' commit: it runs once per chunk, where the extra launches cost nothing,
-# and a program traces, lowers and compiles the one kernel once (the 8B + draft prefill part lowered in 0.35 s
-# against 0.74 s, session 25, CPU: benchmarks/results/logs25/lower_probe.py).
-PREFILL_COMMIT_LAYERS = 8
 
 
 def _over_chunks(prompts, prompt_lens, chunk, carry):
@@ -189,7 +184,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
             feat = jnp.where(here[:, None], _pick(f, jnp.clip(last, 0, c - 1)), feat)
         else:
             out, (k, v) = m.target_forward(tokens, cache)
-        cache = kvcache.commit(cache, k, v, n, layers_per_kernel=PREFILL_COMMIT_LAYERS)
+        cache = kvcache.commit(cache, k, v, n)
         if m.draft is not None:
             draft_cache = _draft_chunk(m, prompt_lens, i, tokens, draft_cache)
         logits = jnp.where(here[:, None], _pick(out, jnp.clip(last, 0, c - 1)), logits)

@@ -177,13 +177,12 @@ def _scatter(buf, idx, rows):
     return jax.vmap(put)(buf, idx, rows)
 
 
-def commit(cache: KVCache, new_k, new_v, n_commit, *, layers_per_kernel: int | None = None) -> KVCache:
+def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     """Writes the first n_commit[b] of the new rows of each row b and advances the lengths.
 
     new_k, new_v: per layer [B, n, Hkv, D], the rows a forward computed at positions length + 0..n-1.
     Rows past n_commit (rejected speculative candidates, prompt padding) never touch the cache: their
-    scatter index points out of bounds and mode="drop" discards them. layers_per_kernel: the fused commit's
-    (COMMIT_GROUP where None).
+    scatter index points out of bounds and mode="drop" discards them.
     """
     kv, first = cache.kv, cache.layer(0)  # for its shapes (a stacked cache's slice is dead code)
     S, W, T = first.pinned_slots, first.ring_slots, first.history_slots
@@ -195,7 +194,7 @@ def commit(cache: KVCache, new_k, new_v, n_commit, *, layers_per_kernel: int | N
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
     stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
-    fused, G = _fused_commit(kv, first), layers_per_kernel or COMMIT_GROUP
+    fused, G = _fused_commit(kv, first), COMMIT_GROUP
     if fused and (cache.stacked or not G):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
     elif fused:  # a kernel per G layers
@@ -216,12 +215,13 @@ def commit(cache: KVCache, new_k, new_v, n_commit, *, layers_per_kernel: int | N
 # kernel per layer (benchmarks/RESULTS.md, session 11), then from 5.934 to 5.828 ms as one for all layers
 # (session 18, benchmarks/results/logs18/call2.txt).
 FUSED_COMMIT = None
-# Where the cache's layers are separate arrays, the fused commit's layers per kernel: None, all of them in one; G, a
-# kernel per G layers. The kernel branches once per layer, so for 32 layers its Pallas lowering took 0.55-0.59 s of
-# each 8B part's 0.7-1.0 s; groups of G layers are one kernel, traced, lowered and compiled once, launched L / G
-# times: with G = 8 the 8B + draft program's trace and lower took 1.8 s against 3.0 s (session 25, on the CPU:
-# benchmarks/results/logs25/lower_probe.log). Its cost in the step is not measured yet.
-COMMIT_GROUP = None
+# Where the cache's layers are separate arrays, the fused commit's layers per kernel, read while tracing: G, a kernel
+# per G layers; None, all of them in one. The kernel branches once per layer, and XLA builds it on one thread: on
+# the H200 the 8B + draft program compiled in 15.7 and 17.8 s with G = 8 against 25.9 and 34.9 s with one kernel
+# for all 32 layers (trace and lower included, one host, alternated), and its step was unchanged (B 1 / 128K 5.741,
+# 5.723 against 5.752, 5.742 ms; B 8 / 32K +0.5%): benchmarks/NOTES.md, session 26. Groups of G layers are one
+# kernel, traced, lowered and compiled once and launched L / G times.
+COMMIT_GROUP = 8
 
 
 def _fused_commit(kv: KVConfig, layer: LayerKV) -> bool:

@@ -124,7 +124,7 @@ def test_fused_commit_lowers_for_cuda(stacked):
 
 
 def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
-    """decode.prefill's fused commit as a kernel per PREFILL_COMMIT_LAYERS layers (2 of 3 here, interpret mode)
+    """decode.prefill's fused commit as a kernel per kvcache.COMMIT_GROUP layers (2 of 3 here, interpret mode)
     leaves the cache the jnp commit leaves, float32, over two prefill chunks."""
     from conftest import VOCAB, tiny_tokenizer
 
@@ -135,7 +135,7 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
     tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})
     eng = engine.Engine(cfg, model.init_params(cfg, jax.random.key(0), std=0.3), tok, KVConfig("int2", sink=2,
                         recent=4), dtype="float32")
-    monkeypatch.setattr(decode, "PREFILL_COMMIT_LAYERS", 2)
+    monkeypatch.setattr(kvcache, "COMMIT_GROUP", 2)
     monkeypatch.setattr(decode, "PREFILL_CHUNK", 8)
     ids = [[(5 * i + 3) % VOCAB for i in range(13)]]
 

@@ -199,7 +199,7 @@ def test_a_warm_start_loads_the_program_kept_on_disk_without_tracing(eng, tmp_pa
     tokens."""
     monkeypatch.setattr(programs, "directory", lambda: tmp_path)
     first = _run(eng, (5, 9), (6, 3))
-    assert len(list(tmp_path.glob("*.program"))) == 2  # the prefill and the rounds
+    assert len(list(tmp_path.glob("*.program"))) == 3  # the prefills of the target and the draft, the rounds
     monkeypatch.setattr(engine, "lower_parts", None)  # tracing would fail
     eng._compiled.clear()
     warm = _run(eng, (5, 9), (6, 3))
