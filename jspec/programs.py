@@ -28,10 +28,6 @@ from jax.experimental import serialize_executable
 from jspec.pallas import mosaic_keys
 
 SUFFIX = ".program"
-# XLA's options for every program compiled here: the executable kept (this store, JAX's cache) holds XLA's thunks,
-# so that a process reading it back does not emit them again from the HLO, which XLA otherwise does (its legacy
-# AOT form: about 1.3 s of the 8B + draft program's 2 s warm load on an H200, session 26's `startup.py --phases`).
-STORE_OPTIONS = {"xla_gpu_experimental_aot_compiled_thunks": True}
 
 
 def directory() -> Path | None:
@@ -97,7 +93,7 @@ def compile_all(lowered: list, options: list | None = None) -> list:
     kernels they call are compiled first, each alone (mosaic_keys.prime): else a kernel waits for every other
     XLA compile in the process to end."""
     mosaic_keys.prime()
-    compile = lambda x, opts: x.compile(compiler_options={**STORE_OPTIONS, **(opts or {})})
+    compile = lambda x, opts: x.compile() if opts is None else x.compile(compiler_options=opts)
     return _side_by_side(lambda x: compile(*x), list(zip(lowered, options or [None] * len(lowered))))
 
 
