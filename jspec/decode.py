@@ -146,11 +146,16 @@ def _pick(x, idx):
 PREFILL_CHUNK = 256
 
 
+def _chunk_width(P: int) -> int:
+    """The width of the prefill's chunks of a prompt array P tokens wide."""
+    return min(PREFILL_CHUNK, P)
+
+
 def _over_chunks(prompts, prompt_lens, chunk, carry):
-    """carry through chunk(i, tokens [B, c], carry) for the prompts' chunks i of c = min(PREFILL_CHUNK, P)
-    tokens (the last padded) until the longest prompt is done; one chunk: no loop."""
+    """carry through chunk(i, tokens [B, c], carry) for the prompts' chunks i of c = _chunk_width(P) tokens
+    (the last padded) until the longest prompt is done; one chunk: no loop."""
     P = prompts.shape[1]
-    c = min(PREFILL_CHUNK, P)
+    c = _chunk_width(P)
     prompts = jnp.pad(prompts, ((0, 0), (0, -P % c)))  # whole chunks
     body = lambda i, carry: chunk(i, jax.lax.dynamic_slice_in_dim(prompts, i * c, c, axis=1), carry)
     if prompts.shape[1] == c:
@@ -167,7 +172,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
     prompt token.
     """
     B, P = prompts.shape
-    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % min(PREFILL_CHUNK, P))))  # the token after each
+    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % _chunk_width(P))))  # the token after each
 
     def chunk(i, tokens, carry):
         cache, draft_cache, logits, feat = carry
