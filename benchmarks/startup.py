@@ -45,7 +45,8 @@ CASES = ("shipped", "8b", "8b+draft")
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
           one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
-          xla_norms: bool = False, no_prime: bool = False, two_parts: bool = False, commit_group: int | None = None) -> dict:
+          xla_norms: bool = False, no_prime: bool = False, two_parts: bool = False,
+          commit_group: int | None = None) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.

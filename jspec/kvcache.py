@@ -219,7 +219,7 @@ FUSED_COMMIT = None
 # per G layers; None, all of them in one. The kernel branches once per layer, and XLA builds it on one thread: on
 # the H200 the 8B + draft program compiled in 15.7 and 17.8 s with G = 8 against 25.9 and 34.9 s with one kernel
 # for all 32 layers (trace and lower included, one host, alternated), and its step was unchanged (B 1 / 128K 5.741,
-# 5.723 against 5.752, 5.742 ms; B 8 / 32K +0.5%): benchmarks/NOTES.md, session 26. Groups of G layers are one
+# 5.723 against 5.752, 5.742 ms; B 8 / 32K +0.7%): benchmarks/NOTES.md, session 26. Groups of G layers are one
 # kernel, traced, lowered and compiled once and launched L / G times.
 COMMIT_GROUP = 8
 

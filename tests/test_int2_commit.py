@@ -152,7 +152,7 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
 
 def test_commit_groups_of_layers_lower_to_one_kernel(monkeypatch):
     """kvcache.COMMIT_GROUP = 2 over four layers: two calls of one Triton kernel (a program lowers and XLA compiles
-    it once), where the default is one call of a kernel that branches over the four layers. Traced as on a GPU
+    it once), where None is one call of a kernel that branches over the four layers. Traced as on a GPU
     (not in interpret mode), lowered for CUDA."""
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=4,
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
