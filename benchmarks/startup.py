@@ -49,7 +49,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
           commit_group: int | None = None) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
-    compile traced with jax.profiler, and its longest host events (XLA's passes, autotuning, LLVM) kept.
+    compile (with engine_path, Engine.compile) traced with jax.profiler, and its longest host events (XLA's passes,
+    autotuning, LLVM; a read from the store) kept.
     one_program: decode.generate_program, the prefill and rounds as one program (before session 11), against
     the two parts compiled side by side that Engine.compile builds on one device. engine_path: compiled by
     Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s).
@@ -86,7 +87,11 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     args = prepare()
     again = prepare if rerun else None
     if engine_path:  # what the CLI's stats report as compile_s: from jspec's program store when it holds it
-        run, out["compile_s"] = eng.compile(args)
+        with tempfile.TemporaryDirectory() as trace_dir:
+            with jax.profiler.trace(trace_dir) if phases else contextlib.nullcontext():
+                run, out["compile_s"] = eng.compile(args)
+            if phases:
+                out["phases"] = host_events(trace_dir)
         return _run_once(out, run, args, eng, len(ids[0]), again)
     t = time.perf_counter()
     if one_program:
@@ -135,9 +140,10 @@ def _run_once(out: dict, run, args, eng, prompt_tokens: int, again=None) -> dict
 
 
 def host_events(trace_dir: str, top: int = 25) -> list:
-    """[name, count, total seconds, longest seconds, threads] of the longest host events of a jax.profiler trace,
-    by name (nested events each count: a pass and its parent both appear; threads: how many host threads ran
-    them); Python's own frames ('$file:line ...') left out."""
+    """[name, count, total seconds, longest seconds, threads, span seconds] of the longest host events of a
+    jax.profiler trace, by name (nested events each count: a pass and its parent both appear; threads: how many
+    host threads ran them; span: from the first's start to the last's end, less than the total where they
+    overlapped); Python's own frames ('$file:line ...') left out."""
     from jax.profiler import ProfileData
 
     path = sorted(Path(trace_dir).rglob("*.xplane.pb"))[-1]
@@ -146,11 +152,13 @@ def host_events(trace_dir: str, top: int = 25) -> list:
         if plane.name.startswith("/host"):
             for line in plane.lines:
                 for ev in (ev for ev in line.events if not ev.name.startswith("$")):
-                    n, s, longest, threads = total.get(ev.name, (0, 0.0, 0.0, set()))
+                    n, s, longest, threads, a, b = total.get(ev.name, (0, 0.0, 0.0, set(), ev.start_ns, ev.end_ns))
                     d = ev.duration_ns / 1e9
-                    total[ev.name] = (n + 1, s + d, max(longest, d), threads | {(plane.name, line.name)})
+                    total[ev.name] = (n + 1, s + d, max(longest, d), threads | {(plane.name, line.name)},
+                                      min(a, ev.start_ns), max(b, ev.end_ns))
     rows = sorted(total.items(), key=lambda kv: -kv[1][1])[:top]
-    return [[name, n, round(s, 3), round(longest, 3), len(threads)] for name, (n, s, longest, threads) in rows]
+    return [[name, n, round(s, 3), round(longest, 3), len(threads), round((b - a) / 1e9, 3)]
+            for name, (n, s, longest, threads, a, b) in rows]
 
 
 def children(trace_dir: str, parent: str = "CompileModuleToLlvmIr", top: int = 15) -> list:
@@ -337,7 +345,8 @@ def main():
                          "proxy for compile time)")
     ap.add_argument("--no-readme", action="store_true", help="skip the README command")
     ap.add_argument("--no-job", action="store_true", help="skip the 24-prompt job")
-    ap.add_argument("--phases", action="store_true", help="trace each compile (a cache hit too): its longest host events")
+    ap.add_argument("--phases", action="store_true", help="trace each compile (a cache hit too, and with --engine "
+                    "Engine.compile, a read from jspec's store): its longest host events")
     ap.add_argument("--one-program", action="store_true", help="the cases' prefill and rounds compiled as one "
                     "program (decode.generate_program, as before session 11), not as Engine.compile's two parts")
     ap.add_argument("--engine", action="store_true", help="the cases compiled by Engine.compile (jspec's program "

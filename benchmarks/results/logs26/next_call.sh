@@ -1,8 +1,9 @@
 # Prepared in session 26 for the next (not run). `bash next_call.sh a|b`:
 # `a` (~5 min), issue 14's second process (1.8-2.4 s, goal 1 s): what the programs hold, per layer. The 8B + draft
 #   parts compiled with an HLO dump, read by thunks.py (thunk instructions per named scope and layer, and by kind:
-#   XLA's legacy load emits one per instruction of the entry and its loops); the dump stays on the device. Then the
-#   second process's load phases (startup.py --phases, warm row: JAX's cache) twice.
+#   XLA's legacy load emits one per instruction of the entry and its loops); the dump stays on the device. Then
+#   Engine.compile traced (startup.py --engine --phases) twice: its warm row is the second process's read from jspec's
+#   store; each event's span against its total says whether the parts' loads overlap.
 # `b` (~5 min), issue 16's 1.7x (0.05-0.08 ms short): the INT2 step at B 1 / 128K by GPU kernel kind
 #   (profile_step.py; its JSON and HLO come back), then two INT2 / BF16 pairs.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
@@ -14,8 +15,13 @@ a)
     grep "^| 8b+draft"
   python benchmarks/results/logs26/thunks.py /tmp/dump
   for r in 1 2; do
-    el "phases $r"; timeout 120 python benchmarks/startup.py --phases --cases 8b+draft --no-readme --no-job \
-      --out $OUT/startup_phases_$r.json 2>&1 | grep "^| 8b+draft"
+    el "engine phases $r"; timeout 120 python benchmarks/startup.py --engine --phases --cases 8b+draft --no-readme \
+      --no-job --out $OUT/startup_phases_$r.json 2>&1 | grep "^| 8b+draft"
+    python -c "
+import json; d = json.load(open('$OUT/startup_phases_$r.json'))
+for c in d['cases']:
+    print(c['process'], c.get('compile_s'))
+    for e in c.get('phases', [])[:10]: print('  ', e)"
   done ;;
 b)
   el "profile"; timeout 150 python benchmarks/profile_step.py --out $OUT/profile --cases int2:1:131072 2>&1 | tail -25
