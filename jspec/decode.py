@@ -151,6 +151,11 @@ def _chunk_width(P: int) -> int:
     return min(PREFILL_CHUNK, P)
 
 
+def _chunk_rows(prompt_lens, i, c: int):
+    """[B] the prompt tokens of each row in chunk i (of width c)."""
+    return jnp.clip(prompt_lens - i * c, 0, c)
+
+
 def _over_chunks(prompts, prompt_lens, chunk, carry):
     """carry through chunk(i, tokens [B, c], carry) for the prompts' chunks i of c = _chunk_width(P) tokens
     (the last padded) until the longest prompt is done; one chunk: no loop."""
@@ -178,7 +183,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
         cache, draft_cache, logits, feat = carry
         c = tokens.shape[1]
         start = i * c  # tokens [B, c] are at positions start..
-        n = jnp.clip(prompt_lens - start, 0, c)  # [B] prompt tokens of each row in this chunk
+        n = _chunk_rows(prompt_lens, i, c)
         last = prompt_lens - 1 - start  # [B] index of the row's last prompt token in this chunk, if here
         here = (last >= 0) & (last < c)
         if m.head is not None:
@@ -191,7 +196,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
             out, (k, v) = m.target_forward(tokens, cache)
         cache = kvcache.commit(cache, k, v, n)
         if m.draft is not None:
-            draft_cache = _draft_chunk(m, prompt_lens, i, tokens, draft_cache)
+            draft_cache = _draft_chunk(m, tokens, n, draft_cache)
         logits = jnp.where(here[:, None], _pick(out, jnp.clip(last, 0, c - 1)), logits)
         return cache, draft_cache, logits, feat
 
@@ -205,16 +210,15 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
     return cache, draft_cache, first, last, keys, feat
 
 
-def _draft_chunk(m: Models, prompt_lens, i, tokens, draft_cache):
-    """Chunk i of the prompts (tokens [B, c]) through the draft model, each row's own tokens committed."""
-    c = tokens.shape[1]
+def _draft_chunk(m: Models, tokens, n, draft_cache):
+    """A chunk of the prompts (tokens [B, c]) through the draft model, the first n [B] of each row committed."""
     _, (k, v) = m.draft_forward(tokens, draft_cache)
-    return kvcache.commit(draft_cache, k, v, jnp.clip(prompt_lens - i * c, 0, c))
+    return kvcache.commit(draft_cache, k, v, n)
 
 
 def draft_prefill(m: Models, prompts, prompt_lens, draft_cache):
     """The draft model's half of prefill alone: its cache with the prompts committed."""
-    chunk = lambda i, tokens, dc: _draft_chunk(m, prompt_lens, i, tokens, dc)
+    chunk = lambda i, tokens, dc: _draft_chunk(m, tokens, _chunk_rows(prompt_lens, i, tokens.shape[1]), dc)
     with jax.named_scope("prefill"):
         return _over_chunks(prompts, prompt_lens, chunk, draft_cache)
 
