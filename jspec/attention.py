@@ -17,17 +17,22 @@ from jspec.kvcache import LayerKV, bf16_keys, dequantize_history, fake_quantize_
 from jspec.numerics import dot_scores, einsum_f32
 
 
-def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference"):
+def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference", qkv=None):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
-    layer is this layer's cache (None: no cache, plain causal attention over the n rows).
+    layer is this layer's cache (None: no cache, plain causal attention over the n rows). qkv: the one
+    [B, n, Hkv, g + 2, D] array that q, k and v are slices of (model.qkv_slots), if the caller has it (the split
+    path's window kernel reads it whole).
     Returns [B, n, Hq, D].
     """
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
-        # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
+        # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device (joining q, k and v there)
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
         split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel)
-        return per_shard(split)(q, k, v, layer, length, kv)
+        sharded = per_shard(split)
+        if sharded is split:
+            return attend_split(q, k, v, layer, length, kv, kernel=kernel, qkv=qkv)
+        return sharded(q, k, v, layer, length, kv)
     return attend_reference(q, k, v, layer, length, kv)
 
 

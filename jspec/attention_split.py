@@ -31,7 +31,7 @@ from jspec.numerics import einsum_f32
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (session 10; cause not established).
 from jspec.pallas import int2_mosaic
 from jspec.pallas.int2_attention import int2_attention
-from jspec.pallas.window_merge import supported as window_merge_supported, window_merge
+from jspec.pallas.window_merge import join_slots, supported as window_merge_supported, window_merge
 
 # The BF16 parts and the merge as two Pallas kernels per layer on GPUs (decode and verification chunks;
 # pallas/window_merge.py), where XLA runs about nine small kernels: 1.04-1.05x per 8B step (H200, session
@@ -44,13 +44,14 @@ DP, TP = "dp", "tp"
 
 
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
-                 kernel: str = "auto", fused_window: bool | None = None, **kernel_options):
+                 kernel: str = "auto", fused_window: bool | None = None, qkv=None, **kernel_options):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
     has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
     fused_window: the BF16 parts and the merge in pallas/window_merge.py (None: on GPUs where it takes
-    the shapes and FUSED_WINDOW is on), else in XLA.
+    the shapes and FUSED_WINDOW is on), else in XLA. qkv: q, k and v as the one [B, n, Hkv, g + 2, D] array
+    they are slices of (model.qkv_slots), for window_merge (None: joined here, a copy).
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
@@ -69,7 +70,8 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     if fused_window:
         with jax.named_scope("window_merge"):
             win_k, win_v, index = layer.window_stacks or (layer.k, layer.v, None)  # in place where stacked
-            return window_merge(q, k, v, win_k, win_v, length, splits, index, sink=kv.sink, recent=kv.recent,
+            qkv = join_slots(q, k, v) if qkv is None else qkv
+            return window_merge(qkv, win_k, win_v, length, splits, index, sink=kv.sink, recent=kv.recent,
                                 pinned=layer.pinned_slots, interpret=interpret)
     out_k, lse_k = splits
     with jax.named_scope("bf16_parts"):

@@ -77,38 +77,74 @@ def rope_tables(cfg: ModelConfig, pos):
 
 
 def apply_rope(x, cos, sin):
-    """x [B, n, ..., D] with rope_tables' cos, sin [B, n, D]; HF's rotate-half convention.
+    """x [B, n, ..., D] with rope_tables' cos, sin [B, n, D] (or tables already of x's rank, broadcast over it);
+    HF's rotate-half convention.
 
     As x * cos + swap(x) * sin over the whole row (swap exchanges the halves): the same products and sums
     as [x1 cos - x2 sin, x2 cos + x1 sin], without a concatenation, so it fuses with what reads it.
     """
     D = x.shape[-1]
-    cos, sin = (t.reshape(*t.shape[:2], *(1,) * (x.ndim - 3), D) for t in (cos, sin))  # over the head axes
+    if cos.ndim < x.ndim:
+        cos, sin = (t.reshape(*t.shape[:2], *(1,) * (x.ndim - 3), D) for t in (cos, sin))  # over the head axes
     xf = x.astype(jnp.float32)
     swapped = jnp.flip(xf.reshape(*x.shape[:-1], 2, D // 2), axis=-2).reshape(x.shape)
     return (xf * cos + swapped * sin).astype(x.dtype)
 
 
-def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
-    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: q and k after RoPE, then R_K when the
-    layer has one (x_rot = x @ R_K per KV head; q.k is unchanged since R_K is orthogonal).
-    rope: rope_tables(cfg, pos) when the caller has them (one pair for all layers).
+def qkv_slots(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
+    """[B, n, Hkv, g + 2, D], wqkv's layout: each KV head's g query rows (slots 0..g-1), its k row (slot g) and
+    its v row (slot g + 1); q and k after the norms, RoPE and R_K when the layer has one (x_rot = x @ R_K per KV
+    head; q.k is unchanged since R_K is orthogonal). rope: rope_tables(cfg, pos) when the caller has them (one
+    pair for all layers), or slot_tables of them. split_slots gives q, k and v.
 
-    The q and k slots of each KV head go through the norms, RoPE and R_K together: one op each, not two.
+    All slots go through each op together, v's as an identity (RoPE at angle 0, R_K = I: exact), so that a decode
+    or verification step makes the whole array at once (two small kernels at batch 1: RoPE, then R_K) and the
+    Pallas window kernel reads it whole: q, k and v as arrays of their own took two more copies per layer for the
+    call (H200, session 27: 632 -> 568 kernels per 8B step). A prefill's chunk joins v to them in one copy.
     """
     B, n, _ = h.shape
     g, D = cfg.q_per_kv, cfg.head_dim
     y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
     if lp.bqkv is not None:
         y = y + lp.bqkv
-    qk, v = y[..., : g + 1, :], y[..., g + 1, :]  # query head h*g + j is slot j of h; k is slot g
+    is_v = np.arange(g + 2)[:, None] == g + 1  # [g + 2, 1]
     if lp.q_norm is not None:
-        w = jnp.where(jnp.arange(g + 1)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 1, D], not a concatenation
-        qk = rms_norm(qk, w, cfg.rms_eps)
-    qk = apply_rope(qk, *(rope if rope is not None else rope_tables(cfg, pos)))
-    if lp.rot_k is not None:
-        qk = rotate(qk, lp.rot_k)
-    return qk[..., :g, :].reshape(B, n, cfg.num_heads, D), qk[..., g, :], v
+        w = jnp.where(np.arange(g + 2)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 2, D], not a concatenation
+        y = jnp.where(is_v, y, rms_norm(y, w, cfg.rms_eps))
+    cos, sin = rope if rope is not None else rope_tables(cfg, pos)
+    y = apply_rope(y, *(slot_tables(cos, sin, g) if cos.ndim == 3 else (cos, sin)))
+    if lp.rot_k is None:
+        return y
+    if B * n > SMALL_ROTATE:  # a GEMM over the q and k slots
+        return jnp.concatenate([rotate(y[..., : g + 1, :], lp.rot_k), y[..., g + 1:, :]], axis=-2)
+    eye = np.eye(D, dtype=np.float32)
+    return rotate(y, jnp.where(is_v[:, :, None], eye, lp.rot_k.astype(jnp.float32)[:, None]))  # [Hkv, g + 2, D, D]
+
+
+def slot_tables(cos, sin, g: int):
+    """rope_tables' cos, sin [B, n, D] for each slot of qkv_slots' array: [B, n, 1, g + 2, D], v's (1, 0) (RoPE at
+    angle 0)."""
+    is_v = np.arange(g + 2)[:, None] == g + 1  # [g + 2, 1]
+    return tuple(jnp.where(is_v, fill, t[:, :, None, None, :]) for t, fill in ((cos, 1.0), (sin, 0.0)))
+
+
+# forward's RoPE tables made per slot once for all layers (slot_tables), where each layer's RoPE selects v's angle
+# itself: a switch for A/B runs, off until measured (session 27's profile: XLA ran each layer's RoPE, selects
+# included, as a kernel of its own before R_K's reduction, where session 26's tree, without them, ran one).
+SLOT_TABLES = False
+
+
+def split_slots(y, cfg: ModelConfig):
+    """qkv_slots' array -> q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D] (query head h*g + j is slot j of
+    KV head h)."""
+    B, n, _, _, D = y.shape
+    g = cfg.q_per_kv
+    return y[..., :g, :].reshape(B, n, cfg.num_heads, D), y[..., g, :], y[..., g + 1, :]
+
+
+def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
+    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: qkv_slots, split."""
+    return split_slots(qkv_slots(lp, cfg, h, pos, rope), cfg)
 
 
 # Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
@@ -117,14 +153,15 @@ SMALL_ROTATE = 32
 
 
 def rotate(x, rot_t):
-    """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k), in
-    x.dtype (f32 accumulation either way). Transposed, the small product reduces over rot_t's minor axis
-    and reads it as it lies: kept as R, XLA converted and transposed it in a kernel of its own every step
-    (benchmarks/NOTES.md, session 11)."""
+    """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k), or
+    [Hkv, j, D, D] one per slot (small products only), in x.dtype (f32 accumulation either way). Transposed, the
+    small product reduces over rot_t's minor axis and reads it as it lies: kept as R, XLA converted and
+    transposed it in a kernel of its own every step (benchmarks/NOTES.md, session 11)."""
     B, n = x.shape[:2]
     if B * n > SMALL_ROTATE:
         return jnp.einsum("bnhjd,hed->bnhje", x, rot_t.astype(x.dtype))
-    prod = x.astype(jnp.float32)[..., None, :] * rot_t.astype(jnp.float32)[:, None]  # [B, n, Hkv, j, D, D]
+    per_slot = rot_t if rot_t.ndim == 4 else rot_t[:, None]
+    prod = x.astype(jnp.float32)[..., None, :] * per_slot.astype(jnp.float32)  # [B, n, Hkv, j, D, D]
     return prod.sum(-1).astype(x.dtype)
 
 
@@ -183,7 +220,8 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     x = params.embed[tokens]
     # One pair of tables for all layers, kept apart by the barrier: each layer's RoPE is then a few
     # multiplies that fuse into what reads them (R_K), not sines and cosines of its own.
-    rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
+    tables = rope_tables(cfg, pos)
+    rope = jax.lax.optimization_barrier(slot_tables(*tables, cfg.q_per_kv) if SLOT_TABLES else tables)
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
@@ -231,8 +269,11 @@ def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, 
     B, n, _ = x.shape
     attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
     entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
-    q, k, v = qkv(lp, cfg, h, pos, rope)
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl).reshape(B, n, -1)
+    # One bf16 array that attention and the commit both read (behind the barrier: else XLA kept the f32 sums for the
+    # commit's copy and rounded them again in a kernel of its own, H200 session 27)
+    slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, pos, rope))
+    q, k, v = split_slots(slots, cfg)
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv=slots).reshape(B, n, -1)
     x, h = add_rms_norm(entering, o @ lp.wo, mlp_norm, cfg.rms_eps, fused, index)
     return entering, x, mlp(lp, h), k, v
 

@@ -187,6 +187,48 @@ def test_fused_projections_equal_hf_ones(family, hf_model_dir, jspec_model):
     np.testing.assert_allclose(np.asarray(model.mlp(params.layers[1], jnp.asarray(h))), want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("n", [1, 40])  # R_K as the small product, and as the prefill's GEMM (model.SMALL_ROTATE)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_qkv_slots_pass_v_through_rope_and_r_k_unchanged(dtype, n):
+    """qkv_slots runs all of a KV head's slots through RoPE and R_K together, v's as an identity: its v slot is the
+    projection's bit for bit, and its q and k slots are RoPE, then R_K, applied to them alone."""
+    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=64, intermediate_size=64, num_layers=1,
+                      num_heads=8, num_kv_heads=2, head_dim=16)
+    g = cfg.q_per_kv
+    rot = jnp.linalg.qr(jax.random.normal(jax.random.key(2), (2, 16, 16)))[0]  # an orthogonal R per KV head
+    lp = model.init_params(cfg, jax.random.key(1), dtype, std=0.3).layers[0].replace(rot_k=rot)
+    h = jax.random.normal(jax.random.key(3), (2, n, cfg.hidden_size), dtype)
+    pos = jnp.arange(n)[None] + jnp.asarray([[100], [7]])
+    got = jax.jit(lambda h, pos: model.qkv_slots(lp, cfg, h, pos))(h, pos)
+    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)
+    qk = model.rotate(model.apply_rope(y[..., : g + 1, :], *model.rope_tables(cfg, pos)), rot)
+    np.testing.assert_array_equal(np.asarray(got[..., g + 1, :], np.float32), np.asarray(y[..., g + 1, :], np.float32))
+    np.testing.assert_allclose(np.asarray(got[..., : g + 1, :], np.float32), np.asarray(qk, np.float32),
+                               rtol=0, atol=1e-6 if dtype == jnp.float32 else 0.02)
+
+
+def test_slot_tables_leave_the_forward_unchanged(monkeypatch):
+    """model.SLOT_TABLES (RoPE's tables made per slot once for all layers) gives the same logits and new rows as each
+    layer selecting v's angle itself, float32, through a cached decode step."""
+    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=64, intermediate_size=64, num_layers=2,
+                      num_heads=8, num_kv_heads=2, head_dim=16)
+    params = model.init_params(cfg, jax.random.key(1), std=0.3)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, 9)), jnp.int32)
+
+    def run():
+        jax.clear_caches()  # the jitted layer body reads the switch while tracing
+        cache = kvcache.init_cache(cfg, KVConfig("bf16"), 2, 16, jnp.float32)
+        _, (k, v) = model.forward(params, cfg, tokens[:, :8], cache)
+        cache = kvcache.commit(cache, k, v, jnp.asarray([8, 8], jnp.int32))
+        logits, (k, v) = model.forward(params, cfg, tokens[:, 8:], cache)
+        return [np.asarray(x) for x in (logits, k[1], v[1])]
+
+    want = run()
+    monkeypatch.setattr(model, "SLOT_TABLES", True)
+    for got, w in zip(run(), want):
+        np.testing.assert_array_equal(got, w)
+
+
 # ------------------------------------------------------------------------------------ load errors
 
 

@@ -69,9 +69,9 @@ def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
     calls = []
     merge = attention_split.window_merge
 
-    def recording_merge(q, k, v, win_k, *args, **kwargs):
+    def recording_merge(qkv, win_k, *args, **kwargs):
         calls.append(win_k.ndim)
-        return merge(q, k, v, win_k, *args, **kwargs)
+        return merge(qkv, win_k, *args, **kwargs)
 
     monkeypatch.setattr(attention_split, "window_merge", recording_merge)
     monkeypatch.setattr(attention, "attend_split", functools.partial(attention_split.attend_split, fused_window=True))

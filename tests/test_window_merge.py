@@ -104,7 +104,8 @@ def test_raw_mosaic_partials_match_finished_ones(body, n, ns=20):
     sw, zw = rng.uniform(0, 2, (B, H, ns, N)) * (l > 0), rng.normal(0, 1, (B, H, ns, N)) * (l > 0)
     raw = jnp.asarray(128 * sw[..., None] + rng.normal(0, 3, (B, H, ns, N, D)) * (l > 0)[..., None], jnp.float32)
     stats = jnp.asarray(np.stack([m, l, sw, zw], 3), jnp.float32)
-    merge = lambda splits: wm.window_merge(q, k, v, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
+    qkv = wm.join_slots(q, k, v)
+    merge = lambda splits: wm.window_merge(qkv, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
                                            pinned=layer.pinned_slots, interpret=True)
     want = merge(int2_mosaic.finish(raw, stats, M, body))
     got = merge((raw, stats, int2_mosaic.value_factors(D, body)))
@@ -115,7 +116,8 @@ def test_raw_partials_lower_for_cuda():
     kv, (q, k, v, layer, length) = _inputs(8, 70, 1, jnp.bfloat16)
     splits = (jnp.zeros((3, 2, 20, 8, 64)), jnp.zeros((3, 2, 20, 4, 8)), int2_mosaic.value_factors(64, "lean"))
     fn = lambda *a: wm.window_merge(*a, sink=kv.sink, recent=kv.recent, pinned=layer.pinned_slots)
-    text = jax.jit(fn).trace(q, k, v, layer.k, layer.v, length, splits).lower(lowering_platforms=("cuda",)).as_text()
+    text = jax.jit(fn).trace(wm.join_slots(q, k, v), layer.k, layer.v, length, splits).lower(
+        lowering_platforms=("cuda",)).as_text()
     assert "window_parts" in text and "triton" in text
 
 

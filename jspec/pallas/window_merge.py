@@ -58,9 +58,9 @@ def _partial(s, vals):
 
 def _parts_kernel(len_ref, layer_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *refs, S: int, sink: int, R: int,
                   n: int, scale: float, bw: int, bs: int, stacked: bool):
-    # len_ref [1] int32 | layer_ref [1] int32 | q_ref [g, D] | kw_ref, vw_ref [S + W, D] the window, or with
-    # stacked the whole [L, B, Hkv, S + W, D] stacks, of which this row's is (layer, b, h) | kn_ref, vn_ref [n, D]
-    # chunk rows
+    # len_ref [1] int32 | layer_ref [1] int32 | q_ref [g, D] (qkv's query slots) | kw_ref, vw_ref [S + W, D] the
+    # window, or with stacked the whole [L, B, Hkv, S + W, D] stacks, of which this row's is (layer, b, h) |
+    # kn_ref, vn_ref [n, D] chunk rows (qkv's k and v slots)
     # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, g, D],
     # st_ref [ns, 4, g] f32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
     # m_ref, l_ref [g], acc_ref [g, D]: this unit's part
@@ -159,33 +159,41 @@ def _merge_kernel(m_ref, l_ref, acc_ref, o_ref):
     o_ref[...] = (num / (w * l_ref[...]).sum(axis=0)[:, None]).astype(o_ref.dtype)
 
 
+def join_slots(q, k, v):
+    """q [B, n, Hq, D], k and v [B, n, Hkv, D] -> [B, n, Hkv, g + 2, D] (window_merge's qkv; model.qkv_slots'
+    layout): a copy, for callers that hold them apart."""
+    B, n, H, D = k.shape
+    return jnp.concatenate([q.reshape(B, n, H, -1, D), k[:, :, :, None], v[:, :, :, None]], axis=3)
+
+
 @functools.partial(jax.jit, static_argnames=("sink", "recent", "pinned", "interpret"))
-def window_merge(q, k, v, win_k, win_v, length, splits, layer=None, *, sink: int, recent: int, pinned: int,
+def window_merge(qkv, win_k, win_v, length, splits, layer=None, *, sink: int, recent: int, pinned: int,
                  interpret: bool = False):
-    """q [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v [B, n, Hkv, D] the chunk's rows;
-    win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots), or with layer (an int32 scalar) the [L, B, Hkv,
+    """qkv [B, n, Hkv, g + 2, D] (model.qkv_slots' layout): each KV head's g rotated queries at positions
+    length + 0..n-1, then the chunk's k row and v row, read in place (slices of it would each be copied for the
+    call); win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots), or with layer (an int32 scalar) the [L, B, Hkv,
     S + W, D] stacks of a stacked cache, read in place at that layer (XLA copied a slice for the call: 0.27 ms per
     8B step at B 8, session 22); splits: the INT2 kernel's split partials (row i * g + head in group), normalised
     (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as the Mosaic per-warp kernel leaves them
     (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats [B, Hkv, ns, 4, N], value factors [D]; N >= n * g).
-    Returns [B, n, Hq, D] in q.dtype."""
-    B, n, Hq, D = q.shape
-    H, X = k.shape[2], win_k.shape[-2]
-    g, ns = Hq // H, splits[0].shape[2]
+    Returns [B, n, Hq, D] in qkv.dtype."""
+    B, n, H, g, D = qkv.shape
+    g, X, ns = g - 2, win_k.shape[-2], splits[0].shape[2]
     if not supported(n, g, D, X, recent):
         raise ValueError(f"window_merge: n {n}, g {g}, D {D}, {X} slots, recent {recent} not supported")
     raw = len(splits) == 3
     N = splits[1].shape[-1] if raw else n * g
     want = ((B, H, ns, N, D), (B, H, ns, 4, N), (D,)) if raw else ((B, H, ns, n * g, D), (B, H, ns, n * g))
     if tuple(x.shape for x in splits) != want or N < n * g:
-        raise ValueError(f"split partials {[x.shape for x in splits]} do not match q {q.shape}")
+        raise ValueError(f"split partials {[x.shape for x in splits]} do not match qkv {qkv.shape}")
     bs, bw = _floor_pow2(ns, BLOCK_SPLITS), _floor_pow2(X, BLOCK_SLOTS)
     U = 1 << (-(-ns // bs) + -(-X // bw) - 1).bit_length()  # units: blocks of splits, then of slots; a power of two
     stacked = layer is not None
     kernel = functools.partial(_parts_kernel, S=pinned, sink=sink, R=recent, n=n, scale=float(D**-0.5), bw=bw, bs=bs,
                                stacked=stacked)
-    rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # q and out: [B, n, Hq, D]
-    chunk = pl.BlockSpec((None, n, None, D), lambda b, h, i, u: (b, 0, h, 0))
+    rows = pl.BlockSpec((None, None, g, D), lambda b, h, i, *_: (b, i, h, 0))  # out: [B, n, Hq, D]
+    queries = pl.BlockSpec((None, None, None, g, D), lambda b, h, i, u: (b, i, h, 0, 0))  # qkv's first g slots
+    chunk = lambda slot: pl.BlockSpec((None, n, None, None, D), lambda b, h, i, u: (b, 0, h, slot, 0))
     win = pl.BlockSpec(win_k.shape, lambda *_: (0,) * 5) if stacked else \
         pl.BlockSpec((None, None, X, D), lambda b, h, i, u: (b, h, 0, 0))
     part = lambda *shape: pl.BlockSpec((None,) * 4 + shape, lambda b, h, i, u: (b, h, i, u) + (0,) * len(shape))
@@ -201,22 +209,22 @@ def window_merge(q, k, v, win_k, win_v, length, splits, layer=None, *, sink: int
     m, l, acc = pl.pallas_call(
         kernel,
         grid=(B, H, n, U),
-        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), pl.BlockSpec((1,), lambda *_: (0,)), rows, win, win,
-                  chunk, chunk, *split_specs],
+        in_specs=[pl.BlockSpec((1,), lambda b, h, i, u: (b,)), pl.BlockSpec((1,), lambda *_: (0,)), queries, win, win,
+                  chunk(g), chunk(g + 1), *split_specs],
         out_specs=[part(g), part(g), part(g, D)],
         out_shape=parts,
         compiler_params=_params(interpret),
         interpret=interpret,
         name="window_parts",
-    )(length.astype(jnp.int32), jnp.reshape(jnp.asarray(0 if layer is None else layer, jnp.int32), (1,)), q, win_k,
-      win_v, k, v, *splits)
+    )(length.astype(jnp.int32), jnp.reshape(jnp.asarray(0 if layer is None else layer, jnp.int32), (1,)), qkv, win_k,
+      win_v, qkv, qkv, *splits)
     whole = lambda *shape: pl.BlockSpec((None, None, None, U, *shape), lambda b, h, i: (b, h, i, 0) + (0,) * len(shape))
     return pl.pallas_call(
         _merge_kernel,
         grid=(B, H, n),
         in_specs=[whole(g), whole(g), whole(g, D)],
         out_specs=rows,
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        out_shape=jax.ShapeDtypeStruct((B, n, H * g, D), qkv.dtype),
         compiler_params=_params(interpret),
         interpret=interpret,
         name="window_merge",
