@@ -103,9 +103,8 @@ def main():
         del params
         modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
-               commit_group=args.commit_group, xla_window=args.xla_window, xla_norms=args.xla_norms, splits_s14=args.splits_s14,
-               slot_tables=args.slot_tables,
-               warp_stages=args.warp_stages,
+               commit_group=args.commit_group, xla_window=args.xla_window, xla_norms=args.xla_norms,
+               splits_s14=args.splits_s14, slot_tables=args.slot_tables, warp_stages=args.warp_stages,
                scan_layers=args.scan_layers, scan_options=dict(model.SCAN_OPTIONS) if args.scan_layers else None,
                xla_flags=os.environ.get("XLA_FLAGS", ""),
                device=str(jax.devices()[0]),

@@ -26,7 +26,8 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     Returns [B, n, Hq, D].
     """
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
-        # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device (joining q, k and v there)
+        # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device (and joins q, k and v
+        # there: per_shard takes them apart)
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
         split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel)
         sharded = per_shard(split)

@@ -169,16 +169,16 @@ def join_slots(q, k, v):
 @functools.partial(jax.jit, static_argnames=("sink", "recent", "pinned", "interpret"))
 def window_merge(qkv, win_k, win_v, length, splits, layer=None, *, sink: int, recent: int, pinned: int,
                  interpret: bool = False):
-    """qkv [B, n, Hkv, g + 2, D] (model.qkv_slots' layout): each KV head's g rotated queries at positions
-    length + 0..n-1, then the chunk's k row and v row, read in place (slices of it would each be copied for the
-    call); win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots), or with layer (an int32 scalar) the [L, B, Hkv,
+    """qkv [B, n, Hkv, g + 2, D] (model.qkv_slots' layout): each KV head's g rotated queries at positions length +
+    0..n-1, then the chunk's k row and v row, read in place (slices of it would each be copied for the call);
+    win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots), or with layer (an int32 scalar) the [L, B, Hkv,
     S + W, D] stacks of a stacked cache, read in place at that layer (XLA copied a slice for the call: 0.27 ms per
     8B step at B 8, session 22); splits: the INT2 kernel's split partials (row i * g + head in group), normalised
     (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as the Mosaic per-warp kernel leaves them
     (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats [B, Hkv, ns, 4, N], value factors [D]; N >= n * g).
     Returns [B, n, Hq, D] in qkv.dtype."""
-    B, n, H, g, D = qkv.shape
-    g, X, ns = g - 2, win_k.shape[-2], splits[0].shape[2]
+    B, n, H, slots, D = qkv.shape
+    g, X, ns = slots - 2, win_k.shape[-2], splits[0].shape[2]
     if not supported(n, g, D, X, recent):
         raise ValueError(f"window_merge: n {n}, g {g}, D {D}, {X} slots, recent {recent} not supported")
     raw = len(splits) == 3
