@@ -26,14 +26,11 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     Returns [B, n, Hq, D].
     """
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
-        # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device (and joins q, k and v
-        # there: per_shard takes them apart)
+        # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
-        split = lambda q, k, v, layer, length, kv: attend_split(q, k, v, layer, length, kv, kernel=kernel)
-        sharded = per_shard(split)
-        if sharded is split:
-            return attend_split(q, k, v, layer, length, kv, kernel=kernel, qkv=qkv)
-        return sharded(q, k, v, layer, length, kv)
+        split = lambda q, k, v, layer, length, kv, qkv=None: attend_split(q, k, v, layer, length, kv, kernel=kernel,
+                                                                          qkv=qkv)
+        return per_shard(split)(q, k, v, layer, length, kv, qkv)
     return attend_reference(q, k, v, layer, length, kv)
 
 

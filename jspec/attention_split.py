@@ -188,20 +188,23 @@ def _weighted_sums(w, x, axis: int):
 
 
 def per_shard(fn, mesh=None):
-    """fn(q, k, v, layer, length, kv) -> [B, n, Hq, D] (attend_split) run per device on its rows and KV
+    """fn(q, k, v, layer, length, kv[, qkv]) -> [B, n, Hq, D] (attend_split) run per device on its rows and KV
     heads under shard_map; fn itself when there is no ("dp", "tp") mesh (argument or jax.set_mesh)."""
     mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
     if mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}:
         return fn
     heads = P(DP, None, TP, None)  # [B, n, H, D]
 
-    def run(q, k, v, layer, length, kv):
-        body = lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv)
+    def run(q, k, v, layer, length, kv, qkv=None):
+        joined = () if qkv is None else (qkv,)  # [B, n, Hkv, g + 2, D], when the caller has it
+        body = lambda q, k, v, layer, length, qkv=None: fn(q, k, v, layer, length, kv,
+                                                           **({} if qkv is None else {"qkv": qkv}))
         # every buffer [B, H, ...] over (dp, tp); window stacks [L, B, H, ...] the same with L whole, their index bare
         stacks = None if layer.window_stacks is None else (P(None, DP, TP), P(None, DP, TP), P())
         layer_spec = jax.tree.map(lambda _: P(DP, TP), layer.replace(window_stacks=None)).replace(window_stacks=stacks)
+        specs = (heads, heads, heads, layer_spec, P(DP)) + (P(DP, None, TP, None, None),) * len(joined)
         # check_vma off: a pallas_call carries no varying-axes annotations for shard_map to check
-        return jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, layer_spec, P(DP)),
-                             out_specs=heads, check_vma=False)(q, k, v, layer, length)
+        return jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=heads, check_vma=False)(
+            q, k, v, layer, length, *joined)
 
     return run

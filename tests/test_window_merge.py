@@ -124,7 +124,7 @@ def test_raw_partials_lower_for_cuda():
 def test_fused_window_under_a_mesh_matches_xla_parts():
     """Under a (dp 1, tp 2) mesh of two CPU devices attend_split runs per device on its KV heads
     (attention_split.per_shard); the fused path there (interpret mode) equals the XLA path, also reading layer 1
-    of window stacks (LayerKV.window_stacks, each device its KV heads of every layer)."""
+    of window stacks (LayerKV.window_stacks, each device its KV heads of every layer) and given q, k and v joined."""
     code = textwrap.dedent("""
         import functools, jax, jax.numpy as jnp, numpy as np
         from jspec import attention_split, sharding
@@ -138,6 +138,10 @@ def test_fused_window_under_a_mesh_matches_xla_parts():
             outs.append(np.asarray(jax.jit(run, static_argnums=5)(q, k, v, lay, length, kv)))
         np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(outs[2], outs[0], rtol=1e-5, atol=1e-5)
+        # q, k and v also handed over joined (model.qkv_slots' array), sharded by per_shard over its KV heads
+        qkv = attention_split.join_slots(q, k, v)
+        joined = jax.jit(run, static_argnums=5)(q, k, v, layer, length, kv, qkv)
+        np.testing.assert_allclose(np.asarray(joined), outs[0], rtol=1e-5, atol=1e-5)
         assert "window_merge" in str(jax.make_jaxpr(attention_split.per_shard(functools.partial(
             attention_split.attend_split, interpret=True, fused_window=True), mesh), static_argnums=5)(
             q, k, v, layer, length, kv))
