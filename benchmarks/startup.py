@@ -46,7 +46,7 @@ CASES = ("shipped", "8b", "8b+draft")
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
           one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
           xla_norms: bool = False, no_prime: bool = False, two_parts: bool = False,
-          commit_group: int | None = None) -> dict:
+          commit_group: int | None = None, attn: str | None = None) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile (with engine_path, Engine.compile) traced with jax.profiler, and its longest host events (XLA's passes,
@@ -60,7 +60,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel. no_prime: the Mosaic GPU kernels compiled
     inside their programs' compiles (mosaic_keys.prime off), as before session 25. two_parts: the draft's prefill in
     the start part, not a part of its own (engine.part_names), as before session 25. commit_group: the fused commit
-    as a kernel per this many layers (kvcache.COMMIT_GROUP; 0: one kernel for all, as before session 26)."""
+    as a kernel per this many layers (kvcache.COMMIT_GROUP; 0: one kernel for all, as before session 26). attn: the
+    8B cases' attention path (engine.attn_impl: "triton" holds no Mosaic GPU kernel, which a new process builds)."""
     t0 = time.perf_counter()
     import jax
 
@@ -79,6 +80,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
         engine.part_names = lambda m: ["start", "rounds"]
     if commit_group is not None:
         kvcache.COMMIT_GROUP = commit_group or None  # read while tracing
+    if attn:
+        engine._default_impl = lambda: attn
     t = time.perf_counter()
     eng, ids, gen = _build(case, small, abstract, scan)
     jax.block_until_ready((eng.params, eng.draft_params))
@@ -246,6 +249,7 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd += ["--scan-draft"] * args.scan_draft
     cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms + ["--no-prime"] * args.no_prime
     cmd += ["--two-parts"] * args.two_parts + [f"--commit-group={args.commit_group}"] * (args.commit_group is not None)
+    cmd += [f"--attn={args.attn}"] * bool(args.attn)
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
@@ -365,13 +369,15 @@ def main():
                     "(engine.part_names), not a part of its own, as before session 25")
     ap.add_argument("--commit-group", type=int, default=None, help="the fused commit as a kernel per this many "
                     "layers (kvcache.COMMIT_GROUP; 0: one kernel for all layers, the default before session 26)")
+    ap.add_argument("--attn", choices=("pallas", "mosaic", "triton"), help="the 8B cases' attention path (default: "
+                    "the engine's, pallas: Mosaic GPU on Hopper)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
                               args.engine, "all" if args.scan_layers else "draft" if args.scan_draft else "",
-                              args.rerun, args.xla_norms, args.no_prime, args.two_parts, args.commit_group)),
+                              args.rerun, args.xla_norms, args.no_prime, args.two_parts, args.commit_group, args.attn)),
               flush=True)
         return
     start = time.perf_counter()

@@ -57,8 +57,6 @@ def main():
                     "(pallas/window_merge.py)")
     ap.add_argument("--xla-norms", action="store_true", help="the residual adds and RMS norms in XLA (model."
                     "FUSED_NORMS = False), to time them against one Pallas kernel each (pallas/add_norm.py)")
-    ap.add_argument("--slot-tables", action="store_true", help="RoPE's tables per slot once for all layers (model."
-                    "SLOT_TABLES = True), to time them against each layer selecting v's angle itself")
     ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
                     "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
     ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
@@ -82,8 +80,6 @@ def main():
         attention_split.FUSED_WINDOW = False  # read while tracing
     if args.xla_norms:
         model.FUSED_NORMS = False  # read while tracing
-    if args.slot_tables:
-        model.SLOT_TABLES = True  # read while tracing
     if args.jnp_commit:
         kvcache.FUSED_COMMIT = False  # read while tracing
     if args.commit_group is not None:
@@ -104,7 +100,7 @@ def main():
         modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
                commit_group=args.commit_group, xla_window=args.xla_window, xla_norms=args.xla_norms,
-               splits_s14=args.splits_s14, slot_tables=args.slot_tables, warp_stages=args.warp_stages,
+               splits_s14=args.splits_s14, warp_stages=args.warp_stages,
                scan_layers=args.scan_layers, scan_options=dict(model.SCAN_OPTIONS) if args.scan_layers else None,
                xla_flags=os.environ.get("XLA_FLAGS", ""),
                device=str(jax.devices()[0]),

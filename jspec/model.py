@@ -95,7 +95,7 @@ def qkv_slots(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
     """[B, n, Hkv, g + 2, D], wqkv's layout: each KV head's g query rows (slots 0..g-1), its k row (slot g) and
     its v row (slot g + 1); q and k after the norms, RoPE and R_K when the layer has one (x_rot = x @ R_K per KV
     head; q.k is unchanged since R_K is orthogonal). rope: rope_tables(cfg, pos) when the caller has them (one
-    pair for all layers), or slot_tables of them. split_slots gives q, k and v.
+    pair for all layers). split_slots gives q, k and v.
 
     All slots go through each op together, v's as an identity (RoPE at angle 0, R_K = I: exact), so that a decode
     or verification step makes the whole array at once (two small kernels at batch 1: RoPE, then R_K) and the
@@ -112,7 +112,7 @@ def qkv_slots(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
         w = jnp.where(np.arange(g + 2)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 2, D], not a concatenation
         y = jnp.where(is_v, y, rms_norm(y, w, cfg.rms_eps))
     cos, sin = rope if rope is not None else rope_tables(cfg, pos)
-    y = apply_rope(y, *(slot_tables(cos, sin, g) if cos.ndim == 3 else (cos, sin)))
+    y = apply_rope(y, *slot_tables(cos, sin, g))
     if lp.rot_k is None:
         return y
     if B * n > SMALL_ROTATE:  # a GEMM over the q and k slots
@@ -126,12 +126,6 @@ def slot_tables(cos, sin, g: int):
     angle 0)."""
     is_v = np.arange(g + 2)[:, None] == g + 1  # [g + 2, 1]
     return tuple(jnp.where(is_v, fill, t[:, :, None, None, :]) for t, fill in ((cos, 1.0), (sin, 0.0)))
-
-
-# forward's RoPE tables made per slot once for all layers (slot_tables), where each layer's RoPE selects v's angle
-# itself: a switch for A/B runs, off until measured (session 27's profile: XLA ran each layer's RoPE, selects
-# included, as a kernel of its own before R_K's reduction, where session 26's tree, without them, ran one).
-SLOT_TABLES = False
 
 
 def split_slots(y, cfg: ModelConfig):
@@ -220,8 +214,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     x = params.embed[tokens]
     # One pair of tables for all layers, kept apart by the barrier: each layer's RoPE is then a few
     # multiplies that fuse into what reads them (R_K), not sines and cosines of its own.
-    tables = rope_tables(cfg, pos)
-    rope = jax.lax.optimization_barrier(slot_tables(*tables, cfg.q_per_kv) if SLOT_TABLES else tables)
+    rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)

@@ -207,28 +207,6 @@ def test_qkv_slots_pass_v_through_rope_and_r_k_unchanged(dtype, n):
                                rtol=0, atol=1e-6 if dtype == jnp.float32 else 0.02)
 
 
-def test_slot_tables_leave_the_forward_unchanged(monkeypatch):
-    """model.SLOT_TABLES (RoPE's tables made per slot once for all layers) gives the same logits and new rows as each
-    layer selecting v's angle itself, float32, through a cached decode step."""
-    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=64, intermediate_size=64, num_layers=2,
-                      num_heads=8, num_kv_heads=2, head_dim=16)
-    params = model.init_params(cfg, jax.random.key(1), std=0.3)
-    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, 9)), jnp.int32)
-
-    def run():
-        jax.clear_caches()  # the jitted layer body reads the switch while tracing
-        cache = kvcache.init_cache(cfg, KVConfig("bf16"), 2, 16, jnp.float32)
-        _, (k, v) = model.forward(params, cfg, tokens[:, :8], cache)
-        cache = kvcache.commit(cache, k, v, jnp.asarray([8, 8], jnp.int32))
-        logits, (k, v) = model.forward(params, cfg, tokens[:, 8:], cache)
-        return [np.asarray(x) for x in (logits, k[1], v[1])]
-
-    want = run()
-    monkeypatch.setattr(model, "SLOT_TABLES", True)
-    for got, w in zip(run(), want):
-        np.testing.assert_array_equal(got, w)
-
-
 # ------------------------------------------------------------------------------------ load errors
 
 
