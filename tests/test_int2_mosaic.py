@@ -465,7 +465,8 @@ def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
                                                      (20, 64, jnp.float32, 64, "lean+late_values", False),
                                                      (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
                                                      (20, 64, jnp.float32, 64, "wgmma+lop3", False),
-                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False)])
+                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False),
+                                                     (20, 64, jnp.float32, 64, "wgmma+lazy_max", False)])
 def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
     dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
@@ -474,7 +475,7 @@ def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
               ((1, M), jnp.int32), ((1, M), jnp.int32)]
     body, *opts = body.split("+")
     kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts,
-              late_values="late_values" in opts)
+              late_values="late_values" in opts, **({"lazy_max": True} if "lazy_max" in opts else {}))
     f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
     assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
         lowering_platforms=("cuda",)).as_text()
@@ -526,6 +527,10 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True)),  # verification, D 128 / 64
     (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lop3=True)),
     (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True)),  # edge blocks only
+    # the wgmma body's lazy max (votes alternate between two rows of flags: many blocks per split), D 128 / 64
+    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True)),
+    (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lazy_max=True)),
+    (1, 8, 8, 128, 70000, jnp.bfloat16, None, dict(body="wgmma", lop3=True, lazy_max=True)),
 ]
 
 
@@ -556,7 +561,8 @@ def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 @pytest.mark.parametrize("M,options", [(4, dict(body="warp")), (4, dict(body="lean")), (8, dict(body="lean8")),
                                        (4, dict(body="lean8", release=True)),
-                                       (20, dict(body="wgmma", lop3=True, edge_mask=True))],
+                                       (20, dict(body="wgmma", lop3=True, edge_mask=True)),
+                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True))],
                          ids=lambda x: x if isinstance(x, int) else "-".join(f"{k}={v}" for k, v in x.items()))
 def test_compiled_interior_and_edge_blocks(M, options):
     """Every row's range covers [0, 3000) and one row's ends there: mask-free interior blocks and masked edge

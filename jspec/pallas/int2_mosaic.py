@@ -289,10 +289,49 @@ def _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_
     return fetch
 
 
+def _weights(s, m, vs):
+    """The wgmma body's p = 2^(s - m) and W = p * value scale (bf16) of a block's [BT, N] scores (m, vs broadcast)."""
+    p = jnp.exp2(s - m)
+    return p, (p * vs).astype(jnp.bfloat16)
+
+
+def _splat(x):
+    """An i32 scalar as a (64, 8) WGMMA array (every register x): how inline_mgpu bodies take a run-time value."""
+    return plgpu.layout_cast(jnp.full((64, 8), x, jnp.int32), plgpu.Layout.WGMMA)
+
+
+def _vote_over(flag_ref, s, limit, parity):
+    """flag_ref [2, 4] int32 (shared memory) row parity, column warp <- 1 when any score of s [BT, N] this warp holds
+    passes limit (both f32 WGMMA arrays; parity a _splat), else 0: one vote per warp, written by its lane 0."""
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.Layout.WGMMA, plgpu.Layout.WGMMA, plgpu.Layout.WGMMA))
+    def body(ctx, ref, s, limit, parity):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        get = lambda v, i: vector.extract(v, dynamic_position=[], static_position=ir.DenseI64ArrayAttr.get([i]))
+        over = None
+        for sv, lv in zip(s.registers.flat, limit.registers.flat):
+            for i in range(2):
+                o = arith.cmpf(arith.CmpFPredicate.OGT, get(sv, i), get(lv, i))
+                over = o if over is None else arith.ori(over, o)
+        vote = _asm([i32], [arith.extui(i32, over)],
+                    "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
+                    "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
+        wid, g, c = _thread()
+        row = get(parity.registers.flat[0], 0)
+        addr = arith.addi(_smem_addr(ref), arith.muli(arith.addi(arith.muli(row, _c(4)), wid), _c(4)))
+        first = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, arith.ori(g, c), _c(0)))
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr, vote, first],
+                        "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p st.shared.u32 [$0], $1; }", "r,r,r",
+                        has_side_effects=True)
+
+    body(flag_ref, s, limit, parity)
+
+
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
-            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
+            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, flag_smem=None, *,
             BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = (), lop3: bool = False,
-            edge_mask: bool = False):
+            edge_mask: bool = False, lazy_max: bool = False):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 2] int32: first token, blocks
     # codes_gmem [BH, 2, T, D/4] uint8 | par_gmem [BH, 4, T] key scale/zero, value scale/zero
@@ -351,26 +390,51 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
                     s = lax.cond((start >= lo_max) & (start + BT <= hi_min), lambda s: s, masked, s)
                 else:
                     s = masked(s)
-            m_new = m if "nomax" in ablate else jnp.maximum(m, s.max(axis=0))
-            alpha = jnp.exp2(m - m_new)
-            p = s - bcol(m_new) if "noexp" in ablate else jnp.exp2(s - bcol(m_new))
-            wv = (p * brow(vs)).astype(jnp.bfloat16)
-            wf = wv.astype(f32)
-            a2 = bcol(alpha)
-            l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
-        if cv is not None:
+        if lazy_max:  # W against the reference max; the block redone only where a score passed it by TAU
+            p, wv = _weights(s, bcol(m), brow(vs))
+            _vote_over(flag_smem, s, bcol(m + TAU), _splat(lax.rem(j, 2)))
             w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
-        else:
-            l_t = l_t + wv.astype(f32)
-        plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
+            plgpu.commit_smem()  # W and the 4 warps' votes visible (votes alternate between two rows of flags)
+            par = lax.rem(j, 2)
+            over = (flag_smem[par, 0] | flag_smem[par, 1]) | (flag_smem[par, 2] | flag_smem[par, 3])
 
+            def redo(state):
+                m, l_t, w_t, z_t, acc, _, _ = state
+                m_new = jnp.maximum(m, s.max(axis=0))
+                alpha = jnp.exp2(m - m_new)
+                p, wv = _weights(s, bcol(m_new), brow(vs))
+                w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+                plgpu.commit_smem()
+                a2 = bcol(alpha)
+                return m_new, l_t * a2, w_t * a2, z_t * a2, acc * lax.broadcast_in_dim(alpha, (D, N), [1]), p, wv
+
+            m_new, l_t, w_t, z_t, acc, p, wv = lax.cond(over != 0, redo, lambda state: state,
+                                                        (m, l_t, w_t, z_t, acc, p, wv))
+            wf = wv.astype(f32)
+            l_t, w_t, z_t = l_t + p, w_t + wf, z_t + wf * brow(vz)
+            alpha = None  # acc already rescaled
+        else:
+            if "nosoft" not in ablate:
+                m_new = m if "nomax" in ablate else jnp.maximum(m, s.max(axis=0))
+                alpha = jnp.exp2(m - m_new)
+                p = s - bcol(m_new) if "noexp" in ablate else jnp.exp2(s - bcol(m_new))
+                wv = (p * brow(vs)).astype(jnp.bfloat16)
+                wf = wv.astype(f32)
+                a2 = bcol(alpha)
+                l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
+            if cv is not None:
+                w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+            else:
+                l_t = l_t + wv.astype(f32)
+            plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
         @pl.when(j + S < n_blocks)
         def _refill():
             fetch(j + S, slot)
 
         if cv is None:
             return m_new, l_t, w_t, z_t, acc
-        acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
+        if alpha is not None:
+            acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
 
         def values(acc_ref):
             plgpu.wgmma(acc_ref, cv, w_smem.T)
@@ -915,10 +979,10 @@ def _tma_ready(x, T_axis: int, multiple: int):
 
 @functools.partial(jax.jit, static_argnames=("sm_scale", "num_splits", "stages", "block_t", "approx", "merge",
                                              "row_bytes", "ablate", "body", "release", "lop3", "edge_mask",
-                                             "late_values"))
+                                             "late_values", "lazy_max"))
 def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_splits=None, stages=None,
                           block_t=None, approx=APPROX, merge=True, row_bytes=ROW_BYTES, ablate=(), body="auto",
-                          release=False, lop3=False, edge_mask=False, late_values=None):
+                          release=False, lop3=False, edge_mask=False, late_values=None, lazy_max=False):
     """int2_attention on Hopper: same arguments and results (see int2_attention.int2_attention).
 
     q [B, H, M, D]; codes [B, H, 2, T, D/4] uint8; qparams [B, H, 4, T, 1] (bf16 or f32); lo, hi
@@ -941,6 +1005,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     late_values: the lean bodies unpack a sub-block's values after its scores (None: on with "auto", for decode's
     lean8; 1.02-1.03x kernel time at all five points measured, H200 session 16, though ptxas still gives 144
     registers, not <= 128: benchmarks/NOTES.md).
+    lazy_max: the wgmma body keeps a reference max per row, as the per-warp bodies: a block's W is made against it,
+    and the block is redone with the running max only when one warp's vote says a score passed it by TAU (the
+    votes ride on W's barrier), instead of a cross-warp max and a rescale in every block (H200 session 28: the max
+    was 28-29% of verification's kernel time).
     """
     B, H, M, D = q.shape
     T = codes.shape[3]
@@ -974,6 +1042,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
         raise ValueError("release: only the per-warp bodies ('warp', 'lean')")
     if late_values and not lean:
         raise ValueError("late_values: only the lean bodies ('lean', 'lean8')")
+    if lazy_max and (warp or ablate):
+        raise ValueError("lazy_max: only the wgmma body (the per-warp bodies' max is lazy already), no ablations")
     BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
     stages = stages or (WARP_STAGES if warp else STAGES)
     if BT not in (64, 128):
@@ -1019,9 +1089,11 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
             sched = _with_inside(sched, lo, hi)
         swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
         kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
-                                   ablate=tuple(ablate), lop3=lop3, edge_mask=edge_mask)
+                                   ablate=tuple(ablate), lop3=lop3, edge_mask=edge_mask, lazy_max=lazy_max)
         scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
                        w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
+        if lazy_max:
+            scratch.update(flag_smem=plgpu.SMEM((2, 4), jnp.int32))  # each warp's vote, by block parity
     raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
                               grid_names=("bh", "split"), compiler_params=params,
                               kernel_name="int2_attention_mosaic")(
