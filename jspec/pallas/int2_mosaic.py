@@ -301,8 +301,8 @@ def _splat(x):
 
 
 def _vote_over(flag_ref, s, limit, parity):
-    """flag_ref [2, 4] int32 (shared memory) row parity, column warp <- 1 when any score of s [BT, N] this warp holds
-    passes limit (both f32 WGMMA arrays; parity a _splat), else 0: one vote per warp, written by its lane 0."""
+    """Each warp's vote into flag_ref[parity, warp] (flag_ref [2, 4] int32 in shared memory; parity a _splat): 1 when
+    any score of s [BT, N] that the warp holds passes limit (both f32 WGMMA arrays), else 0, written by lane 0."""
 
     @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.Layout.WGMMA, plgpu.Layout.WGMMA, plgpu.Layout.WGMMA))
     def body(ctx, ref, s, limit, parity):
@@ -427,6 +427,7 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
             else:
                 l_t = l_t + wv.astype(f32)
             plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
+
         @pl.when(j + S < n_blocks)
         def _refill():
             fetch(j + S, slot)
