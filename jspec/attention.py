@@ -8,6 +8,8 @@ quantize them, so a cached decode equals one full forward over the same tokens.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -28,9 +30,7 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
-        split = lambda q, k, v, layer, length, kv, qkv=None: attend_split(q, k, v, layer, length, kv, kernel=kernel,
-                                                                          qkv=qkv)
-        return per_shard(split)(q, k, v, layer, length, kv, qkv)
+        return per_shard(functools.partial(attend_split, kernel=kernel))(q, k, v, layer, length, kv, qkv=qkv)
     return attend_reference(q, k, v, layer, length, kv)
 
 
