@@ -475,7 +475,7 @@ def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
               ((1, M), jnp.int32), ((1, M), jnp.int32)]
     body, *opts = body.split("+")
     kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts,
-              late_values="late_values" in opts, **({"lazy_max": True} if "lazy_max" in opts else {}))
+              late_values="late_values" in opts, lazy_max="lazy_max" in opts)
     f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
     assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
         lowering_platforms=("cuda",)).as_text()
