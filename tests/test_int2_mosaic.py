@@ -466,7 +466,10 @@ def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
                                                      (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
                                                      (20, 64, jnp.float32, 64, "wgmma+lop3", False),
                                                      (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False),
-                                                     (20, 64, jnp.float32, 64, "wgmma+lazy_max", False)])
+                                                     (20, 64, jnp.float32, 64, "wgmma+lazy_max", False),
+                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask+late_values",
+                                                      False),
+                                                     (20, 64, jnp.float32, 64, "wgmma+lazy_max+late_values", False)])
 def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
     """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
     dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
@@ -531,6 +534,12 @@ GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, 
     (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True)),
     (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lazy_max=True)),
     (1, 8, 8, 128, 70000, jnp.bfloat16, None, dict(body="wgmma", lop3=True, lazy_max=True)),
+    # the wgmma body's late values (values unpacked after W's barrier, row vectors read where used): with and
+    # without the edge mask and the lazy max, D 128 / 64
+    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True, late_values=True)),
+    (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", late_values=True)),
+    (1, 8, 8, 128, 70000, jnp.bfloat16, None, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True,
+                                                   late_values=True)),
 ]
 
 
@@ -562,7 +571,10 @@ def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
 @pytest.mark.parametrize("M,options", [(4, dict(body="warp")), (4, dict(body="lean")), (8, dict(body="lean8")),
                                        (4, dict(body="lean8", release=True)),
                                        (20, dict(body="wgmma", lop3=True, edge_mask=True)),
-                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True))],
+                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True)),
+                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, late_values=True)),
+                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True,
+                                                 late_values=True))],
                          ids=lambda x: x if isinstance(x, int) else "-".join(f"{k}={v}" for k, v in x.items()))
 def test_compiled_interior_and_edge_blocks(M, options):
     """Every row's range covers [0, 3000) and one row's ends there: mask-free interior blocks and masked edge

@@ -331,12 +331,14 @@ def _vote_over(flag_ref, s, limit, parity):
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
             q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, flag_smem=None, *,
             BT: int, D: int, N: int, S: int, scale2: float, ablate: tuple = (), lop3: bool = False,
-            edge_mask: bool = False, lazy_max: bool = False):
+            edge_mask: bool = False, lazy_max: bool = False, late_values: bool = False):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 2] int32: first token, blocks
     # codes_gmem [BH, 2, T, D/4] uint8 | par_gmem [BH, 4, T] key scale/zero, value scale/zero
     # raw_gmem [BH, splits, D, N] f32: out^T before offsets/normalisation (rows as value_slots)
     # stats_gmem [BH, splits, 4, N] f32: running max (log2), sum p, sum w, sum w z
+    # late_values: fewer registers live through the softmax (the values unpacked after W's barrier; the row vectors
+    # read from shared memory where used, the range mask's only in edge blocks)
     f32 = jnp.float32
     row = plgpu.Layout.WGMMA.reduce(1)  # one value per token (row of the [BT, N] tiles)
     col = plgpu.Layout.WGMMA.reduce(0)  # one value per query row
@@ -349,11 +351,12 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
 
     fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
                         p_smem, bars, q_bar, BT=BT, S=S)
-    qoff, qsum = _load(colv_smem.at[0], col), _load(colv_smem.at[1], col)
-    lo, hi = _load(colv_smem.at[2], col), _load(colv_smem.at[3], col)
+    held = None if late_values else [_load(colv_smem.at[i], col) for i in range(4)]  # qoff, qsum, lo, hi
+    vec = lambda i: _load(colv_smem.at[i], col) if held is None else held[i]
     bcol = lambda x: lax.broadcast_in_dim(x, (BT, N), [1])
     brow = lambda x: lax.broadcast_in_dim(x, (BT, N), [0])
-    tok0 = plgpu.broadcasted_iota(jnp.int32, (BT, N), 0, layout=plgpu.Layout.WGMMA).astype(f32)
+    tok_at = lambda: plgpu.broadcasted_iota(jnp.int32, (BT, N), 0, layout=plgpu.Layout.WGMMA).astype(f32)
+    tok0 = None if late_values else tok_at()
 
     def body(j, carry):
         m, l_t, w_t, z_t, acc = carry
@@ -364,7 +367,9 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
             pl.when(j + S < n_blocks)(lambda: fetch(j + S, slot))
             return carry
         ck = None if "noscore" in ablate else unpack_keys(c_smem.at[slot, 0], BT, D, "nokunpack" in ablate, lop3)
-        cv = None if "novalue" in ablate else unpack_values(c_smem.at[slot, 1], BT, D, "novunpack" in ablate, lop3)
+        no_values = "novalue" in ablate
+        unpack_v = lambda: unpack_values(c_smem.at[slot, 1], BT, D, "novunpack" in ablate, lop3)
+        cv = None if no_values or late_values else unpack_v()
         ks = _load(p_smem.at[slot, 0], row).astype(f32) * scale2
         kz, vs, vz = (_load(p_smem.at[slot, i], row).astype(f32) for i in (1, 2, 3))
 
@@ -379,11 +384,11 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
         if "nosoft" in ablate:
             m_new, alpha, wv = m, m, s_raw.astype(jnp.bfloat16)
         else:
-            s = brow(ks) * (s_raw - bcol(qoff) - brow(kz) * bcol(qsum))
+            s = brow(ks) * (s_raw - bcol(vec(0)) - brow(kz) * bcol(vec(1)))
             if "nomask" not in ablate:
                 def masked(s):
-                    tok = tok0 + (first + j * BT).astype(f32)
-                    return jnp.where((tok >= bcol(lo)) & (tok < bcol(hi)), s, -jnp.inf)
+                    tok = (tok_at() if tok0 is None else tok0) + (first + j * BT).astype(f32)
+                    return jnp.where((tok >= bcol(vec(2))) & (tok < bcol(vec(3))), s, -jnp.inf)
 
                 if edge_mask:  # blocks inside every row's range need no mask (a real branch, not a select)
                     start = first + j * BT
@@ -422,17 +427,19 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
                 wf = wv.astype(f32)
                 a2 = bcol(alpha)
                 l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
-            if cv is not None:
+            if not no_values:
                 w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
             else:
                 l_t = l_t + wv.astype(f32)
             plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
+        if late_values and not no_values:
+            cv = unpack_v()  # the refill below waits for it: Pallas puts a warpgroup barrier before each TMA copy
 
         @pl.when(j + S < n_blocks)
         def _refill():
             fetch(j + S, slot)
 
-        if cv is None:
+        if no_values:
             return m_new, l_t, w_t, z_t, acc
         if alpha is not None:
             acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
@@ -1005,7 +1012,10 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     edge_mask: the wgmma body masks ranges only in blocks not inside every row's range (as the per-warp bodies).
     late_values: the lean bodies unpack a sub-block's values after its scores (None: on with "auto", for decode's
     lean8; 1.02-1.03x kernel time at all five points measured, H200 session 16, though ptxas still gives 144
-    registers, not <= 128: benchmarks/NOTES.md).
+    registers, not <= 128: benchmarks/NOTES.md). The wgmma body (opt-in): the values unpacked after W's barrier,
+    which the compiler cannot hoist them across, and the row vectors read from shared memory where used (the range
+    mask's in edge blocks only), so fewer registers stay live through the softmax (206 in session 15: 2 CTAs per
+    SM; 168 or fewer would give 3).
     lazy_max: the wgmma body keeps a reference max per row, as the per-warp bodies: a block's W is made against it,
     and the block is redone with the running max only when one warp's vote says a score passed it by TAU (the
     votes ride on W's barrier), instead of a cross-warp max and a rescale in every block (H200 session 28: the max
@@ -1035,14 +1045,14 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     elif body == "auto":  # the fastest measured (session 8, NOTES.md), flags included
         body, release, lop3, edge_mask = ("lean8", True, False, False) if N <= WARP_MAX_ROWS else \
             ("wgmma", False, True, True)
-        late_values = late_values is not False and body == "lean8"
+        late_values = body == "lean8" if late_values is None else late_values
     late_values = bool(late_values)
     warp = body in per_warp
     lean = body in ("lean", "lean8")
     if release and not warp:
         raise ValueError("release: only the per-warp bodies ('warp', 'lean')")
-    if late_values and not lean:
-        raise ValueError("late_values: only the lean bodies ('lean', 'lean8')")
+    if late_values and body == "warp":
+        raise ValueError("late_values: the lean bodies ('lean', 'lean8') and the wgmma body")
     if lazy_max and (warp or ablate):
         raise ValueError("lazy_max: only the wgmma body (the per-warp bodies' max is lazy already), no ablations")
     BT = block_t or (WARP_BLOCK_T if warp else BLOCK_T)
@@ -1090,7 +1100,8 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
             sched = _with_inside(sched, lo, hi)
         swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
         kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=float(sm_scale) * _LOG2E,
-                                   ablate=tuple(ablate), lop3=lop3, edge_mask=edge_mask, lazy_max=lazy_max)
+                                   ablate=tuple(ablate), lop3=lop3, edge_mask=edge_mask, lazy_max=lazy_max,
+                                   late_values=late_values)
         scratch.update(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
                        w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
         if lazy_max:
