@@ -1,6 +1,7 @@
-# Prepared in session 29 (no device was lent that session; not run). One call, ~6 min of run, carry [".whl"] (the
-# py-spy wheel: `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
-# --platform manylinux1_x86_64 -d .whl py-spy==0.4.3`, .whl/ excluded from git).
+# Prepared in session 29 (no device was lent that session; not run). One call, ~6 min of run (py-spy at 100 Hz
+# made a CPU child 1.7x slower), carry [".whl"]: the py-spy wheel, `python3 -m pip download --no-deps
+# --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux1_x86_64 -d .whl py-spy==0.4.3`
+# (.whl/ is excluded from git).
 # 1. Issue 16, verification at 40%: the wgmma body's lazy max (session 28) and late values (session 29: values
 #    unpacked after W's barrier, row vectors read where used) on a GPU for the first time: their kernel tests, then
 #    kernel time and registers per variant (auto's lop3 and edge_mask in all), 5 positions, from a trace.
@@ -18,8 +19,9 @@ timeout 120 python -m pytest -q --tb=line -m gpu -p no:cacheprovider tests/test_
   -k "lazy_max or late_values" 2>&1 | grep -v Warning | tail -6
 el "timing"
 V=body=wgmma+lop3=True+edge_mask=True
-timeout 100 python benchmarks/kernel_diag.py --trace --budget-s 85 --reps 4 --points 8:32768:5,64:32768:5 \
-  --variants $V,$V+lazy_max=True,$V+late_values=True,$V+lazy_max=True+late_values=True --out $OUT 2>&1 | python -c "
+L=$V+lazy_max=True+late_values=True  # and at 3 CTAs per SM a grid of whole waves of 396 (decode's rule)
+timeout 130 python benchmarks/kernel_diag.py --trace --budget-s 110 --reps 4 --points 8:32768:5,64:32768:5 \
+  --variants $V,$V+lazy_max=True,$V+late_values=True,$L,$L+num_splits=w396 --out $OUT 2>&1 | python -c "
 import json, re, sys
 for line in sys.stdin:
     if line.startswith('{'):
@@ -34,7 +36,7 @@ el "issue 14: cold child"
 rm -rf /tmp/c; timeout 150 python benchmarks/startup.py --child 8b+draft --cache /tmp/c --engine 2>/dev/null | \
   tail -1 | cut -c1-240
 el "warm child under py-spy"
-timeout 240 py-spy record --native --rate 200 --format raw -o $OUT/warm.raw -- \
+timeout -s INT 200 py-spy record --native --rate 150 --format raw -o $OUT/warm.raw -- \
   python benchmarks/startup.py --child 8b+draft --cache /tmp/c --engine 2>&1 | grep -v "^py-spy> You" | tail -3 | \
   cut -c1-240
 python benchmarks/stacks.py $OUT/warm.raw --within deserialize_and_load --top 45 | cut -c1-200
