@@ -11,6 +11,8 @@ import pytest
 from jspec.pallas import int2_attention as ia
 from jspec.pallas import int2_mosaic as im
 from jspec.pallas import int2_mosaic_lean as lean
+from jspec.pallas import int2_mosaic_parts as mp
+from jspec.pallas import int2_mosaic_warp as iw
 from jspec.pallas import mosaic_keys
 
 
@@ -90,14 +92,15 @@ def _codes(tile, D):
     return np.concatenate([(tile >> (2 * i)) & 3 for i in range(4)], axis=1).astype(np.float32)
 
 
-def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False, lean=False):
+def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False, lean_body=False):
     """What a model kernel reads (Q', row vectors, schedule; codes and scales padded by a block) and its
     zeroed outputs (raw, stats)."""
     B, H, M, D = q.shape
     T = codes.shape[3]
-    qp, colv, sched = (np.asarray(x, np.float32) for x in im.prepare(q, lo, hi, T, splits, BT, lean))
+    prepare = lean.prepare if lean_body else mp.prepare
+    qp, colv, sched = (np.asarray(x, np.float32) for x in prepare(q, lo, hi, T, splits, BT))
     if warp:  # the per-warp schedule also carries each batch row's mask-free range
-        sched = np.asarray(im.prepare_warp(q, lo, hi, T, splits, BT)[2])
+        sched = np.asarray(iw.prepare_warp(q, lo, hi, T, splits, BT)[2])
     N = qp.shape[2]
     cod = np.pad(np.asarray(codes), ((0, 0),) * 3 + ((0, BT),) + ((0, 0),))
     par = np.pad(np.asarray(qparams, np.float32)[..., 0], ((0, 0),) * 3 + ((0, BT),))
@@ -137,7 +140,7 @@ def test_register_slots_hold_the_advertised_codes(D):
     """key_slots/value_slots describe what the bit tricks leave in each register slot: 128 + f * code."""
     tile = np.random.default_rng(D).integers(0, 256, (64, D // 4)).astype(np.uint8)
     c = _codes(tile, D)
-    kdims, kf = im.key_slots(D)
+    kdims, kf = mp.key_slots(D)
     np.testing.assert_array_equal(_model_keys(tile, D), 128 + kf * c[:, kdims])
     vdims, vf = im.value_slots(D)
     np.testing.assert_array_equal(_model_values(tile, D), (128 + vf[:, None] * c[:, vdims].T))
@@ -197,7 +200,7 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_bo
                 if not inner:
                     tok = t0 + np.arange(64)[rows, None]
                     sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
-                if np.any(sc > m[w] + im.TAU):
+                if np.any(sc > m[w] + mp.TAU):
                     m_new = np.maximum(m[w], sc.max(0))
                     alpha = np.exp2(m[w] - m_new)
                     lt[w], wt[w], zt[w], acc[w], m[w] = lt[w] * alpha, wt[w] * alpha, zt[w] * alpha, acc[w] * alpha, m_new
@@ -210,7 +213,7 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_bo
         raw[b, h, sp] = (acc * a[:, None]).sum(0)
         stats[b, h, sp] = [big, (lt * a).sum(0), (wt * a).sum(0), (zt * a).sum(0)]
     # warp_merge's thread d writes head dimension d: its warp_value_slots row, as the [N, D] tile finish takes
-    raw = np.swapaxes(raw[..., im.warp_value_slot(np.arange(D), D), :], -1, -2)
+    raw = np.swapaxes(raw[..., mp.warp_value_slot(np.arange(D), D), :], -1, -2)
     return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, "lean" if lean_body else True)
 
 
@@ -318,10 +321,10 @@ def _check_partials(partials, args):
 @pytest.mark.parametrize("D", [64, 128])
 def test_warp_value_slots_hold_the_advertised_codes(D):
     tile = np.random.default_rng(D + 1).integers(0, 256, (64, D // 4)).astype(np.uint8)
-    vdims, vf = im.warp_value_slots(D)
+    vdims, vf = mp.warp_value_slots(D)
     np.testing.assert_array_equal(_model_warp_values(tile, D), 128 + vf[:, None] * _codes(tile, D)[:, vdims].T)
     assert sorted(vdims) == list(range(D))
-    np.testing.assert_array_equal(vdims[im.warp_value_slot(np.arange(D), D)], np.arange(D))  # its inverse
+    np.testing.assert_array_equal(vdims[mp.warp_value_slot(np.arange(D), D)], np.arange(D))  # its inverse
 
 
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),
@@ -351,7 +354,7 @@ def test_kernel_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
 def test_schedule_covers_the_union_of_ranges_once():
     lo = jnp.asarray([[5, 100, 7], [0, 0, 0]], jnp.int32)
     hi = jnp.asarray([[300, 120, 7], [0, 0, 0]], jnp.int32)  # row 1: all empty
-    sched = np.asarray(im.schedule(lo, hi, 400, 3, 64))
+    sched = np.asarray(mp.schedule(lo, hi, 400, 3, 64))
     blocks = [set(range(f, f + 64 * n, 64)) for f, n in sched[0]]
     assert set().union(*blocks) == set(range(0, 300, 64)) and sum(map(len, blocks)) == 5
     assert sched[1, :, 1].sum() == 0

@@ -2,8 +2,9 @@
 
 Same contract as int2_attention.int2_attention (rows [B, H, M, D], the cache's codes and qparams,
 per-row INT2 key ranges [lo, hi)), built for the H200's tensor cores instead of Triton's small dots.
-Two block bodies share the TMA ring, the unpacking and the algebra below: the per-warp body (decode,
-up to WARP_MAX_ROWS rows; see "Per-warp body") and the wgmma body described here (verification).
+Two block bodies share the TMA ring, the unpacking and the algebra below: the per-warp bodies (decode,
+up to WARP_MAX_ROWS rows; int2_mosaic_warp and int2_mosaic_lean) and the wgmma body described here
+(verification). What they share is in int2_mosaic_parts; this module has the wgmma body and the entry point.
 
 Tokens are the wgmma M side (swap A and B): decode has only M = 4-8 query rows per KV head (20 when
 verifying K = 4), while wgmma needs 64 rows on M and allows N = 8..256 on the other side. Per
@@ -32,7 +33,6 @@ reference; this module only imports and traces there.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -40,19 +40,17 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
+from jspec.pallas import int2_mosaic_lean as lm
 from jspec.pallas import mosaic_keys
 from jspec.pallas.int2_attention import int2_attention_reference, merge_lse
-
-try:  # Mosaic GPU pieces: present in jax >= 0.10 builds; import must not need a GPU
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-    from jax.experimental.mosaic.gpu import fragmented_array as mfa
-    from jax.experimental.mosaic.gpu import utils as mu
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, gpu, llvm, vector
-except ImportError:  # pragma: no cover
-    plgpu = None
+from jspec.pallas.int2_mosaic_parts import (_FACTOR, _NEG, LN2, OFFSET, TAU, _asm, _asm_load, _c, _load, _plane,
+                                            _plane_shifted, _smem_addr, _start_ring, _thread, _with_inside,
+                                            plgpu, prepare, warp_value_slots)
+from jspec.pallas.int2_mosaic_warp import _warp_kernel, prepare_warp
 
 if plgpu is not None:
+    from jspec.pallas.int2_mosaic_parts import arith, gpu, ir, llvm, mfa, mu, vector
+
     mosaic_keys.install()  # the same kernel, the same cache key, whatever the process lowered before
 
 BLOCK_T = 64  # tokens per block: the wgmma M tile of the score product, K tile of the value product
@@ -61,13 +59,10 @@ STAGES = 4  # blocks in flight per CTA (TMA ring)
 # (H200, session 15: benchmarks/NOTES.md); likely the ring's j mod S and j / S per block, a mask and a shift
 # for a power of two, not the depth.
 WARP_BLOCK_T, WARP_STAGES = 128, 4
+WARP_MAX_ROWS = 8  # query rows per KV head "auto" gives the per-warp body (decode; at 24 rows it spills)
 ROW_BYTES = 128  # the codes' TMA box rows: 128 bytes (4 tokens at D = 128) instead of one token's 32
 APPROX = False  # ex2.approx for exp2: measured no faster (benchmarks/NOTES.md), so exact by default
-_MAGIC = 0x43004300  # two bf16 128.0: a code in the low mantissa bits reads as 128 + code
-OFFSET = 128.0  # what the magic leaves on every value code: raw partials carry 128 sum(w) (finish, window_merge)
-_NEG = -1e30  # finite start for the running max: fully masked rows stay NaN-free
 _LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 # Query rows per KV head (GQA group x query positions) one call takes: they are wgmma's N, and Q', W and
@@ -91,28 +86,8 @@ def available() -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# Which head dimension each register slot holds (static, numpy)
+# The wgmma body: which head dimension each value row holds, and the unpacking into its operands
 # ----------------------------------------------------------------------------------------------
-
-# Bit-pair i of a byte lands at value 128 + _FACTOR[i] * code (planes 0-2 masked in place, 3 shifted).
-_FACTOR = (1.0, 4.0, 16.0, 1.0)
-
-
-def key_slots(D: int, factors=_FACTOR):
-    """(dim, factor) per column k of the key operand C_K [64, D] (k = 8 ct + 2 c + e); factors per plane.
-
-    Thread column c of a row loads bytes [c D/16, (c+1) D/16); word u, byte pair q (bytes 0/2 or
-    1/3 of the word), plane i go to column tile ct = 8u + 2i + q; e picks byte 2e + q of the word."""
-    dims, factor = np.zeros(D, np.int64), np.zeros(D, np.float64)
-    for ct in range(D // 8):
-        u, rest = divmod(ct, 8)
-        i, q = divmod(rest, 2)
-        for c in range(4):
-            for e in range(2):
-                j = c * (D // 16) + 4 * u + q + 2 * e
-                dims[8 * ct + 2 * c + e] = j + (D // 4) * i
-                factor[8 * ct + 2 * c + e] = factors[i]
-    return dims, factor
 
 
 def value_slots(D: int):
@@ -132,58 +107,6 @@ def value_slots(D: int):
             byte, plane, f = 2 * g + w % 2, 2 * (w // 2) + hr, 1.0
         dims[r], factor[r] = byte + (D // 4) * plane, f
     return dims, factor
-
-
-# ----------------------------------------------------------------------------------------------
-# Unpacking (Mosaic GPU inline code: raw shared-memory loads, bit tricks, WGMMA register layout)
-# ----------------------------------------------------------------------------------------------
-
-
-def _c(v, ty=None):
-    return mu.c(v, ty or ir.IntegerType.get_signless(32))
-
-
-def _thread():
-    """(warp 0..3, row group g 0..7, column c 0..3) of this thread in its warpgroup."""
-    i32 = ir.IntegerType.get_signless(32)
-    tid = arith.remui(arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x)), _c(128))
-    lane = arith.andi(tid, _c(31))
-    return arith.shrui(tid, _c(5)), arith.shrui(lane, _c(2)), arith.andi(lane, _c(3))
-
-
-def _smem_addr(ref):
-    return llvm.ptrtoint(ir.IntegerType.get_signless(32), mu.memref_ptr(ref))
-
-
-def _asm_load(addr, n: int, asm: str):
-    """n 32-bit registers from shared memory (side effects: stays after the barrier wait)."""
-    i32 = ir.IntegerType.get_signless(32)
-    outs = ",".join(["=r"] * n)
-    if n == 1:
-        return [llvm.inline_asm(i32, [addr], asm, outs + ",r", has_side_effects=True)]
-    st = llvm.inline_asm(llvm.StructType.get_literal([i32] * n), [addr], asm, outs + ",r", has_side_effects=True)
-    return [llvm.extractvalue(i32, st, [k]) for k in range(n)]
-
-
-def _andor(y, mask: int, magic: int, lop3: bool = True):
-    """(y & mask) | magic. lop3: as one explicit lop3.b32 (LUT 0xEA); ptxas (13.0) emits the and/or pair
-    that LLVM writes as two LOP3s, since a LOP3 takes one immediate (measured on a PTX microkernel)."""
-    if not lop3:
-        return arith.ori(arith.andi(y, _c(mask)), _c(magic))
-    i32 = ir.IntegerType.get_signless(32)
-    return llvm.inline_asm(i32, [y], f"lop3.b32 $0, $1, {mask:#x}, {magic:#x}, 0xEA;", "=r,r")
-
-
-def _plane(y, i, lop3: bool = False):
-    """bf16x2 (as i32) 128 + f_i code for the bit pair i of the low byte of each 16-bit half of y."""
-    if i == 3:
-        y, i = arith.shrui(y, _c(6)), 0
-    return _andor(y, 0x00030003 << (2 * i), _MAGIC, lop3)
-
-
-def _plane_shifted(y, i, lop3: bool = False):
-    """As _plane, with a run-time plane index i (i32): shifted down, factor 1."""
-    return _andor(arith.shrui(y, arith.shli(i, _c(1))), 0x00030003, _MAGIC, lop3)
 
 
 def _as_bf16x2(x):
@@ -260,33 +183,6 @@ def unpack_values(ref, BT: int, D: int, raw: bool = False, lop3: bool = False):
 # ----------------------------------------------------------------------------------------------
 # Kernel
 # ----------------------------------------------------------------------------------------------
-
-
-def _load(ref, layout):
-    try:
-        return plgpu.load(ref, layout=layout)
-    except TypeError:  # jax 0.10: the index is a required argument
-        return plgpu.load(ref, (), layout=layout)
-
-
-def _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem, p_smem,
-                bars, q_bar, *, BT: int, S: int):
-    """Loads the queries and row vectors, primes the TMA ring with the first S blocks of this CTA's split and
-    returns fetch(j, slot), which loads block j (codes and scales) into a slot of the ring."""
-
-    def fetch(j, slot):
-        start = first + j * BT
-        rows = c_smem.shape[2]  # a block's codes per plane as TMA rows of `wide` tokens
-        plgpu.copy_gmem_to_smem(codes_gmem.at[bh, :, pl.ds(start // (BT // rows), rows), :], c_smem.at[slot],
-                                bars.at[slot])
-        plgpu.copy_gmem_to_smem(par_gmem.at[bh, :, pl.ds(start, BT)], p_smem.at[slot], bars.at[slot])
-
-    plgpu.copy_gmem_to_smem(q_gmem.at[bh], q_smem, q_bar)
-    plgpu.copy_gmem_to_smem(colv_gmem.at[bh], colv_smem, q_bar)
-    for s in range(S):
-        pl.when(s < n_blocks)(functools.partial(fetch, s, s))
-    plgpu.barrier_wait(q_bar)
-    return fetch
 
 
 def _weights(s, m, vs):
@@ -463,458 +359,6 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
     plgpu.wait_smem_to_gmem(0)
 
 
-# ----------------------------------------------------------------------------------------------
-# Per-warp body (mma.sync): no cross-warp synchronisation inside a block
-# ----------------------------------------------------------------------------------------------
-# Warp w owns tokens 16 w .. 16 w + 15 of each 64-token block and keeps its own softmax state and output.
-# Scores^T [16 tokens, 8 columns] per column tile: mma.m16n8k16 over D (A: the unpacked key codes, the same
-# fragments unpack_keys builds; B: Q' from shared memory, stored in fragment order by prepare_warp).
-# P (as bf16 W = p * value scale) becomes the B operand of the value product by two movmatrix.trans,
-# and out^T [D, 8] += C_V^T [D, 16 tokens] @ W with C_V^T from ldmatrix.trans (rows as warp_value_slots).
-# The running max is lazy: a warp rescales only when a score exceeds its reference by more than TAU
-# (one vote per block), so p <= 2^TAU. The 4 warps' partials are merged once, through shared memory.
-
-TAU = 8.0  # log2 headroom of the lazy max (p <= 256: far from bf16/f32 overflow)
-WARP_MAX_ROWS = 8  # query rows per KV head "auto" gives the per-warp body (decode; at 24 rows it spills)
-
-
-def warp_value_slots(D: int, factor_of=lambda e, i: _FACTOR[i]):
-    """(dim, factor) per row r = 16 mt + 8 hr + g of the per-warp value accumulator out^T [D, N]
-    (factor_of(e, i): the factor of plane i of byte e, as the unpack leaves it).
-
-    ldmatrix.trans gives thread (g, c) 16-bit column g + 8 h of tokens 2c, 2c + 1 (and + 8): bytes
-    2 (g + 8 h) + e, e = 0/1, each with 4 planes i. D = 128: mt = 4 e + i, hr = h; D = 64: mt = i, hr = e."""
-    dims, factor = np.zeros(D, np.int64), np.zeros(D, np.float64)
-    for h in range(D // 64):
-        for e in range(2):
-            for i in range(4):
-                mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-                for g in range(8):
-                    dims[16 * mt + 8 * hr + g] = 2 * (g + 8 * h) + e + (D // 4) * i
-                    factor[16 * mt + 8 * hr + g] = factor_of(e, i)
-    return dims, factor
-
-
-def _asm(types, args, asm, constraints, side_effects=False):
-    """Inline PTX with len(types) results."""
-    if len(types) == 1:
-        return [llvm.inline_asm(types[0], args, asm, constraints, has_side_effects=side_effects)]
-    st = llvm.inline_asm(llvm.StructType.get_literal(types), args, asm, constraints, has_side_effects=side_effects)
-    return [llvm.extractvalue(t, st, [k]) for k, t in enumerate(types)]
-
-
-def _range_masked(s, tok, lo, hi, ninf):
-    """The per-warp bodies' scores s (rows g, g + 8 x columns 2c, 2c + 1, flat) with ninf where the row's
-    token tok[row half] is outside the column's range [lo, hi)."""
-    out = []
-    for hr in range(2):
-        for e in range(2):
-            ok = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, tok[hr], lo[e]),
-                            arith.cmpf(arith.CmpFPredicate.OLT, tok[hr], hi[e]))
-            out.append(arith.select(ok, s[2 * hr + e], ninf))
-    return out
-
-
-def _lazy_max(s, tau, state):
-    """The per-warp bodies' lazy maximum, one warp vote per block. state = [m0, m1, *rest]: the reference
-    maxima of this thread's two columns, then values kept against them (alternating between the columns).
-    When a score of s [row half][column] passes its reference by more than tau anywhere in the warp, the
-    maxima move to the warp's running maxima and rest is scaled by exp2(old - new); else state is kept."""
-    i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
-    mref = state[:2]
-    over = None
-    for hr in range(2):
-        for e in range(2):
-            o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], arith.addf(mref[e], tau))
-            over = o if over is None else arith.ori(over, o)
-    vote = _asm([i32], [arith.extui(i32, over)],
-                "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
-                "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
-
-    def rescale():
-        new_m = []
-        for e in range(2):
-            bm = arith.maximumf(s[0][e], s[1][e])
-            for d in (4, 8, 16):
-                bm = arith.maximumf(bm, mu.shfl_bfly(bm, d))
-            new_m.append(arith.maximumf(mref[e], bm))
-        alpha = [_asm([f32], [arith.subf(mref[e], new_m[e])], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
-                 for e in range(2)]
-        return new_m + [arith.mulf(v, alpha[k % 2]) for k, v in enumerate(state[2:])]
-
-    return _if(arith.cmpi(arith.CmpIPredicate.ne, vote, _c(0)), rescale, state)
-
-
-def _if(cond, then, vals):
-    """scf.if: then() when cond (warp-uniform i1) else vals."""
-    from jax._src.lib.mlir.dialects import scf
-
-    try:
-        op = scf.IfOp(cond, [v.type for v in vals], has_else=True)
-    except TypeError:  # older bindings
-        op = scf.IfOp(cond, [v.type for v in vals], hasElse=True)
-    with ir.InsertionPoint(op.then_block):
-        scf.yield_(then())
-    with ir.InsertionPoint(op.else_block):
-        scf.yield_(vals)
-    return list(op.results)
-
-
-def _pairs(arr, rows: int, N: int):
-    """A (rows, N) f32 WGMMA fragment's registers as [rows / 64][N / 8][hr] -> [v0, v1] (f32 scalars)."""
-    regs = arr.registers.reshape(rows // 64, N // 8, 2)
-    get = lambda v, i: vector.extract(v, dynamic_position=[], static_position=ir.DenseI64ArrayAttr.get([i]))
-    return [[[[get(regs[a, b, h], 0), get(regs[a, b, h], 1)] for h in range(2)] for b in range(N // 8)]
-            for a in range(rows // 64)]
-
-
-def _unpairs(vals, rows: int, N: int):
-    f32 = ir.F32Type.get()
-    regs = np.empty(mfa.WGMMA_LAYOUT.registers_shape((rows, N)), dtype=object)
-    flat = regs.reshape(rows // 64, N // 8, 2)
-    for a, b, h in np.ndindex(rows // 64, N // 8, 2):
-        flat[a, b, h] = vector.from_elements(ir.VectorType.get((2,), f32), vals[a][b][h])
-    return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
-
-
-def _warp_keys(base, rows, c, D: int, lop3: bool = False):
-    """Key codes of this thread's token rows (g, g + 8) -> {(column tile, row half): bf16x2} (key_slots order):
-    the A fragments of the score product, two column tiles per 16-dim chunk."""
-    kregs = {}
-    for hr in range(2):
-        addr = arith.addi(base, arith.addi(arith.muli(rows[hr], _c(D // 4)), arith.muli(c, _c(D // 16))))
-        nw = D // 64
-        asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
-        for u, x in enumerate(_asm_load(addr, nw, asm)):
-            for q, y in enumerate((x, arith.shrui(x, _c(8)))):
-                for i in range(4):
-                    kregs[8 * u + 2 * i + q, hr] = _plane(y, i, lop3)
-    return kregs
-
-
-def _warp_values(base, offset: int, wid, lane, sb: int, D: int, lop3: bool = False):
-    """Value codes (at base + offset) of the warp's 16 tokens (half sb of a 128-token block) -> the value
-    product's A fragments per m-tile (rows as warp_value_slots), by ldmatrix.trans over the token rows."""
-    lrow = arith.addi(_c(64 * sb), arith.addi(arith.shli(wid, _c(4)), arith.addi(
-        arith.andi(lane, _c(7)), arith.shli(arith.andi(arith.shrui(lane, _c(3)), _c(1)), _c(3)))))
-    vaddr = arith.addi(arith.addi(base, _c(offset)), arith.muli(lrow, _c(D // 4)))
-    if D == 128:
-        vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, _c(4)), _c(4)))
-        mats = _asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
-    else:
-        mats = _asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
-    vslots = {}  # (mt, hr, k-half) -> bf16x2 register
-    for mi, x in enumerate(mats):
-        kh, h = mi % 2, mi // 2
-        for e, y in enumerate((x, arith.shrui(x, _c(8)))):
-            for i in range(4):
-                mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-                vslots[mt, hr, kh] = _plane(y, i, lop3)
-    return [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(D // 16)]
-
-
-def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z, *, BT, D, N, scale2,
-               lop3=False):
-    """One block of BT tokens for each warp's state: (acc [64 D/16, N], m, l, w, z [64, N]) -> new state.
-
-    The state arrays are WGMMA-layout containers of per-thread registers: acc (mt, nt, hr) holds out^T rows
-    16 mt + 8 hr + g, columns 8 nt + 2 c (+1); m holds each column's reference (both rows alike); l, w, z hold
-    per-thread partial sums of p, W and W * value zero for the thread's token rows g, g + 8."""
-    MT, NT = D // 16, N // 8
-    spec = lambda shape: plgpu.ShapeDtypeStruct(shape, jnp.float32, layout=plgpu.Layout.WGMMA)
-    small = spec((64, N))
-
-    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * 11,
-                       return_type=(spec((64 * MT, N)), small, small, small, small))
-    def body(ctx, c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z):
-        del ctx
-        i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
-        fc = lambda v: mu.c(float(v), f32)
-        add, sub, mul = arith.addf, arith.subf, arith.mulf
-        ex2 = lambda x: _asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
-        wid, g, c = _thread()
-        lane = arith.andi(arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x)), _c(31))
-        acc_v = _pairs(acc, 64 * MT, N)  # [MT][NT][hr] -> [column 2c, column 2c + 1]
-        m_v, l_v, w_v, z_v = (_pairs(x, 64, N)[0] for x in (m, l, w, z))  # [NT][hr][2]
-        tok_v = [x[0] for x in _pairs(tok, 64, 8)[0][0]]  # rows g, g + 8 -> token index (f32)
-        inner = arith.cmpf(arith.CmpFPredicate.OGT, _pairs(interior, 64, 8)[0][0][0][0], fc(0.5))
-        col = {k: _pairs(x, 64, N)[0] for k, x in (("qoff", qoff), ("qsum", qsum), ("lo", lo), ("hi", hi))}
-        isz = mu.bitwidth(ir.MemRefType(p_ref.type).element_type) // 8
-        pbase, cbase, qbase = _smem_addr(p_ref), _smem_addr(c_ref), _smem_addr(q_ref)
-        tokrow = [arith.addi(arith.shli(wid, _c(4)), arith.addi(g, _c(8 * hr))) for hr in range(2)]
-
-        def param(i, hr):
-            addr = arith.addi(pbase, arith.muli(arith.addi(tokrow[hr], _c(i * BT)), _c(isz)))
-            if isz == 2:
-                v = _asm_load(addr, 1, "ld.shared.u16 $0, [$1];")[0]
-                return mu.bitcast(arith.shli(v, _c(16)), f32)
-            return mu.bitcast(_asm_load(addr, 1, "ld.shared.b32 $0, [$1];")[0], f32)
-
-        mma = lambda a, b, acc4: _asm([f32] * 4, [*a, *b, *acc4],
-                                      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                                      "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
-                                      "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
-        tau, ninf = fc(TAU), fc(-float("inf"))
-        tok_blk, row_blk = tok_v, tokrow
-        for sb in range(BT // 64):  # each warp's 16 tokens of every 64 in the block
-            tok_v = [add(t, fc(64 * sb)) for t in tok_blk]
-            tokrow = [arith.addi(r, _c(64 * sb)) for r in row_blk]
-            ks = [mul(param(0, hr), fc(scale2)) for hr in range(2)]
-            kz, vs, vz = ([param(i, hr) for hr in range(2)] for i in (1, 2, 3))
-
-            kregs = _warp_keys(cbase, tokrow, c, D, lop3)
-            va = _warp_values(cbase, BT * D // 4, wid, lane, sb, D, lop3)
-
-            for nt in range(NT):
-                # Scores^T for column tile nt: rows (g, g + 8) x columns (2c, 2c + 1).
-                qaddr = arith.addi(qbase, arith.muli(arith.addi(arith.muli(arith.addi(_c(8 * nt), g), _c(4)), c),
-                                                     _c(D // 2)))
-                qf = []
-                for k in range(D // 32):  # D / 2 bytes: this thread's B fragments for every 16-dim chunk
-                    qf += _asm_load(arith.addi(qaddr, _c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
-                chains = [[fc(0.0)] * 4, [fc(0.0)] * 4]  # two accumulators: half the dependent mma chain
-                for kc in range(D // 16):
-                    a = [kregs[2 * kc, 0], kregs[2 * kc, 1], kregs[2 * kc + 1, 0], kregs[2 * kc + 1, 1]]
-                    chains[kc % 2] = mma(a, qf[2 * kc:2 * kc + 2], chains[kc % 2])
-                s4 = [add(x, y) for x, y in zip(*chains)]
-                cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
-                s = [[mul(ks[hr], sub(sub(s4[2 * hr + e], cq[e]), mul(kz[hr], cs[e]))) for e in range(2)]
-                     for hr in range(2)]
-
-                flat = [s[0][0], s[0][1], s[1][0], s[1][1]]
-                flat = _if(inner, lambda flat=flat: flat,
-                           _range_masked(flat, tok_v, col["lo"][nt][0], col["hi"][nt][0], ninf))
-                s = [[flat[0], flat[1]], [flat[2], flat[3]]]
-                mref = m_v[nt][0]
-                state = _lazy_max(s, tau, [mref[0], mref[1], *[x for hr in range(2) for x in (
-                    *l_v[nt][hr], *w_v[nt][hr], *z_v[nt][hr])], *[x for mt in range(MT) for hr in range(2)
-                                                                 for x in acc_v[mt][nt][hr]]])
-                mref = state[0:2]
-                m_v[nt] = [mref, mref]
-                k = 2
-                for hr in range(2):
-                    l_v[nt][hr], w_v[nt][hr], z_v[nt][hr] = state[k:k + 2], state[k + 2:k + 4], state[k + 4:k + 6]
-                    k += 6
-                for mt in range(MT):
-                    for hr in range(2):
-                        acc_v[mt][nt][hr] = state[k:k + 2]
-                        k += 2
-                # p, W = p * value scale (bf16), its sums, and W as the value product's B fragment.
-                wb = []
-                for hr in range(2):
-                    p = [ex2(sub(s[hr][e], mref[e])) for e in range(2)]
-                    wv = [mul(p[e], vs[hr]) for e in range(2)]
-                    packed = _asm([i32], [wv[1], wv[0]], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]
-                    wr = [mu.bitcast(arith.shli(packed, _c(16)), f32), mu.bitcast(arith.andi(packed, _c(-65536)), f32)]
-                    l_v[nt][hr] = [add(l_v[nt][hr][e], p[e]) for e in range(2)]
-                    w_v[nt][hr] = [add(w_v[nt][hr][e], wr[e]) for e in range(2)]
-                    z_v[nt][hr] = [arith.addf(z_v[nt][hr][e], mul(wr[e], vz[hr])) for e in range(2)]
-                    wb.append(_asm([i32], [packed], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
-                                   side_effects=True)[0])
-                for mt in range(MT):
-                    acc4 = mma(va[mt], wb, [*acc_v[mt][nt][0], *acc_v[mt][nt][1]])
-                    acc_v[mt][nt] = [acc4[0:2], acc4[2:4]]
-        pack_small = lambda v: _unpairs([v], 64, N)
-        return (_unpairs(acc_v, 64 * MT, N), pack_small(m_v), pack_small(l_v), pack_small(w_v), pack_small(z_v))
-
-    return body(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z)
-
-
-def _st(addr, v, pred=None):
-    """st.shared.f32 (predicated on an i32 != 0 if pred is given)."""
-    if pred is None:
-        args, asm, cons = [addr, v], "st.shared.f32 [$0], $1;", "r,f"
-    else:
-        args, asm, cons = [addr, v, pred], "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p st.shared.f32 [$0], $1; }", "r,f,r"
-    llvm.inline_asm(ir.Type.parse("!llvm.void"), args, asm, cons, has_side_effects=True)
-
-
-def warp_value_slot(d, D: int):
-    """The row r of warp_value_slots holding head dimension d (its inverse; d: int or numpy array).
-    D = 128: d = 32 i + 16 h + 2 g + e, r = 16 (4 e + i) + 8 h + g; D = 64: d = 16 i + 2 g + e, r = 16 i + 8 e + g."""
-    if D == 128:
-        return 64 * (d & 1) + 16 * (d >> 5) + 8 * ((d >> 4) & 1) + ((d >> 1) & 7)
-    return 16 * (d >> 4) + 8 * (d & 1) + ((d >> 1) & 7)
-
-
-def _value_slot(dim, D: int):
-    """warp_value_slot on an i32 value (a thread's head dimension)."""
-    bits = lambda shift, mask: arith.andi(arith.shrui(dim, _c(shift)), _c(mask))
-    if D == 128:
-        parts = ((bits(0, 1), 64), (bits(5, 3), 16), (bits(4, 1), 8), (bits(1, 7), 1))
-    else:
-        parts = ((bits(4, 3), 16), (bits(0, 1), 8), (bits(1, 7), 1))
-    return functools.reduce(arith.addi, [arith.muli(x, _c(f)) for x, f in parts])
-
-
-def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0):
-    """The 4 warps' partials -> o_ref [N, D] (head dimensions in order, each times its value plane factor) and
-    st_ref [4, N] (reference max, sum p, sum W, sum W z), through red_ref [4, D N + 4 N] f32 in shared memory
-    (rows as warp_value_slots) and one barrier.
-    xt > 0 (the lean body): no w, z; acc's xt tiles after the D/16 output tiles hold the warp's sums
-    (row g: sum W z in xt parts, row g + 8 of the first: sum W), already summed over its tokens."""
-    MT, NT = D // 16, N // 8
-    arrays = (acc, m, l) if xt else (acc, m, l, w, z)
-
-    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * 3 + (plgpu.Layout.WGMMA,) * len(arrays))
-    def body(ctx, red_ref, o_ref, st_ref, acc, m, l, w=None, z=None):
-        del ctx
-        i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
-        ex2 = lambda x: _asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
-        ld = lambda addr: mu.bitcast(_asm_load(addr, 1, "ld.shared.b32 $0, [$1];")[0], f32)
-        wid, g, c = _thread()
-        tid = arith.remui(arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x)), _c(128))
-        rbase, obase, sbase = _smem_addr(red_ref), _smem_addr(o_ref), _smem_addr(st_ref)
-        stride = 4 * (D * N + 4 * N)  # bytes per warp in red_ref
-        wbase = arith.addi(rbase, arith.muli(wid, _c(stride)))
-        acc_v = _pairs(acc, 64 * (MT + xt), N)
-        m_v, l_v = (_pairs(x, 64, N)[0] for x in (m, l))
-        w_v, z_v = (None, None) if xt else (_pairs(x, 64, N)[0] for x in (w, z))
-        for nt in range(NT):
-            for e in range(2):
-                colx = arith.addi(_c(8 * nt + e), arith.shli(c, _c(1)))
-                for mt in range(MT):
-                    for hr in range(2):
-                        r = arith.addi(_c(16 * mt + 8 * hr), g)
-                        _st(arith.addi(wbase, arith.shli(arith.addi(arith.muli(r, _c(N)), colx), _c(2))),
-                            acc_v[mt][nt][hr][e])
-                sums = []
-                for v in (l_v, w_v, z_v)[:1 if xt else 3]:  # the thread's two rows, then the warp's 8 row groups
-                    x = arith.addf(v[nt][0][e], v[nt][1][e])
-                    for d in (4, 8, 16):
-                        x = arith.addf(x, mu.shfl_bfly(x, d))
-                    sums.append(x)
-                if xt:  # summed over the tokens by the tensor core
-                    sums.append(acc_v[MT][nt][1][e])
-                    sums.append(functools.reduce(arith.addf, [acc_v[MT + x][nt][0][e] for x in range(xt)]))
-                for k, x in enumerate((m_v[nt][0][e], *sums)):  # all 8 row groups store the same value
-                    _st(arith.addi(wbase, arith.shli(arith.addi(_c(D * N + k * N), colx), _c(2))), x)
-        llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
-        live = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.ult, tid, _c(D)))  # thread t: head dimension t
-        dim = arith.remui(tid, _c(D))
-        row = _value_slot(dim, D)  # its row in the warps' partials
-        for colx in range(N):
-            mw = [ld(arith.addi(rbase, _c(k * stride + 4 * (D * N + colx)))) for k in range(4)]
-            big = arith.maximumf(arith.maximumf(mw[0], mw[1]), arith.maximumf(mw[2], mw[3]))
-            a = [ex2(arith.subf(mw[k], big)) for k in range(4)]
-            total = lambda offs: functools.reduce(arith.addf, [arith.mulf(ld(arith.addi(rbase, o)), a[k])
-                                                               for k, o in enumerate(offs)])
-            val = total([arith.addi(_c(k * stride + 4 * colx), arith.muli(row, _c(4 * N))) for k in range(4)])
-            _st(arith.addi(obase, arith.shli(arith.addi(_c(colx * D), dim), _c(2))), val, live)
-            for j in range(4):  # every thread stores the same column statistics
-                x = big if j == 0 else total([_c(k * stride + 4 * (D * N + j * N + colx)) for k in range(4)])
-                _st(arith.addi(sbase, _c(4 * (j * N + colx))), x)
-
-    body(red_ref, o_ref, st_ref, *arrays)
-
-
-# Releasing ring slots without a block barrier (release=True): every thread arrives on the slot's "empty"
-# mbarrier (128 arrivals) when it is done reading it, and only warp 0, which issues the TMA refill, waits
-# for the other warps; warps 1-3 may run up to S - 1 blocks ahead. The default (commit_smem) is a
-# warpgroup bar.sync per block, which keeps the four warps in lockstep. Raw PTX mbarriers in an int32
-# [S, 2] scratch (8 bytes each, 1024-aligned by Pallas): a Pallas barrier cannot be waited on by one warp.
-
-
-def _empty_init(ref, S: int):
-    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(),))
-    def body(ctx, ref):
-        del ctx
-        tid = arith.index_cast(ir.IntegerType.get_signless(32), gpu.thread_id(gpu.Dimension.x))
-        first = arith.extui(ir.IntegerType.get_signless(32), arith.cmpi(arith.CmpIPredicate.eq, tid, _c(0)))
-        base = _smem_addr(ref)
-        for s in range(S):
-            llvm.inline_asm(ir.Type.parse("!llvm.void"), [arith.addi(base, _c(8 * s)), first],
-                            "{ .reg .pred p; setp.ne.u32 p, $1, 0; @p mbarrier.init.shared::cta.b64 [$0], 128; }",
-                            "r,r", has_side_effects=True)
-        llvm.inline_asm(ir.Type.parse("!llvm.void"), [], "bar.sync 0;", "", has_side_effects=True)
-
-    body(ref)
-
-
-def _release(ref, code):
-    """All threads arrive on the mbarrier at ref; warp 0 then waits for its phase when code (a (64, 8) i32
-    WGMMA array, all equal) has bit 1 set (a refill follows), on parity bit 0."""
-
-    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.Layout.WGMMA))
-    def body(ctx, ref, code):
-        del ctx
-        i32 = ir.IntegerType.get_signless(32)
-        x = vector.extract(code.registers.flat[0], dynamic_position=[],
-                           static_position=ir.DenseI64ArrayAttr.get([0]))
-        wid, _, _ = _thread()
-        addr = _smem_addr(ref)
-        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr],
-                        "{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [$0]; }", "r", has_side_effects=True)
-        wait = arith.andi(arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, wid, _c(0))), arith.shrui(x, _c(1)))
-        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr, wait, arith.andi(x, _c(1))],
-                        "{ .reg .pred p, w; setp.ne.u32 w, $1, 0; @!w bra DONE; WAIT: "
-                        "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $2; @!p bra WAIT; DONE: }",
-                        "r,r,r", has_side_effects=True)
-
-    body(ref, code)
-
-
-def _warp_kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
-                 q_smem, colv_smem, c_smem, p_smem, red_smem, o_smem, st_smem, bars, q_bar, empty_smem=None, *,
-                 BT: int, D: int, N: int, S: int, scale2: float, xt: int = 0, keys: str = "f16",
-                 lop3: bool = False, late_values: bool = False):
-    # As _kernel, with q_gmem in prepare_warp's fragment order, sched_gmem [B, splits, 4]: first token,
-    # blocks, and the [max lo, min hi) range inside which no row needs the range mask, and raw_gmem
-    # [BH, splits, N, D]: head dimensions in order (warp_merge), each times its value plane factor.
-    # xt > 0: the lean body (int2_mosaic_lean.block; q_gmem f16) with xt tiles of sums after the output's.
-    # lop3: the per-warp body's unpack as one lop3 per register (the lean bodies always are).
-    # late_values: the lean bodies' value fragments unpacked after the scores (int2_mosaic_lean.block).
-    f32 = jnp.float32
-    bh, sp = lax.axis_index("bh"), lax.axis_index("split")
-    b = lax.div(bh, q_gmem.shape[0] // sched_gmem.shape[0])
-    first, n_blocks = sched_gmem[b, sp, 0], sched_gmem[b, sp, 1]
-    lo_max, hi_min = sched_gmem[b, sp, 2], sched_gmem[b, sp, 3]
-
-    if empty_smem is not None:
-        _empty_init(empty_smem, S)
-    fetch = _start_ring(bh, first, n_blocks, q_gmem, colv_gmem, codes_gmem, par_gmem, q_smem, colv_smem, c_smem,
-                        p_smem, bars, q_bar, BT=BT, S=S)
-    col = plgpu.Layout.WGMMA.reduce(0)
-    tile = lambda x: lax.broadcast_in_dim(x, (64, N), [1])
-    qoff, qsum, lo, hi = (tile(_load(colv_smem.at[i], col)) for i in range(4))
-    tok0 = plgpu.broadcasted_iota(jnp.int32, (64, 8), 0, layout=plgpu.Layout.WGMMA).astype(f32)
-    wgmma = lambda x: plgpu.layout_cast(x, plgpu.Layout.WGMMA)
-
-    def body(j, carry):
-        slot = lax.rem(j, S)
-        start = first + j * BT
-        plgpu.barrier_wait(bars.at[slot])
-        inner = ((start >= lo_max) & (start + BT <= hi_min)).astype(f32)
-        carry = block(c_smem.at[slot], p_smem.at[slot], q_smem, tok0 + start.astype(f32),
-                      wgmma(jnp.full((64, 8), inner, f32)), qoff, qsum, lo, hi, *carry,
-                      BT=BT, D=D, N=N, scale2=scale2)
-        if empty_smem is None:
-            plgpu.commit_smem()  # every warp is done reading this slot
-        else:  # this thread is done reading it; warp 0 waits for all before the refill
-            code = lax.rem(lax.div(j, S), 2) + 2 * (j + S < n_blocks).astype(jnp.int32)
-            _release(empty_smem.at[slot], wgmma(jnp.full((64, 8), code, jnp.int32)))
-
-        @pl.when(j + S < n_blocks)
-        def _refill():
-            fetch(j + S, slot)
-
-        return carry
-
-    zeros = lambda rows: wgmma(jnp.zeros((rows, N), f32))
-    if xt:
-        from jspec.pallas import int2_mosaic_lean as lean
-
-        block = functools.partial(lean.block, XT=xt, keys=keys, late_values=late_values)
-        init = (zeros(4 * D + 64 * xt), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64))
-    else:
-        block = functools.partial(warp_block, lop3=lop3)
-        init = (zeros(4 * D), wgmma(jnp.full((64, N), _NEG, f32)), zeros(64), zeros(64), zeros(64))
-    warp_merge(red_smem, o_smem, st_smem, *lax.fori_loop(0, n_blocks, body, init), D=D, N=N, xt=xt)
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(o_smem, raw_gmem.at[bh, sp])
-    plgpu.copy_smem_to_gmem(st_smem, stats_gmem.at[bh, sp])
-    plgpu.wait_smem_to_gmem(0)
-
 
 # ----------------------------------------------------------------------------------------------
 # Wrapper
@@ -961,18 +405,6 @@ def decode_splits(B: int, H: int, T: int, BT: int = WARP_BLOCK_T, wave: int | No
         if s and (s == most or (T <= s * DECODE_CTA_TOKENS and 10 * heads * s >= 9 * k * wave)):
             return s
     return 1
-
-
-def schedule(lo, hi, T: int, splits: int, BT: int):
-    """[B, splits, 2] int32: first token and block count of each split of the rows' union range."""
-    nonempty = hi > lo
-    first = jnp.min(jnp.where(nonempty, lo, T), axis=1)
-    last = jnp.max(jnp.where(nonempty, hi, 0), axis=1)
-    begin = first // BT * BT
-    chunk = -(-(-(-jnp.maximum(last - begin, 0) // splits)) // BT) * BT
-    start = begin[:, None] + jnp.arange(splits)[None, :] * chunk[:, None]
-    blocks = -(-jnp.clip(last[:, None] - start, 0, chunk[:, None]) // BT)
-    return jnp.stack([start, blocks], -1).astype(jnp.int32)
 
 
 def _tma_ready(x, T_axis: int, multiple: int):
@@ -1083,8 +515,6 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     out_type = (jax.ShapeDtypeStruct((B * H, ns, *tile), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
     if warp:
         if body == "lean8":
-            from jspec.pallas import int2_mosaic_lean as lm
-
             qp, colv, sched = lm.prepare_imma(q, lo, hi, T, ns, BT)
         else:
             qp, colv, sched = prepare_warp(q, lo, hi, T, ns, BT, lean)
@@ -1117,58 +547,9 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, sm_scale=None, num_split
     return merge_lse(out, lse, axis=2) if merge is True else (out, lse)
 
 
-@functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
-def prepare(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = False):
-    """Kernel inputs from the queries and ranges: Q' [B, H, N, D] bf16 (key_slots order, divided by the
-    plane factor: exact), colv [B, H, 4, N] f32 (128 sum(Q'), sum(q), lo, hi) and the split schedule.
-    lean: Q' f16 with the lean body's factors, and -1024 sum(Q') (int2_mosaic_lean)."""
-    B, H, M, D = q.shape
-    N = -(-M // 8) * 8
-    f32 = jnp.float32
-    if lean:
-        from jspec.pallas import int2_mosaic_lean as lm
-
-        (kdims, kf), qdt, offset = lm.key_slots(D), jnp.float16, -lm.KEY_OFFSET
-    else:
-        (kdims, kf), qdt, offset = key_slots(D), jnp.bfloat16, OFFSET
-    qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
-    qp = (qb[..., kdims].astype(f32) / kf).astype(qdt)
-    qsum = qb.astype(f32).sum(-1)
-    return qp, row_vectors(offset * qp.astype(f32).sum(-1), qsum, lo, hi), schedule(lo, hi, T, splits, BT)
-
-
-def row_vectors(first, qsum, lo, hi):
-    """colv [B, H, 4, N] f32: first [B, H, N] (the body's score offset or scale), qsum [B, H, N] (sum(q) of
-    each row), lo and hi (padded rows: lo = hi = 0, empty). One stack, written once."""
-    B, H, N = qsum.shape
-    pad_rows = lambda x: jnp.broadcast_to(jnp.pad(x.astype(jnp.float32), ((0, 0), (0, N - x.shape[1])))[:, None],
-                                          (B, H, N))
-    return jnp.stack([first, qsum, pad_rows(lo), pad_rows(hi)], 2)
-
-
-@functools.partial(jax.jit, static_argnames=("T", "splits", "BT", "lean"))
-def prepare_warp(q, lo, hi, T: int, splits: int, BT: int = BLOCK_T, lean: bool = False):
-    """prepare for the per-warp body: Q' in mma B-fragment order ([N/8, g, c, D/16, 2, 2] per head: thread
-    (g, c) reads its fragments of column tile nt contiguously) and the schedule with each batch row's
-    [max lo, min hi) (no range mask needed inside)."""
-    qp, colv, sched = prepare(q, lo, hi, T, splits, BT, lean)
-    B, H, N, D = qp.shape
-    frag = qp.reshape(B, H, N // 8, 8, D // 16, 2, 4, 2).transpose(0, 1, 2, 3, 6, 4, 5, 7).reshape(B, H, N, D)
-    return frag, colv, _with_inside(sched, lo, hi)
-
-
-def _with_inside(sched, lo, hi):
-    """[B, splits, 2] schedule -> [B, splits, 4] with each batch row's [max lo, min hi) (no mask inside)."""
-    B, splits = sched.shape[:2]
-    inside = jnp.stack([jnp.max(lo, 1), jnp.min(hi, 1)], -1).astype(jnp.int32)  # [B, 2]
-    return jnp.concatenate([sched, jnp.broadcast_to(inside[:, None], (B, splits, 2))], -1)
-
-
 def _value_rows(D: int, warp=False):
     """(dims, factor) of the value rows: warp False (wgmma body), True (per-warp body) or "lean"."""
     if warp == "lean":
-        from jspec.pallas import int2_mosaic_lean as lm
-
         return lm.value_slots(D)
     return (warp_value_slots if warp else value_slots)(D)
 

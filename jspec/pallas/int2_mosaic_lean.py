@@ -1,6 +1,6 @@
 """The "lean" per-warp block body of the Mosaic INT2 kernel (int2_mosaic, body="lean"; issue 16).
 
-Same tiles, ring and algebra as int2_mosaic.warp_block (each warp owns 16 of every 64 tokens, mma.sync
+Same tiles, ring and algebra as int2_mosaic_warp.warp_block (each warp owns 16 of every 64 tokens, mma.sync
 m16n8k16, lazy max, one merge at the end), with fewer integer/logic instructions per code. ncu found the
 per-warp body bound by the ALU pipe (65% busy: the LOP3/shift unpack, compares, selects); this body cuts:
 - Key codes as f16: a code in the 10-bit f16 mantissa under 0x6400 (1024.0) reads as 1024 + code, so
@@ -15,9 +15,9 @@ per-warp body bound by the ALU pipe (65% busy: the LOP3/shift unpack, compares, 
   the value zeros (a bf16 pair of adjacent tokens is one 32-bit load: no conversion) and ones. That drops
   the bf16 -> f32 extraction of W, the value-zero conversions and 8 f32 adds per 16 tokens. With f32
   qparams the zeros are split into bf16 hi + lo (two extra tiles), so the sums stay exact to ~2^-17.
-- Each mask-and-magic is one explicit lop3.b32 (int2_mosaic._andor): ptxas emits LLVM's and/or as two
+- Each mask-and-magic is one explicit lop3.b32 (int2_mosaic_parts._andor): ptxas emits LLVM's and/or as two
   LOP3s (one immediate per LOP3), so this alone halves the unpack (measured on a PTX microkernel).
-- The range mask is computed inside the branch of edge blocks (int2_mosaic evaluates it before its
+- The range mask is computed inside the branch of edge blocks (int2_mosaic_warp evaluates it before its
   scf.if, so LLVM turns the if into selects and every block pays for the compares).
 
 body="lean8" also moves the score product to 8-bit integers (keys="s8"): mma.sync m16n8k32 with the key
@@ -36,10 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec.pallas import int2_mosaic as im
+from jspec.pallas import int2_mosaic_parts as mp
 
-if im.plgpu is not None:
-    from jspec.pallas.int2_mosaic import arith, ir, mu, plgpu
+if mp.plgpu is not None:
+    from jspec.pallas.int2_mosaic_parts import arith, ir, mu, plgpu
 
 KEY_OFFSET = 1024.0  # f16 0x6400: a code in the mantissa's low bits reads as 1024 + factor * code
 KEY_FACTORS = (1.0, 4.0, 16.0, 64.0)  # bit pair i of a byte, masked in place
@@ -85,38 +85,43 @@ def prepare_imma(q, lo, hi, T: int, splits: int, BT: int):
     digits = jnp.stack([(fixed >> 8).astype(jnp.int8).view(jnp.uint8), (fixed & 255).astype(jnp.uint8)], -1)
     digits = digits.reshape(B, H, N, D // 32, 2, 4, 4, 2).transpose(0, 1, 2, 5, 3, 7, 4, 6)  # n, c, kc, dig, hf, b
     # colv built here with its first row (not prepare_warp's, then overwritten: that was a kernel of its own)
-    sched = im._with_inside(im.schedule(lo, hi, T, splits, BT), lo, hi)
-    return digits.reshape(B, H, N, 2 * D), im.row_vectors(s[..., 0] / 4.0, qsum, lo, hi), sched
+    sched = mp._with_inside(mp.schedule(lo, hi, T, splits, BT), lo, hi)
+    return digits.reshape(B, H, N, 2 * D), mp.row_vectors(s[..., 0] / 4.0, qsum, lo, hi), sched
+
+
+def prepare(q, lo, hi, T: int, splits: int, BT: int):
+    """int2_mosaic_parts.prepare for the lean body: Q' f16 in its key slots, -1024 sum(Q') as the score offset."""
+    return mp.prepare(q, lo, hi, T, splits, BT, key_slots(q.shape[-1]), jnp.float16, -KEY_OFFSET)
 
 
 def key_slots(D: int):
-    """(dim, factor) per column of the key A operand: int2_mosaic.key_slots' dims, KEY_FACTORS."""
-    return im.key_slots(D, KEY_FACTORS)
+    """(dim, factor) per column of the key A operand: int2_mosaic_parts.key_slots' dims, KEY_FACTORS."""
+    return mp.key_slots(D, KEY_FACTORS)
 
 
 def value_slots(D: int):
-    """(dim, factor) per row of out^T [D, N]: int2_mosaic.warp_value_slots' dims, VALUE_SPLIT's factors."""
+    """(dim, factor) per row of out^T [D, N]: int2_mosaic_parts.warp_value_slots' dims, VALUE_SPLIT's factors."""
     factors = {(e, i): f for _, _, e, i, f in VALUE_SPLIT}
-    return im.warp_value_slots(D, lambda e, i: factors[e, i])
+    return mp.warp_value_slots(D, lambda e, i: factors[e, i])
 
 
 def _keys(base, rows, c, D: int):
     """Key codes of this thread's token rows (g, g + 8) -> {(column tile, row half): f16x2} (key_slots)."""
     kregs = {}
     for hr, u, x in _key_words(base, rows, c, D):
-        for q, y in enumerate((x, arith.shrui(x, im._c(8)))):
+        for q, y in enumerate((x, arith.shrui(x, mp._c(8)))):
             for i in range(4):
-                kregs[8 * u + 2 * i + q, hr] = im._andor(y, 0x00030003 << (2 * i), _F16_MAGIC)
+                kregs[8 * u + 2 * i + q, hr] = mp._andor(y, 0x00030003 << (2 * i), _F16_MAGIC)
     return kregs
 
 
 def _key_words(base, rows, c, D: int):
     """(row half, word u, the u-th code word of this thread) for its token rows (g, g + 8), from shared memory."""
     for hr in range(2):
-        addr = arith.addi(base, arith.addi(arith.muli(rows[hr], im._c(D // 4)), arith.muli(c, im._c(D // 16))))
+        addr = arith.addi(base, arith.addi(arith.muli(rows[hr], mp._c(D // 4)), arith.muli(c, mp._c(D // 16))))
         nw = D // 64
         asm = "ld.shared.b32 $0, [$1];" if nw == 1 else "ld.shared.v2.b32 {$0, $1}, [$2];"
-        for u, x in enumerate(im._asm_load(addr, nw, asm)):
+        for u, x in enumerate(mp._asm_load(addr, nw, asm)):
             yield hr, u, x
 
 
@@ -125,10 +130,10 @@ def _keys_s8(base, rows, c, D: int):
     word (shifted by IMMA_SHIFT) masked per plane."""
     kregs = {}
     for hr, u, x in _key_words(base, rows, c, D):
-        src = {0: x, 4: arith.shrui(x, im._c(4))}
+        src = {0: x, 4: arith.shrui(x, mp._c(4))}
         for i in range(4):
             kc, hf = (i, u) if D == 128 else (i // 2, i % 2)
-            kregs[kc, hf, hr] = arith.andi(src[IMMA_SHIFT[i]], im._c(0x03030303 << (2 * i - IMMA_SHIFT[i])))
+            kregs[kc, hf, hr] = arith.andi(src[IMMA_SHIFT[i]], mp._c(0x03030303 << (2 * i - IMMA_SHIFT[i])))
     return kregs
 
 
@@ -136,50 +141,50 @@ def _scores_s8(kregs, qf, cs, D: int):
     """q . c for one column tile from the u8 key fragments and the digits qf (words in prepare_imma's
     order): rows (g, g + 8) x columns (2c, 2c + 1), 4 f32 (the integer product times cs = s_n / 4)."""
     i32 = ir.IntegerType.get_signless(32)
-    imma = lambda kind, a, b, acc4: im._asm(
+    imma = lambda kind, a, b, acc4: mp._asm(
         [i32] * 4, [*a, *b, *acc4], f"mma.sync.aligned.m16n8k32.row.col.s32.u8.{kind}.s32 "
         "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};", "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r")
-    acc = {"s8": [im._c(0)] * 4, "u8": [im._c(0)] * 4}  # high and low digit: two independent chains
+    acc = {"s8": [mp._c(0)] * 4, "u8": [mp._c(0)] * 4}  # high and low digit: two independent chains
     for kc in range(D // 32):
         a = [kregs[kc, 0, 0], kregs[kc, 0, 1], kregs[kc, 1, 0], kregs[kc, 1, 1]]
         for dig, kind in enumerate(("s8", "u8")):
             acc[kind] = imma(kind, a, qf[4 * kc + 2 * dig:4 * kc + 2 * dig + 2], acc[kind])
     f32 = ir.F32Type.get()
-    total = [arith.addi(arith.shli(h, im._c(8)), l) for h, l in zip(acc["s8"], acc["u8"])]  # |.| < 128 * 12 * 2^15
+    total = [arith.addi(arith.shli(h, mp._c(8)), l) for h, l in zip(acc["s8"], acc["u8"])]  # |.| < 128 * 12 * 2^15
     return [arith.mulf(arith.sitofp(f32, t), cs[k % 2]) for k, t in enumerate(total)]
 
 
 def _values(base, offset: int, wid, lane, sb: int, D: int):
-    """As int2_mosaic._warp_values (same ldmatrix.trans, same slots), with the VALUE_SPLIT unpack."""
-    lrow = arith.addi(im._c(64 * sb), arith.addi(arith.shli(wid, im._c(4)), arith.addi(
-        arith.andi(lane, im._c(7)), arith.shli(arith.andi(arith.shrui(lane, im._c(3)), im._c(1)), im._c(3)))))
-    vaddr = arith.addi(arith.addi(base, im._c(offset)), arith.muli(lrow, im._c(D // 4)))
+    """As int2_mosaic_warp._warp_values (same ldmatrix.trans, same slots), with the VALUE_SPLIT unpack."""
+    lrow = arith.addi(mp._c(64 * sb), arith.addi(arith.shli(wid, mp._c(4)), arith.addi(
+        arith.andi(lane, mp._c(7)), arith.shli(arith.andi(arith.shrui(lane, mp._c(3)), mp._c(1)), mp._c(3)))))
+    vaddr = arith.addi(arith.addi(base, mp._c(offset)), arith.muli(lrow, mp._c(D // 4)))
     if D == 128:
-        vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, im._c(4)), im._c(4)))
-        mats = im._asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
+        vaddr = arith.addi(vaddr, arith.shli(arith.shrui(lane, mp._c(4)), mp._c(4)))
+        mats = mp._asm_load(vaddr, 4, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];")
     else:
-        mats = im._asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
+        mats = mp._asm_load(vaddr, 2, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {$0, $1}, [$2];")
     vslots = {}  # (mt, hr, k-half) -> bf16x2 register
     for mi, x in enumerate(mats):
         kh, h = mi % 2, mi // 2
-        shifted = {0: x, 6: arith.shrui(x, im._c(6)), 12: arith.shrui(x, im._c(12))}
+        shifted = {0: x, 6: arith.shrui(x, mp._c(6)), 12: arith.shrui(x, mp._c(12))}
         for shift, mask, e, i, _ in VALUE_SPLIT:
             mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-            vslots[mt, hr, kh] = im._andor(shifted[shift], mask * 0x10001, im._MAGIC)
+            vslots[mt, hr, kh] = mp._andor(shifted[shift], mask * 0x10001, mp._MAGIC)
     return [[vslots[mt, 0, 0], vslots[mt, 1, 0], vslots[mt, 0, 1], vslots[mt, 1, 1]] for mt in range(D // 16)]
 
 
 def _zero_pairs(pbase, isz: int, BT: int, tok):
     """The value zeros of tokens tok, tok + 1 (K rows 2c, 2c + 1 of the value product) as bf16x2 A-operand
     registers: [pair] for bf16 qparams (one load), [hi, lo] for f32 (hi + lo = z to ~2^-17)."""
-    addr = arith.addi(pbase, arith.muli(arith.addi(tok, im._c(3 * BT)), im._c(isz)))
+    addr = arith.addi(pbase, arith.muli(arith.addi(tok, mp._c(3 * BT)), mp._c(isz)))
     if isz == 2:
-        return im._asm_load(addr, 1, "ld.shared.b32 $0, [$1];")
+        return mp._asm_load(addr, 1, "ld.shared.b32 $0, [$1];")
     f32, i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
-    z = [mu.bitcast(r, f32) for r in im._asm_load(addr, 2, "ld.shared.v2.b32 {$0, $1}, [$2];")]
-    pack = lambda a, b: im._asm([i32], [b, a], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]  # a: low half
+    z = [mu.bitcast(r, f32) for r in mp._asm_load(addr, 2, "ld.shared.v2.b32 {$0, $1}, [$2];")]
+    pack = lambda a, b: mp._asm([i32], [b, a], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]  # a: low half
     hi = pack(*z)
-    hf = [mu.bitcast(arith.shli(hi, im._c(16)), f32), mu.bitcast(arith.andi(hi, im._c(-65536)), f32)]
+    hf = [mu.bitcast(arith.shli(hi, mp._c(16)), f32), mu.bitcast(arith.andi(hi, mp._c(-65536)), f32)]
     return [hi, pack(*(arith.subf(z[k], hf[k]) for k in range(2)))]
 
 
@@ -187,7 +192,7 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
           late_values=False):
     """One block of BT tokens: (acc [64 (D/16 + XT), N], m, l [64, N]) -> new state.
 
-    As int2_mosaic.warp_block, but acc has XT extra m-tiles after the D/16 output tiles: row g of each
+    As int2_mosaic_warp.warp_block, but acc has XT extra m-tiles after the D/16 output tiles: row g of each
     holds sum_t W_t z_t (z split into XT bf16 parts), row g + 8 of the first sum_t W_t; qoff is -1024
     sum(Q') (the score accumulator's start) and Q' is f16; keys="s8": prepare_imma's digits, qoff the
     score scale s_n / 4. late_values: the value fragments (D/16 x 4 registers) loaded and unpacked after the
@@ -205,50 +210,50 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
         i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
         fc = lambda v: mu.c(float(v), f32)
         add, sub, mul = arith.addf, arith.subf, arith.mulf
-        ex2 = lambda x: im._asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
-        wid, g, c = im._thread()
-        lane = arith.andi(arith.index_cast(i32, im.gpu.thread_id(im.gpu.Dimension.x)), im._c(31))
-        acc_v = im._pairs(acc, 64 * (MT + XT), N)  # [MT + XT][NT][hr] -> [column 2c, column 2c + 1]
-        m_v, l_v = (im._pairs(x, 64, N)[0] for x in (m, l))  # [NT][hr][2]
-        tok_blk = [x[0] for x in im._pairs(tok, 64, 8)[0][0]]  # rows g, g + 8 -> token index (f32)
-        edge = arith.cmpf(arith.CmpFPredicate.OLT, im._pairs(interior, 64, 8)[0][0][0][0], fc(0.5))
-        col = {k: im._pairs(x, 64, N)[0] for k, x in (("qoff", qoff), ("qsum", qsum), ("lo", lo), ("hi", hi))}
+        ex2 = lambda x: mp._asm([f32], [x], "ex2.approx.ftz.f32 $0, $1;", "=f,f")[0]
+        wid, g, c = mp._thread()
+        lane = arith.andi(arith.index_cast(i32, mp.gpu.thread_id(mp.gpu.Dimension.x)), mp._c(31))
+        acc_v = mp._pairs(acc, 64 * (MT + XT), N)  # [MT + XT][NT][hr] -> [column 2c, column 2c + 1]
+        m_v, l_v = (mp._pairs(x, 64, N)[0] for x in (m, l))  # [NT][hr][2]
+        tok_blk = [x[0] for x in mp._pairs(tok, 64, 8)[0][0]]  # rows g, g + 8 -> token index (f32)
+        edge = arith.cmpf(arith.CmpFPredicate.OLT, mp._pairs(interior, 64, 8)[0][0][0][0], fc(0.5))
+        col = {k: mp._pairs(x, 64, N)[0] for k, x in (("qoff", qoff), ("qsum", qsum), ("lo", lo), ("hi", hi))}
         isz = mu.bitwidth(ir.MemRefType(p_ref.type).element_type) // 8
-        pbase, cbase, qbase = im._smem_addr(p_ref), im._smem_addr(c_ref), im._smem_addr(q_ref)
-        row_blk = [arith.addi(arith.shli(wid, im._c(4)), arith.addi(g, im._c(8 * hr))) for hr in range(2)]
-        kpair = arith.addi(arith.shli(wid, im._c(4)), arith.shli(c, im._c(1)))  # token of value K row 2c
+        pbase, cbase, qbase = mp._smem_addr(p_ref), mp._smem_addr(c_ref), mp._smem_addr(q_ref)
+        row_blk = [arith.addi(arith.shli(wid, mp._c(4)), arith.addi(g, mp._c(8 * hr))) for hr in range(2)]
+        kpair = arith.addi(arith.shli(wid, mp._c(4)), arith.shli(c, mp._c(1)))  # token of value K row 2c
 
         def param(i, row):
-            addr = arith.addi(pbase, arith.muli(arith.addi(row, im._c(i * BT)), im._c(isz)))
+            addr = arith.addi(pbase, arith.muli(arith.addi(row, mp._c(i * BT)), mp._c(isz)))
             if isz == 2:
-                v = im._asm_load(addr, 1, "ld.shared.u16 $0, [$1];")[0]
-                return mu.bitcast(arith.shli(v, im._c(16)), f32)
-            return mu.bitcast(im._asm_load(addr, 1, "ld.shared.b32 $0, [$1];")[0], f32)
+                v = mp._asm_load(addr, 1, "ld.shared.u16 $0, [$1];")[0]
+                return mu.bitcast(arith.shli(v, mp._c(16)), f32)
+            return mu.bitcast(mp._asm_load(addr, 1, "ld.shared.b32 $0, [$1];")[0], f32)
 
         def mma(kind):
-            return lambda a, b, acc4: im._asm(
+            return lambda a, b, acc4: mp._asm(
                 [f32] * 4, [*a, *b, *acc4], f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
                 "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};", "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
 
         mma16, mma_bf = mma("f16"), mma("bf16")
-        ones, zero = im._c(_ONES), im._c(0)
-        tau, ninf = fc(im.TAU), fc(-float("inf"))
+        ones, zero = mp._c(_ONES), mp._c(0)
+        tau, ninf = fc(mp.TAU), fc(-float("inf"))
         for sb in range(BT // 64):  # each warp's 16 tokens of every 64 in the block
             tok_v = [add(t, fc(64 * sb)) for t in tok_blk]
-            tokrow = [arith.addi(r, im._c(64 * sb)) for r in row_blk]
+            tokrow = [arith.addi(r, mp._c(64 * sb)) for r in row_blk]
             ks = [mul(param(0, tokrow[hr]), fc(scale2)) for hr in range(2)]
             kz, vs = ([param(i, tokrow[hr]) for hr in range(2)] for i in (1, 2))
             kregs = (_keys_s8 if keys == "s8" else _keys)(cbase, tokrow, c, D)
             va = None if late_values else _values(cbase, BT * D // 4, wid, lane, sb, D)
-            zp = [_zero_pairs(pbase, isz, BT, arith.addi(kpair, im._c(64 * sb + 8 * kh))) for kh in range(2)]
+            zp = [_zero_pairs(pbase, isz, BT, arith.addi(kpair, mp._c(64 * sb + 8 * kh))) for kh in range(2)]
             xa = [[zp[0][x], ones if x == 0 else zero, zp[1][x], ones if x == 0 else zero] for x in range(XT)]
 
             for nt in range(NT):
-                qaddr = arith.addi(qbase, arith.muli(arith.addi(arith.muli(arith.addi(im._c(8 * nt), g), im._c(4)),
-                                                                c), im._c(D // 2)))
+                qaddr = arith.addi(qbase, arith.muli(arith.addi(arith.muli(arith.addi(mp._c(8 * nt), g), mp._c(4)),
+                                                                c), mp._c(D // 2)))
                 qf = []
                 for k in range(D // 32):
-                    qf += im._asm_load(arith.addi(qaddr, im._c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
+                    qf += mp._asm_load(arith.addi(qaddr, mp._c(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
                 cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
                 if keys == "s8":
                     s4 = _scores_s8(kregs, qf, cq, D)
@@ -260,11 +265,11 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
                     s4 = [add(x, y) for x, y in zip(*chains)]
                 s = [mul(ks[hr], sub(s4[2 * hr + e], mul(kz[hr], cs[e]))) for hr in range(2) for e in range(2)]
 
-                flat = im._if(edge, lambda s=s, nt=nt, tok_v=tok_v: im._range_masked(  # interior blocks skip it
+                flat = mp._if(edge, lambda s=s, nt=nt, tok_v=tok_v: mp._range_masked(  # interior blocks skip it
                     s, tok_v, col["lo"][nt][0], col["hi"][nt][0], ninf), s)
                 s = [[flat[0], flat[1]], [flat[2], flat[3]]]
                 mref = m_v[nt][0]
-                state = im._lazy_max(s, tau, [mref[0], mref[1], *l_v[nt][0], *l_v[nt][1], *[
+                state = mp._lazy_max(s, tau, [mref[0], mref[1], *l_v[nt][0], *l_v[nt][1], *[
                     x for mt in range(MT + XT) for hr in range(2) for x in acc_v[mt][nt][hr]]])
                 mref = state[0:2]
                 m_v[nt] = [mref, mref]
@@ -276,17 +281,17 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
                 for hr in range(2):
                     p = [ex2(sub(s[hr][e], mref[e])) for e in range(2)]
                     wv = [mul(p[e], vs[hr]) for e in range(2)]
-                    packed = im._asm([i32], [wv[1], wv[0]], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]
+                    packed = mp._asm([i32], [wv[1], wv[0]], "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")[0]
                     l_v[nt][hr] = [add(l_v[nt][hr][e], p[e]) for e in range(2)]
-                    wb.append(im._asm([i32], [packed], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
+                    wb.append(mp._asm([i32], [packed], "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
                                       side_effects=True)[0])
                 if va is None:
                     va = _values(cbase, BT * D // 4, wid, lane, sb, D)
                 for mt in range(MT + XT):
                     acc4 = mma_bf(va[mt] if mt < MT else xa[mt - MT], wb, [*acc_v[mt][nt][0], *acc_v[mt][nt][1]])
                     acc_v[mt][nt] = [acc4[0:2], acc4[2:4]]
-        pack_small = lambda v: im._unpairs([v], 64, N)
-        return im._unpairs(acc_v, 64 * (MT + XT), N), pack_small(m_v), pack_small(l_v)
+        pack_small = lambda v: mp._unpairs([v], 64, N)
+        return mp._unpairs(acc_v, 64 * (MT + XT), N), pack_small(m_v), pack_small(l_v)
 
     return body(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l)
 

@@ -29,7 +29,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from jspec.pallas.int2_mosaic import LN2, OFFSET
+from jspec.pallas.int2_mosaic_parts import LN2, OFFSET
 
 MAX_CHUNK = 8  # new rows per call at most (decode: 1, verification: K + 1); longer chunks stay in XLA
 BLOCK_SLOTS = 64  # window slots per program
