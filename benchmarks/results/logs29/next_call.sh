@@ -1,27 +1,28 @@
-# Prepared in session 29 (no device was lent that session; not run). One call, ~6 min of run (py-spy at 100 Hz
-# made a CPU child 1.7x slower), carry [".whl"]: the py-spy wheel, `python3 -m pip download --no-deps
-# --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux1_x86_64 -d .whl py-spy==0.4.3`
-# (.whl/ is excluded from git).
-# 1. Issue 16, verification at 40%: the wgmma body's lazy max (session 28) and late values (session 29: values
-#    unpacked after W's barrier, row vectors read where used) on a GPU for the first time: their kernel tests, then
-#    kernel time and registers per variant (auto's lop3 and edge_mask in all), 5 positions, from a trace.
-# 2. Issue 14, the second process: what XLA's load of the 8B + draft program does (jaxlib 0.11.2 serializes the
-#    thunks: the plugin holds no legacy AOT loader, and `xla_gpu_experimental_aot_compiled_thunks` is a reserved
-#    name). A cold child fills jspec's store, then a warm child runs under py-spy (native frames) and
-#    benchmarks/stacks.py sums the samples inside deserialize_and_load by function.
+# Prepared in session 29 (no device was lent that session; not run). `bash next_call.sh a|b`:
+# `a` (~5 min), issue 16, verification at 40%. Session 29 split pallas/int2_mosaic.py into four modules (code
+#   moved, not changed), so first every Mosaic kernel test in tests/test_int2_mosaic.py, among them the wgmma body's
+#   lazy max (session 28) and late values (session 29: values unpacked after W's barrier, row vectors read where
+#   used), on a GPU for the first time. Then kernel time, registers and occupancy per variant (auto's lop3 and
+#   edge_mask in all), 5 positions, from a trace.
+# `b` (~3 min), issue 14, the second process: what XLA's load of the 8B + draft program does (jaxlib 0.11.2
+#   serializes the thunks: its plugin holds no legacy AOT loader, and `xla_gpu_experimental_aot_compiled_thunks` is a
+#   reserved name). A cold child fills jspec's store, then a warm child runs under py-spy (native frames) and
+#   benchmarks/stacks.py sums the samples inside deserialize_and_load by function. Needs carry [".whl"], the py-spy
+#   wheel: `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+#   --platform manylinux1_x86_64 -d .whl py-spy==0.4.3` (.whl/ is excluded from git). On the CPU, py-spy at 100 Hz
+#   made a small child 1.7x slower, at 500 Hz 21x.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PATH=/tmp/site/bin:$PATH
-
-el "kernel tests: lazy max, late values"
-timeout 120 python -m pytest -q --tb=line -m gpu -p no:cacheprovider tests/test_int2_mosaic.py \
-  -k "lazy_max or late_values" 2>&1 | grep -v Warning | tail -6
-el "timing"
-V=body=wgmma+lop3=True+edge_mask=True
-L=$V+lazy_max=True+late_values=True  # and at 3 CTAs per SM a grid of whole waves of 396 (decode's rule)
-timeout 130 python benchmarks/kernel_diag.py --trace --budget-s 110 --reps 4 --points 8:32768:5,64:32768:5 \
-  --variants $V,$V+lazy_max=True,$V+late_values=True,$L,$L+num_splits=w396 --out $OUT 2>&1 | python -c "
+case "$1" in
+a)
+  el "Mosaic kernel tests"
+  timeout 230 python -m pytest -q --tb=line -m gpu -p no:cacheprovider tests/test_int2_mosaic.py 2>&1 | \
+    grep -v Warning | tail -8
+  el "timing"
+  V=body=wgmma+lop3=True+edge_mask=True
+  L=$V+lazy_max=True+late_values=True  # and at 3 CTAs per SM a grid of whole waves of 396 (decode's rule)
+  timeout 130 python benchmarks/kernel_diag.py --trace --budget-s 110 --reps 4 --points 8:32768:5,64:32768:5 \
+    --variants $V,$V+lazy_max=True,$V+late_values=True,$L,$L+num_splits=w396 --out $OUT 2>&1 | python -c "
 import json, re, sys
 for line in sys.stdin:
     if line.startswith('{'):
@@ -30,15 +31,18 @@ for line in sys.stdin:
         print(r['B'], r['T'], r['n'], r['variant'][len('$V'):] or 'base', round(r.get('kernel_ms', 0), 4),
               round(r.get('kernel_frac_copy', 0), 3), 'regs, occupancy %', regs and regs.groups(),
               r.get('error', '')[:300])
-"
-
-el "issue 14: cold child"
-rm -rf /tmp/c; timeout 150 python benchmarks/startup.py --child 8b+draft --cache /tmp/c --engine 2>/dev/null | \
-  tail -1 | cut -c1-240
-el "warm child under py-spy"
-timeout -s INT 200 py-spy record --native --rate 150 --format raw -o $OUT/warm.raw -- \
-  python benchmarks/startup.py --child 8b+draft --cache /tmp/c --engine 2>&1 | grep -v "^py-spy> You" | tail -3 | \
-  cut -c1-240
-python benchmarks/stacks.py $OUT/warm.raw --within deserialize_and_load --top 45 | cut -c1-200
-gzip -9 $OUT/warm.raw
+" ;;
+b)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PATH=/tmp/site/bin:$PATH
+  el "cold child"
+  rm -rf /tmp/c; timeout 150 python benchmarks/startup.py --child 8b+draft --cache /tmp/c --engine 2>/dev/null | \
+    tail -1 | cut -c1-240
+  el "warm child under py-spy"
+  timeout -s INT 200 py-spy record --native --rate 150 --format raw -o $OUT/warm.raw -- \
+    python benchmarks/startup.py --child 8b+draft --cache /tmp/c --engine 2>&1 | grep -v "^py-spy> You" | tail -3 | \
+    cut -c1-240
+  python benchmarks/stacks.py $OUT/warm.raw --within deserialize_and_load --top 45 | cut -c1-200
+  gzip -9 $OUT/warm.raw ;;
+esac
 el done
