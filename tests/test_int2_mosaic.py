@@ -213,7 +213,7 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_bo
         raw[b, h, sp] = (acc * a[:, None]).sum(0)
         stats[b, h, sp] = [big, (lt * a).sum(0), (wt * a).sum(0), (zt * a).sum(0)]
     # warp_merge's thread d writes head dimension d: its warp_value_slots row, as the [N, D] tile finish takes
-    raw = np.swapaxes(raw[..., mp.warp_value_slot(np.arange(D), D), :], -1, -2)
+    raw = np.swapaxes(raw[..., iw.warp_value_slot(np.arange(D), D), :], -1, -2)
     return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, "lean" if lean_body else True)
 
 
@@ -324,7 +324,7 @@ def test_warp_value_slots_hold_the_advertised_codes(D):
     vdims, vf = mp.warp_value_slots(D)
     np.testing.assert_array_equal(_model_warp_values(tile, D), 128 + vf[:, None] * _codes(tile, D)[:, vdims].T)
     assert sorted(vdims) == list(range(D))
-    np.testing.assert_array_equal(vdims[mp.warp_value_slot(np.arange(D), D)], np.arange(D))  # its inverse
+    np.testing.assert_array_equal(vdims[iw.warp_value_slot(np.arange(D), D)], np.arange(D))  # its inverse
 
 
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),

@@ -43,9 +43,9 @@ from jax.experimental import pallas as pl
 from jspec.pallas import int2_mosaic_lean as lm
 from jspec.pallas import mosaic_keys
 from jspec.pallas.int2_attention import int2_attention_reference, merge_lse
-from jspec.pallas.int2_mosaic_parts import (_FACTOR, _NEG, LN2, OFFSET, TAU, _asm, _asm_load, _c, _load, _plane,
-                                            _plane_shifted, _smem_addr, _start_ring, _thread, _with_inside,
-                                            plgpu, prepare, warp_value_slots)
+from jspec.pallas.int2_mosaic_parts import (_FACTOR, _MAGIC, _NEG, LN2, OFFSET, TAU, _andor, _asm, _asm_load, _c,
+                                            _load, _plane, _smem_addr, _start_ring, _thread, _with_inside, plgpu,
+                                            prepare, warp_value_slots)
 from jspec.pallas.int2_mosaic_warp import _warp_kernel, prepare_warp
 
 if plgpu is not None:
@@ -107,6 +107,11 @@ def value_slots(D: int):
             byte, plane, f = 2 * g + w % 2, 2 * (w // 2) + hr, 1.0
         dims[r], factor[r] = byte + (D // 4) * plane, f
     return dims, factor
+
+
+def _plane_shifted(y, i, lop3: bool = False):
+    """As _plane, with a run-time plane index i (i32): shifted down, factor 1."""
+    return _andor(arith.shrui(y, arith.shli(i, _c(1))), 0x00030003, _MAGIC, lop3)
 
 
 def _as_bf16x2(x):

@@ -70,14 +70,6 @@ def warp_value_slots(D: int, factor_of=lambda e, i: _FACTOR[i]):
     return dims, factor
 
 
-def warp_value_slot(d, D: int):
-    """The row r of warp_value_slots holding head dimension d (its inverse; d: int or numpy array).
-    D = 128: d = 32 i + 16 h + 2 g + e, r = 16 (4 e + i) + 8 h + g; D = 64: d = 16 i + 2 g + e, r = 16 i + 8 e + g."""
-    if D == 128:
-        return 64 * (d & 1) + 16 * (d >> 5) + 8 * ((d >> 4) & 1) + ((d >> 1) & 7)
-    return 16 * (d >> 4) + 8 * (d & 1) + ((d >> 1) & 7)
-
-
 # ----------------------------------------------------------------------------------------------
 # Inline code (Mosaic GPU: raw shared-memory loads, bit tricks, register layouts)
 # ----------------------------------------------------------------------------------------------
@@ -123,11 +115,6 @@ def _plane(y, i, lop3: bool = False):
     if i == 3:
         y, i = arith.shrui(y, _c(6)), 0
     return _andor(y, 0x00030003 << (2 * i), _MAGIC, lop3)
-
-
-def _plane_shifted(y, i, lop3: bool = False):
-    """As _plane, with a run-time plane index i (i32): shifted down, factor 1."""
-    return _andor(arith.shrui(y, arith.shli(i, _c(1))), 0x00030003, _MAGIC, lop3)
 
 
 def _asm(types, args, asm, constraints, side_effects=False):
@@ -210,25 +197,6 @@ def _unpairs(vals, rows: int, N: int):
     for a, b, h in np.ndindex(rows // 64, N // 8, 2):
         flat[a, b, h] = vector.from_elements(ir.VectorType.get((2,), f32), vals[a][b][h])
     return mfa.FragmentedArray(_registers=regs, _layout=mfa.WGMMA_LAYOUT, _is_signed=None)
-
-
-def _st(addr, v, pred=None):
-    """st.shared.f32 (predicated on an i32 != 0 if pred is given)."""
-    if pred is None:
-        args, asm, cons = [addr, v], "st.shared.f32 [$0], $1;", "r,f"
-    else:
-        args, asm, cons = [addr, v, pred], "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p st.shared.f32 [$0], $1; }", "r,f,r"
-    llvm.inline_asm(ir.Type.parse("!llvm.void"), args, asm, cons, has_side_effects=True)
-
-
-def _value_slot(dim, D: int):
-    """warp_value_slot on an i32 value (a thread's head dimension)."""
-    bits = lambda shift, mask: arith.andi(arith.shrui(dim, _c(shift)), _c(mask))
-    if D == 128:
-        parts = ((bits(0, 1), 64), (bits(5, 3), 16), (bits(4, 1), 8), (bits(1, 7), 1))
-    else:
-        parts = ((bits(4, 3), 16), (bits(0, 1), 8), (bits(1, 7), 1))
-    return functools.reduce(arith.addi, [arith.muli(x, _c(f)) for x, f in parts])
 
 
 # ----------------------------------------------------------------------------------------------

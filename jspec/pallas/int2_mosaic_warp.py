@@ -21,8 +21,8 @@ from jax.experimental import pallas as pl
 
 from jspec.pallas import int2_mosaic_lean as lean
 from jspec.pallas.int2_mosaic_parts import (_NEG, TAU, _asm, _asm_load, _c, _if, _lazy_max, _load, _pairs, _plane,
-                                            _range_masked, _smem_addr, _st, _start_ring, _thread, _unpairs,
-                                            _value_slot, _with_inside, plgpu, prepare)
+                                            _range_masked, _smem_addr, _start_ring, _thread, _unpairs, _with_inside,
+                                            plgpu, prepare)
 
 if plgpu is not None:
     from jspec.pallas.int2_mosaic_parts import arith, gpu, ir, llvm, mu, vector
@@ -169,6 +169,33 @@ def warp_block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l
         return (_unpairs(acc_v, 64 * MT, N), pack_small(m_v), pack_small(l_v), pack_small(w_v), pack_small(z_v))
 
     return body(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, w, z)
+
+
+def _st(addr, v, pred=None):
+    """st.shared.f32 (predicated on an i32 != 0 if pred is given)."""
+    if pred is None:
+        args, asm, cons = [addr, v], "st.shared.f32 [$0], $1;", "r,f"
+    else:
+        args, asm, cons = [addr, v, pred], "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p st.shared.f32 [$0], $1; }", "r,f,r"
+    llvm.inline_asm(ir.Type.parse("!llvm.void"), args, asm, cons, has_side_effects=True)
+
+
+def warp_value_slot(d, D: int):
+    """The row r of warp_value_slots holding head dimension d (its inverse; d: int or numpy array).
+    D = 128: d = 32 i + 16 h + 2 g + e, r = 16 (4 e + i) + 8 h + g; D = 64: d = 16 i + 2 g + e, r = 16 i + 8 e + g."""
+    if D == 128:
+        return 64 * (d & 1) + 16 * (d >> 5) + 8 * ((d >> 4) & 1) + ((d >> 1) & 7)
+    return 16 * (d >> 4) + 8 * (d & 1) + ((d >> 1) & 7)
+
+
+def _value_slot(dim, D: int):
+    """warp_value_slot on an i32 value (a thread's head dimension)."""
+    bits = lambda shift, mask: arith.andi(arith.shrui(dim, _c(shift)), _c(mask))
+    if D == 128:
+        parts = ((bits(0, 1), 64), (bits(5, 3), 16), (bits(4, 1), 8), (bits(1, 7), 1))
+    else:
+        parts = ((bits(4, 3), 16), (bits(0, 1), 8), (bits(1, 7), 1))
+    return functools.reduce(arith.addi, [arith.muli(x, _c(f)) for x, f in parts])
 
 
 def warp_merge(red_ref, o_ref, st_ref, acc, m, l, w=None, z=None, *, D, N, xt=0):
