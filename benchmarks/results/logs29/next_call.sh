@@ -11,6 +11,7 @@
 #   wheel: `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
 #   --platform manylinux1_x86_64 -d .whl py-spy==0.4.3` (.whl/ is excluded from git). On the CPU, py-spy at 100 Hz
 #   made a small child 1.7x slower, at 500 Hz 21x.
+# `c` (~5 min): the other GPU tests (`-m gpu` less tests/test_int2_mosaic.py, which `a` runs), on the split modules.
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:benchmarks
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 case "$1" in
@@ -44,5 +45,9 @@ b)
     cut -c1-240
   python benchmarks/stacks.py $OUT/warm.raw --within deserialize_and_load --top 45 | cut -c1-200
   gzip -9 $OUT/warm.raw ;;
+c)
+  el "GPU tests but the Mosaic kernel's"
+  timeout 420 python -m pytest -q --tb=short -m gpu -p no:cacheprovider tests --ignore=tests/test_int2_mosaic.py 2>&1 | \
+    grep -v Warning | tail -15 ;;
 esac
 el done
