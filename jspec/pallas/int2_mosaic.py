@@ -43,9 +43,9 @@ from jax.experimental import pallas as pl
 from jspec.pallas import int2_mosaic_lean as lm
 from jspec.pallas import mosaic_keys
 from jspec.pallas.int2_attention import int2_attention_reference, merge_lse
-from jspec.pallas.int2_mosaic_parts import (_FACTOR, _MAGIC, _NEG, LN2, OFFSET, TAU, _andor, _asm, _asm_load, _c,
-                                            _load, _plane, _smem_addr, _start_ring, _thread, _with_inside, plgpu,
-                                            prepare, warp_value_slots)
+from jspec.pallas.int2_mosaic_parts import (_FACTOR, _MAGIC, _NEG, LN2, OFFSET, TAU, _andor, _asm_load, _c,
+                                            _load, _plane, _smem_addr, _start_ring, _thread, _warp_any, _with_inside,
+                                            plgpu, prepare, warp_value_slots)
 from jspec.pallas.int2_mosaic_warp import _warp_kernel, prepare_warp
 
 if plgpu is not None:
@@ -215,9 +215,7 @@ def _vote_over(flag_ref, s, limit, parity):
             for i in range(2):
                 o = arith.cmpf(arith.CmpFPredicate.OGT, get(sv, i), get(lv, i))
                 over = o if over is None else arith.ori(over, o)
-        vote = _asm([i32], [arith.extui(i32, over)],
-                    "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
-                    "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
+        vote = _warp_any(over)
         wid, g, c = _thread()
         row = get(parity.registers.flat[0], 0)
         addr = arith.addi(_smem_addr(ref), arith.muli(arith.addi(arith.muli(row, _c(4)), wid), _c(4)))

@@ -137,21 +137,26 @@ def _range_masked(s, tok, lo, hi, ninf):
     return out
 
 
+def _warp_any(pred):
+    """i32 1 in every lane when the i1 pred holds in any lane of the warp, else 0 (vote.sync.any)."""
+    i32 = ir.IntegerType.get_signless(32)
+    return _asm([i32], [arith.extui(i32, pred)], "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; "
+                "vote.sync.any.pred q, p, 0xffffffff; selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
+
+
 def _lazy_max(s, tau, state):
     """The per-warp bodies' lazy maximum, one warp vote per block. state = [m0, m1, *rest]: the reference
     maxima of this thread's two columns, then values kept against them (alternating between the columns).
     When a score of s [row half][column] passes its reference by more than tau anywhere in the warp, the
     maxima move to the warp's running maxima and rest is scaled by exp2(old - new); else state is kept."""
-    i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
+    f32 = ir.F32Type.get()
     mref = state[:2]
     over = None
     for hr in range(2):
         for e in range(2):
             o = arith.cmpf(arith.CmpFPredicate.OGT, s[hr][e], arith.addf(mref[e], tau))
             over = o if over is None else arith.ori(over, o)
-    vote = _asm([i32], [arith.extui(i32, over)],
-                "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; "
-                "selp.u32 $0, 1, 0, q; }", "=r,r", side_effects=True)[0]
+    vote = _warp_any(over)
 
     def rescale():
         new_m = []
