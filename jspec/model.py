@@ -112,7 +112,7 @@ def qkv_slots(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
         w = jnp.where(np.arange(g + 2)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 2, D], not a concatenation
         y = jnp.where(is_v, y, rms_norm(y, w, cfg.rms_eps))
     cos, sin = rope if rope is not None else rope_tables(cfg, pos)
-    y = apply_rope(y, *slot_tables(cos, sin, g))
+    y = apply_rope(y, *slot_tables(cos, sin, is_v))
     if lp.rot_k is None:
         return y
     if B * n > SMALL_ROTATE:  # a GEMM over the q and k slots
@@ -121,10 +121,9 @@ def qkv_slots(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
     return rotate(y, jnp.where(is_v[:, :, None], eye, lp.rot_k.astype(jnp.float32)[:, None]))  # [Hkv, g + 2, D, D]
 
 
-def slot_tables(cos, sin, g: int):
-    """rope_tables' cos, sin [B, n, D] for each slot of qkv_slots' array: [B, n, 1, g + 2, D], v's (1, 0) (RoPE at
-    angle 0)."""
-    is_v = np.arange(g + 2)[:, None] == g + 1  # [g + 2, 1]
+def slot_tables(cos, sin, is_v):
+    """rope_tables' cos, sin [B, n, D] for each slot of qkv_slots' array: [B, n, 1, g + 2, D], (1, 0) (RoPE at angle
+    0) where is_v [g + 2, 1] marks v's slot."""
     return tuple(jnp.where(is_v, fill, t[:, :, None, None, :]) for t, fill in ((cos, 1.0), (sin, 0.0)))
 
 
