@@ -27,7 +27,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from jspec.pallas import int2_attention as ia  # noqa: E402
+from jspec.kernels import int2_triton as ia
 
 HQ, HKV, D = 32, 8, 128
 G = HQ // HKV

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import kvcache
-from jspec.pallas import int2_commit
+from jspec.cache import kvcache
+from jspec.kernels import int2_commit
 from profile_step import gpu_kernels  # benchmarks/profile_step.py
 
 H, D, WINDOW, T = 8, 128, 64 + 256, 131072 + 512

@@ -21,8 +21,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from jspec import kvcache, model, rotation, sharding
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
+from jspec.model import decoder as model, rotation
+from jspec.runtime import sharding
 from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 LLAMA3_8B = ModelConfig("llama", 128256, 4096, 14336, 32, 32, 8, 128, rms_eps=1e-5, rope_theta=500000.0,
@@ -106,7 +108,7 @@ def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str, n: int = 1
               mesh=None) -> float:
     """Median seconds per step (make_step) at context ctx; the commits advance it by 10 * steps * n.
 
-    mesh: a jspec.sharding mesh; params (already placed) and the cache are sharded as the engine does."""
+    mesh: a jspec.runtime.sharding mesh; params (already placed) and the cache are sharded as the engine does."""
     cache = kvcache.init_cache(cfg, kv, B, capacity(ctx, n, steps), jnp.bfloat16, stacked=model.is_stacked(params))
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
     tok = jnp.zeros((B,), jnp.int32)

@@ -19,8 +19,8 @@ import re
 import jax
 
 import jspec
-from jspec import decode
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig
+from jspec.decode import loop as decode
 
 PROMPT = "def quicksort(items):\n    \"\"\"Sort a list.\"\"\"\n"
 NOT_KERNELS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "conditional", "call",

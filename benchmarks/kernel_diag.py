@@ -26,7 +26,7 @@ import jax
 import jax.profiler
 import jax.numpy as jnp
 
-from jspec.pallas import int2_mosaic as im
+from jspec.kernels.hopper import attention as im
 
 POINTS = [(64, 32768, 1), (8, 131072, 1), (8, 32768, 1), (1, 131072, 1), (64, 32768, 5)]
 

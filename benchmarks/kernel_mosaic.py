@@ -22,8 +22,8 @@ import attention as ab  # benchmarks/attention.py: copy ceiling, inputs, timer (
 import jax
 import jax.numpy as jnp
 
-from jspec.pallas import int2_attention as ia
-from jspec.pallas import int2_mosaic as im
+from jspec.kernels import int2_triton as ia
+from jspec.kernels.hopper import attention as im
 
 POINTS = [(8, 32768, 1), (8, 32768, 5), (1, 131072, 1), (1, 131072, 5), (64, 32768, 1), (64, 32768, 5),
           (8, 131072, 1), (8, 131072, 5), (1, 32768, 1), (1, 32768, 5), (64, 131072, 1), (64, 131072, 5)]

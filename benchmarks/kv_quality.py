@@ -3,8 +3,8 @@
     PYTHONPATH=. python benchmarks/kv_quality.py [--windows 4] [--out benchmarks/results/kv_quality.json]
         [--extra NAME=ROTATION_FILE ...] [--sr 64,256] [--clip on]
 
-Validation split of the shipped corpus (data/code/val.npy; build it with `python -m jspec.data`),
-cut into consecutive 2048-token windows (jspec.data.eval_windows); a fixed, evenly spaced subset of
+Validation split of the shipped corpus (data/code/val.npy; build it with `python -m jspec.train.data`),
+cut into consecutive 2048-token windows (jspec.train.data.eval_windows); a fixed, evenly spaced subset of
 them keeps the CPU run short. Float32 weights and compute. Variants: BF16, and INT2 with rotation
 {none, hadamard, oscar} x clip {on (K 0.96, V 0.92), off} x (sink, recent) {(64, 256), (16, 64)};
 --extra adds other rotation files as rotations of their own (a calibration variant beside the shipped
@@ -18,7 +18,7 @@ decode == full forward). The empty cache's capacity only sets how many masked sl
 so it is kept tiny (CACHE_SLOTS), which halves the work; tests/test_kv_quality.py checks that this
 forward equals a chunked prefill through a committed cache.
 
-KV bytes per token come from the cache layout (jspec.kvcache.init_cache, shapes only): BF16 stores
+KV bytes per token come from the cache layout (jspec.cache.kvcache.init_cache, shapes only): BF16 stores
 2 x D x 2 bytes per (layer, KV head, token); INT2 stores D/4 code bytes plus a (scale, zero) pair
 per group for K and V, for every committed token, plus the BF16 sink (S) and ring (W = R) slots,
 which are a fixed cost amortized over the context (2048 and 32K tokens are reported).
@@ -37,9 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import checkpoint, data, kvcache, model, quant, rotation
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.engine import DEFAULT_TARGET, ROTATION_FILE
+from jspec.int2 import quant
+from jspec.io import checkpoint
+from jspec.model import decoder as model, rotation
+from jspec.runtime.engine import DEFAULT_TARGET, ROTATION_FILE
+from jspec.train import data
 
 ROTATIONS = ("none", "hadamard", "oscar")
 CLIPS = {"on": (0.96, 0.92), "off": (0.0, 0.0)}
@@ -164,7 +168,7 @@ def rotation_fit(params, cfg: ModelConfig, tokens, rots: dict, clip=CLIPS["on"])
     relative squared error |v - Q(v)|^2 / |v|^2 (R_V is orthogonal: the same in either basis).
     rots: {name: (rot_k, rot_v)}, lists of [Hkv, D, D] per layer.
     """
-    from jspec.calibrate import _layer_step
+    from jspec.train.calibrate import _layer_step
 
     G = cfg.head_dim
     x = params.embed[jnp.asarray(tokens)].astype(jnp.float32)

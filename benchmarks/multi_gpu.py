@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/multi_gpu.py --out $OUT/multi_gpu.json
 
 The step of benchmarks/decode.py (a fori_loop of decode steps in one jitted call) on a ("dp", "tp")
-mesh of jspec.sharding: the target split over tp by heads and MLP units, the cache by rows over dp and
+mesh of jspec.runtime.sharding: the target split over tp by heads and MLP units, the cache by rows over dp and
 KV heads over tp, the Pallas kernel run per shard. Each mesh is timed in the same process as the
 one-GPU baseline.
 """
@@ -16,7 +16,8 @@ import json
 import jax
 import jax.numpy as jnp
 
-from jspec import model, sharding
+from jspec.model import decoder as model
+from jspec.runtime import sharding
 
 from decode import LLAMA3_8B, kv_modes, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 

@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import kvcache, model
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.pallas import int2_mosaic
+from jspec.kernels.hopper import attention as int2_mosaic
+from jspec.model import decoder as model
 
 OPS = ("fusion", "concatenate", "reduce", "transpose", "scatter", "dynamic-update-slice", "dot", "sort",
        "custom-call")

@@ -13,7 +13,7 @@
 - tau: draft tokens per round at lookahead 4, batch 1, greedy, with the pair as jspec.load gives it
   (INT2 OSCAR KV when the target ships rotations): sum over prompts of (new tokens - 1) / sum of
   rounds, from the engine's stats (the first token comes from the prefill, not from a round).
-- agree: the pair's validation losses and greedy agreement (jspec.train.pair_metrics, 64 windows).
+- agree: the pair's validation losses and greedy agreement (jspec.train.train.pair_metrics, 64 windows).
 Prompts: the second ~600-character piece (cut at a line end) of each validation text that has one,
 in order; each prompt is `<|bos|>` + the last PROMPT_TOKENS - 1 tokens of its piece, so every prompt
 has one length (one compiled program per pair) and ends at a line end for any tokenizer.
@@ -33,11 +33,11 @@ import numpy as np
 import optax
 
 import jspec
-from jspec import data, train
-from jspec.checkpoint import load_model, load_tokenizer
 from jspec.config import GenerateConfig, KVConfig
-from jspec.model import forward
-from jspec.seq_unlikelihood import repeated_line_share
+from jspec.io.checkpoint import load_model, load_tokenizer
+from jspec.model.decoder import forward
+from jspec.train import data, train
+from jspec.train.seq_unlikelihood import repeated_line_share
 
 SEQ_LEN = 2048
 PROMPT_TOKENS = 128

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from jspec import kvcache  # noqa: E402
+from jspec.cache import kvcache
 from jspec.config import KVConfig  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"

@@ -42,8 +42,9 @@ import numpy as np
 from jax.profiler import ProfileData
 
 import jspec
-from jspec import decode, sharding
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig
+from jspec.decode import loop as decode
+from jspec.runtime import sharding
 
 from head_round import PROMPT, _computations, executed  # noqa: E402  (benchmarks/ is on sys.path)
 from profile_step import gpu_kernels, kernel_kind  # noqa: E402

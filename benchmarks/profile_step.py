@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 from jax.profiler import ProfileData
 
-from jspec import kvcache, model
+from jspec.cache import kvcache
+from jspec.model import decoder as model
 
 from decode import LLAMA3_8B, kv_modes, make_step, weight_bytes  # noqa: E402  (benchmarks/ is on sys.path)
 from timing import median_time  # noqa: E402

@@ -51,8 +51,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import jspec
-from jspec import data, decode, eagle3, engine, head, kvcache, lookahead, model, rotation
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
+from jspec.decode import loop as decode
+from jspec.io import eagle3
+from jspec.model import head, decoder as model, rotation
+from jspec.runtime import engine, lookahead
+from jspec.train import data
 
 from decode import LLAMA3_8B, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
@@ -181,7 +186,7 @@ def load_head(head_dir, cfg: ModelConfig):
     """(HeadConfig, HeadParams) from a directory, or "random": a random head of train_head's default shape."""
     if head_dir != "random":
         return eagle3.load_head(head_dir, cfg)
-    from jspec import train_head
+    from jspec.train import train_head
 
     tc = train_head.HeadTrainConfig()
     hcfg = head.HeadConfig(head.layer_config(cfg, tc.num_heads, tc.num_kv_heads, tc.intermediate_size),
@@ -291,7 +296,7 @@ def hf_rows(prompts, max_new: int) -> list:
 
 def part_b_head(tau: float | None, K: int = 4, ctx: int = 8192, small: bool = False) -> dict:
     """The 8B shape with a Llama-3-8B-EAGLE-3-shaped head (random weights), INT2 KV, batch 1. Measured by the
-    loops --lookahead auto uses (jspec.lookahead: a target forward over 1 and K + 1 tokens, one head token),
+    loops --lookahead auto uses (jspec.runtime.lookahead: a target forward over 1 and K + 1 tokens, one head token),
     plus the verify forward with the head's features (the three taps and fc), which a head round pays.
     Derived: the speed-up at the head's tau on the shipped pair, tau * step / (K * head step + verify).
     small: a stand-in 1/16 the width and 4 layers, reference attention, 512 tokens (a CPU check of the code)."""

@@ -66,9 +66,12 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     import jax
 
     import jspec  # noqa: F401  (the import being timed)
-    from jspec import decode, engine, kvcache, model, programs
-    from jspec.pallas import mosaic_keys
+    from jspec.cache import kvcache
     from jspec.config import GenerateConfig, SamplingConfig
+    from jspec.decode import loop as decode
+    from jspec.kernels.hopper import cache_keys as mosaic_keys
+    from jspec.model import decoder as model
+    from jspec.runtime import engine, programs
 
     out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
                transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))
@@ -205,8 +208,9 @@ def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):
     import numpy as np
 
     import jspec
-    from jspec import engine, model, rotation
     from jspec.config import GenerateConfig, KVConfig
+    from jspec.model import decoder as model, rotation
+    from jspec.runtime import engine
 
     if case == "shipped":  # the README command's program
         eng = jspec.load()
@@ -289,7 +293,7 @@ def run_job(tmp: Path, timeout: float, n: int = 24) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     from speculative import held_out_prompts
 
-    from jspec.tokenizer import load_tokenizer
+    from jspec.io.tokenizer import load_tokenizer
 
     tok = load_tokenizer(ROOT / "checkpoints" / "code-target")
     rng = np.random.default_rng(0)

@@ -26,8 +26,10 @@ import jax
 import jax.numpy as jnp
 
 import jspec
-from jspec import attention_split, kvcache, model
-from jspec.pallas import int2_mosaic
+from jspec.attention import split as attention_split
+from jspec.cache import kvcache
+from jspec.kernels.hopper import attention as int2_mosaic
+from jspec.model import decoder as model
 
 from decode import LLAMA3_8B, copy_bandwidth, kv_modes, kv_read_bytes, time_step, weight_bytes  # noqa: E402
 from kernel_diag import splits_s14  # noqa: E402

@@ -9,8 +9,8 @@ import importlib
 _EXPORTS = {
     "ConfigError": "jspec.config", "GenerateConfig": "jspec.config", "KVConfig": "jspec.config",
     "ModelConfig": "jspec.config", "SamplingConfig": "jspec.config",
-    "Engine": "jspec.engine", "Result": "jspec.engine", "load": "jspec.engine",
-    "calibrate": "jspec.calibrate",  # the module: calibrate.calibrate(params, cfg, batches), and its CLI
+    "Engine": "jspec.runtime.engine", "Result": "jspec.runtime.engine", "load": "jspec.runtime.engine",
+    "calibrate": "jspec.train.calibrate",  # the module: calibrate.calibrate(params, cfg, batches), and its CLI
 }
 
 __all__ = sorted(_EXPORTS)

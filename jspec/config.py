@@ -9,7 +9,7 @@ import numbers
 from pathlib import Path
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-# jspec.attention.attend's paths: the pure-jnp reference, or the split path with the Pallas INT2 kernel
+# jspec.attention.rule.attend's paths: the pure-jnp reference, or the split path with the Pallas INT2 kernel
 # ("pallas"); "auto" picks pallas on GPU.
 ATTENTION_IMPLS = ("auto", "reference", "pallas", "mosaic", "triton")  # pallas: mosaic on Hopper, else triton
 INT32_MAX = 2**31 - 1  # lengths, top_k and token ids travel to the device as int32
@@ -244,7 +244,7 @@ class GenerateConfig:
 
     max_new_tokens: int = 128
     # K draft tokens per round (0..MAX_LOOKAHEAD; ignored without a draft), or "auto": K (0 included) chosen
-    # per call from costs measured on the device and the acceptance expected (jspec.lookahead)
+    # per call from costs measured on the device and the acceptance expected (jspec.runtime.lookahead)
     lookahead: int | str = "auto"
     stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
 

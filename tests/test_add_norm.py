@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import kvcache, model
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.pallas.add_norm import add_norm, supported
+from jspec.kernels.add_norm import add_norm, supported
+from jspec.model import decoder as model
 
 CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
                   num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)

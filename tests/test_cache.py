@@ -14,8 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import kvcache, model, quant
+from jspec.cache import kvcache
 from jspec.config import ConfigError, KVConfig, ModelConfig, model_config_from_hf
+from jspec.int2 import quant
+from jspec.model import decoder as model
 
 CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from jspec import batch, generate
+from jspec.cli import batch, generate
 from jspec.config import GenerateConfig, SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jspec import data
+from jspec.train import data
 
 _SPEC = importlib.util.spec_from_file_location(
     "pair_quality", Path(__file__).resolve().parent.parent / "benchmarks" / "pair_quality.py")

@@ -16,9 +16,11 @@ import pytest
 from safetensors.numpy import save_file
 
 import jspec
-from jspec import decode, eagle3, head, model
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, load_model_config
-from jspec.sampling import Sampler
+from jspec.decode import loop as decode
+from jspec.io import eagle3
+from jspec.model import head, decoder as model
+from jspec.model.sampling import Sampler
 
 E, HQ, HKV, D, F, VD = 32, 2, 1, 16, 48, 200  # the qwen3 fixture: hidden 32, head_dim 16, vocab 300, 2 layers
 
@@ -88,7 +90,7 @@ def test_published_format_loads_and_matches_a_direct_reading(hf_model_dir, tmp_p
     assert eagle3.is_head_dir(tmp_path / "head") and not eagle3.is_head_dir(target_dir)
     hcfg, hp = eagle3.load_head(tmp_path / "head", tcfg, jnp.float32)
     assert hcfg.taps == (0, 1, 2) and hcfg.draft_vocab == VD and hp.d2t.dtype == jnp.int32
-    tparams = jspec.checkpoint.load_params(target_dir, tcfg, jnp.float32)
+    tparams = jspec.io.checkpoint.load_params(target_dir, tcfg, jnp.float32)
     tokens = jnp.asarray(np.random.default_rng(1).integers(0, tcfg.vocab_size, (1, 9)), jnp.int32)
     _, _, tapped = model.forward_taps(tparams, tcfg, tokens, None, hcfg.taps)
     nxt = jnp.roll(tokens, -1, axis=1)

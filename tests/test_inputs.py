@@ -21,9 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import batch, engine, generate
+from jspec.cli import batch, generate
 from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig
-from jspec.sampling import Sampler, warp
+from jspec.model.sampling import Sampler, warp
+from jspec.runtime import engine
 
 ROOT = Path(__file__).resolve().parents[1]
 

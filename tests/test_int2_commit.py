@@ -10,9 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import kvcache, model
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.pallas import int2_commit
+from jspec.kernels import int2_commit
+from jspec.model import decoder as model
 
 B, n, H, D, S, W, T = 2, 5, 2, 32, 2, 4, 24
 
@@ -128,8 +129,10 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
     leaves the cache the jnp commit leaves, float32, over two prefill chunks."""
     from conftest import VOCAB, tiny_tokenizer
 
-    from jspec import decode, engine, tokenizer
     from jspec.config import GenerateConfig, SamplingConfig
+    from jspec.decode import loop as decode
+    from jspec.io import tokenizer
+    from jspec.runtime import engine
 
     cfg = ModelConfig("llama", VOCAB, 32, 64, 3, 4, 2, 8, max_position=128)
     tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 import jspec
-from jspec import attention, attention_split, engine, kvcache
+from jspec.attention import rule as attention, split as attention_split
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.pallas import int2_attention as ia
+from jspec.kernels import int2_triton as ia
+from jspec.runtime import engine
 
 
 def _rel(a, b):

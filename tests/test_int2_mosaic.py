@@ -8,12 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec.pallas import int2_attention as ia
-from jspec.pallas import int2_mosaic as im
-from jspec.pallas import int2_mosaic_lean as lean
-from jspec.pallas import int2_mosaic_parts as mp
-from jspec.pallas import int2_mosaic_warp as iw
-from jspec.pallas import mosaic_keys
+from jspec.kernels import int2_triton as ia
+from jspec.kernels.hopper import attention as im, decode as lean, ptx as mp, warp as iw, cache_keys as mosaic_keys
 
 
 def _rel(a, b):
@@ -613,7 +609,7 @@ def test_compiled_unmerged_partials_merge_to_the_merged_result():
 
 def _split_case():
     """One layer with a committed INT2 history (sink 4, recent 8, 40 tokens) and a 5-row chunk."""
-    from jspec import kvcache
+    from jspec.cache import kvcache
     from jspec.config import KVConfig, ModelConfig
 
     cfg = ModelConfig(model_type="llama", vocab_size=32, hidden_size=256, intermediate_size=64, num_layers=1,
@@ -634,7 +630,7 @@ def _split_case():
 
 @pytest.mark.skipif(im.available(), reason="checks the error where the Mosaic kernel cannot run")
 def test_mosaic_kernel_choice_needs_wgmma():
-    from jspec import attention_split
+    from jspec.attention import split as attention_split
 
     args, kv = _split_case()
     with pytest.raises(ValueError, match="wgmma"):  # raised while tracing: nothing is compiled
@@ -644,7 +640,7 @@ def test_mosaic_kernel_choice_needs_wgmma():
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 def test_split_path_with_mosaic_kernel_matches_reference():
-    from jspec import attention, attention_split
+    from jspec.attention import rule as attention, split as attention_split
 
     args, kv = _split_case()
     ref = attention.attend_reference(*args, kv)
@@ -664,8 +660,9 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n, monkeypatc
     session 18, logs18/call2.txt). The logit bound is measured: on the H200 the two attentions part by up to
     4.3e-2 at a prefill and 7e-3 at the steps (sessions 17-18, logs17/call4, logs18/call2: likely TF32 in
     XLA's f32 GEMMs and the kernels' dots)."""
-    from jspec import kvcache, model
+    from jspec.cache import kvcache
     from jspec.config import KVConfig, ModelConfig
+    from jspec.model import decoder as model
 
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=256, intermediate_size=128, num_layers=2,
                       num_heads=8, num_kv_heads=2, head_dim=64, max_position=1024)

@@ -16,8 +16,9 @@ import jax
 import pytest
 from filelock import FileLock
 
-from jspec import batch, engine, generate
+from jspec.cli import batch, generate
 from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig
+from jspec.runtime import engine
 
 MAX_NEW = 12
 GEN = GenerateConfig(max_new_tokens=MAX_NEW, lookahead=2)

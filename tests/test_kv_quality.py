@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import kvcache, model, rotation
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
+from jspec.model import decoder as model, rotation
 
 _SPEC = importlib.util.spec_from_file_location(
     "kv_quality", Path(__file__).resolve().parent.parent / "benchmarks" / "kv_quality.py")

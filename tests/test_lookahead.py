@@ -4,8 +4,8 @@ estimate, and the engine's use of them: costs measured once and cached on disk, 
 import pytest
 
 import jspec
-from jspec import lookahead, programs
-from jspec.lookahead import Costs, choose, expected_tokens, speedup
+from jspec.runtime import lookahead, programs
+from jspec.runtime.lookahead import Costs, choose, expected_tokens, speedup
 
 MODES = ("model", "ngram", "ngram+model")
 # A launch-bound pair (the shipped one on an H200): verifying 17 tokens costs 10% more than 1, a

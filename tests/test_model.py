@@ -1,7 +1,7 @@
 """The model against Hugging Face transformers: logits, greedy generation, checkpoints.
 
 Every family is a tiny random transformers model saved to disk (conftest.hf_model_dir) and loaded
-back through jspec.checkpoint, so loading, the config mapping and the forward are tested together.
+back through jspec.io.checkpoint, so loading, the config mapping and the forward are tested together.
 """
 
 import json
@@ -15,10 +15,13 @@ import torch
 from conftest import EOS_ID, FAMILIES, VOCAB
 from safetensors.numpy import load_file, save_file
 
-from jspec import checkpoint, decode, kvcache, model
-from jspec.checkpoint import CheckpointError
+from jspec.cache import kvcache
 from jspec.config import ConfigError, KVConfig, ModelConfig
-from jspec.sampling import Sampler
+from jspec.decode import loop as decode
+from jspec.io import checkpoint
+from jspec.io.checkpoint import CheckpointError
+from jspec.model import decoder as model
+from jspec.model.sampling import Sampler
 
 pytestmark = pytest.mark.usefixtures("f32_matmul")
 

@@ -6,7 +6,7 @@ History rows are right-padded with garbage past `end`, which must never be match
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import ngram
+from jspec.decode import ngram
 
 PAD = 9  # garbage past the end of a row
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import quant
+from jspec.int2 import quant
 
 D = 128
 SCALE_DTYPES = [jnp.bfloat16, jnp.float32]

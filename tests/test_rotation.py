@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import calibrate as cal
-from jspec import rotation
 from jspec.config import ConfigError, ModelConfig
-from jspec.model import forward, init_params
+from jspec.model import rotation
+from jspec.model.decoder import forward, init_params
+from jspec.train import calibrate as cal
 
 TINY = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                    num_heads=4, num_kv_heads=2, head_dim=16)
@@ -113,7 +113,7 @@ def test_desc_order_codes_the_dominant_direction_in_the_zero_point():
     # rows with one dominant direction (a large mean plus spread along it) and a small isotropic
     # rest: under desc the dominant part is a per-row offset the asymmetric INT2 code absorbs, so the
     # error is the rest's; under asc it widens every row's range (here the error triples)
-    from jspec import quant
+    from jspec.int2 import quant
 
     rng = np.random.default_rng(13)
     D, N = 32, 2000

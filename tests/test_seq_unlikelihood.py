@@ -9,10 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec import seq_unlikelihood as su
-from jspec import train
 from jspec.config import ModelConfig
-from jspec.model import forward, init_params
+from jspec.model.decoder import forward, init_params
+from jspec.train import seq_unlikelihood as su, train
 
 TINY = ModelConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
                    num_heads=2, num_kv_heads=1, head_dim=16, max_position=64, tie_embeddings=True, qk_norm=True,

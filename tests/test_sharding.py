@@ -1,4 +1,4 @@
-"""Sharded decoding (jspec.sharding) on 8 fake CPU devices: same greedy tokens as one device, arrays
+"""Sharded decoding (jspec.runtime.sharding) on 8 fake CPU devices: same greedy tokens as one device, arrays
 split as declared, bad meshes refused.
 
 XLA_FLAGS must be set before jax starts its backend, and other test files of this pytest process may
@@ -75,7 +75,7 @@ def test_cli_mesh_flag(report):
 
 def test_parse_mesh():
     from jspec.config import ConfigError
-    from jspec.sharding import parse_mesh
+    from jspec.runtime.sharding import parse_mesh
 
     assert parse_mesh(None, 8) == (8, 1)
     assert parse_mesh("tp=2,dp=4", 8) == (4, 2)
@@ -94,9 +94,9 @@ def test_parse_mesh():
 def _models():
     import jax
 
-    from jspec import rotation
     from jspec.config import ModelConfig
-    from jspec.model import Params, init_params
+    from jspec.model import rotation
+    from jspec.model.decoder import Params, init_params
 
     # GQA (4 query heads on 2 KV heads), q/k/v biases and q/k norms: every kind of weight gets placed.
     cfg = ModelConfig("qwen3", vocab_size=96, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -111,8 +111,8 @@ def _models():
 
 def _engine(kv_mode, with_draft, mesh, stacked=False):
     from jspec.config import KVConfig
-    from jspec.engine import Engine
-    from jspec.model import stack_layers
+    from jspec.model.decoder import stack_layers
+    from jspec.runtime.engine import Engine
 
     cfg, params, rotated, draft_cfg, draft = _models()
     kv = KVConfig(kv_mode, sink=4, recent=8)  # small windows: most of each row is read as INT2
@@ -180,8 +180,8 @@ def _check_placement(eng, mesh):
 
 
 def _errors(cfg):
-    from jspec import sharding
     from jspec.config import ModelConfig
+    from jspec.runtime import sharding
 
     wide = ModelConfig(**{**cfg.__dict__, "num_kv_heads": 4, "intermediate_size": 90})
     bad = {"tp=4 on 2 KV heads": ("tp=4", cfg), "tp=4 on intermediate 90": ("tp=4", wide),
@@ -204,9 +204,10 @@ def _cli(tmp):
     sys.path.insert(0, str(Path(__file__).parent))
     from conftest import tiny_tokenizer
 
-    from jspec import checkpoint, generate
+    from jspec.cli import generate
     from jspec.config import ModelConfig
-    from jspec.model import init_params
+    from jspec.io import checkpoint
+    from jspec.model.decoder import init_params
 
     import jax
 
@@ -234,9 +235,11 @@ def _per_shard():
     import jax
     import jax.numpy as jnp
 
-    from jspec import attention, kvcache, sharding
-    from jspec.attention_split import attend_split, per_shard
+    from jspec.attention import rule as attention
+    from jspec.attention.split import attend_split, per_shard
+    from jspec.cache import kvcache
     from jspec.config import KVConfig, ModelConfig
+    from jspec.runtime import sharding
 
     fns = {"reference": attention.attend_reference, "pallas": attend_split}
     cfg = ModelConfig("llama", 96, 128, 128, 1, num_heads=4, num_kv_heads=2, head_dim=64)  # kernel: D >= 64
@@ -267,7 +270,7 @@ def _main(part: str):
 
     import jax
 
-    from jspec import sharding
+    from jspec.runtime import sharding
 
     assert jax.device_count() == 8, jax.devices()
     ids, rows, max_new, gen = _batch()

@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jspec import decode, head, kvcache, model, ngram, speculative
+from jspec.cache import kvcache
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
-from jspec.engine import Engine
-from jspec.sampling import Sampler, sample, warp
+from jspec.decode import loop as decode, ngram, speculative
+from jspec.model import head, decoder as model
+from jspec.model.sampling import Sampler, sample, warp
+from jspec.runtime.engine import Engine
 
 CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)

@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import kvcache, model
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
+from jspec.model import decoder as model
 
 CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
                   num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
@@ -64,7 +65,7 @@ def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
     """Through the split path with the fused window (interpret mode on the CPU): a stacked decode (n = 1) or
     verification (n = 5) step passes window_merge the [L, ...] window stacks and the loop's layer index
     (LayerKV.window_stacks), and its logits are the tuple's, float32 (a wrong layer's window would change them)."""
-    from jspec import attention, attention_split
+    from jspec.attention import rule as attention, split as attention_split
 
     calls = []
     merge = attention_split.window_merge
@@ -109,7 +110,7 @@ def test_engine_with_stacked_layers_gives_the_same_greedy_tokens(mode):
     stacked (startup.py --scan-draft), against the tuples. The draft is the target itself (every draft accepted:
     commits of K + 1 rows) and a random one."""
     from jspec.config import GenerateConfig, SamplingConfig
-    from jspec.engine import Engine
+    from jspec.runtime.engine import Engine
 
     target = model.init_params(CFG, jax.random.key(0), std=0.3)
     dcfg = dataclasses.replace(CFG, num_layers=2)
@@ -129,7 +130,7 @@ def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
     """jspec.load(scan_layers=True), a model draft at lookahead auto (its costs measured on stacked layers): the
     tokens of the default load, and every program compiled with model.SCAN_OPTIONS."""
     import jspec
-    from jspec import programs
+    from jspec.runtime import programs
 
     monkeypatch.setenv("JSPEC_CACHE_DIR", str(tmp_path))
     options, compile_all = [], programs.compile_all
@@ -155,7 +156,7 @@ def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
 def test_the_mosaic_kernel_in_a_scan_over_stacked_caches_lowers_for_cuda():
     """What the CPU can check of the GPU path: the Mosaic kernel inside a lax.scan, reading each layer of a stacked
     cache [L, B, H, ...] at the loop's index, lowers for CUDA (one kernel call site for all layers)."""
-    from jspec.pallas import int2_mosaic as im
+    from jspec.kernels.hopper import attention as im
 
     if im.plgpu is None:
         pytest.skip("needs jax's Mosaic GPU")
@@ -228,9 +229,9 @@ def test_the_bf16_head_stays_bf16_under_scan_options(rows):
 def test_engine_with_an_eagle3_head_over_stacked_layers():
     """An EAGLE-3 head drafting from a stacked target's taps (the scan's per-layer residuals): the tokens and
     accepted drafts of the tuple target."""
-    from jspec import head
     from jspec.config import GenerateConfig, SamplingConfig
-    from jspec.engine import Engine
+    from jspec.model import head
+    from jspec.runtime.engine import Engine
 
     target = model.init_params(CFG, jax.random.key(0), std=0.3)
     hcfg = head.HeadConfig(head.layer_config(CFG, 2, 1, 48), CFG.vocab_size, (0, 1, 2))

@@ -21,8 +21,13 @@ import pytest
 from conftest import VOCAB
 from safetensors import safe_open
 
-from jspec import batch, checkpoint, decode, engine, kvcache, model, programs, tokenizer
+from jspec.cache import kvcache
+from jspec.cli import batch
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig, load_model_config
+from jspec.decode import loop as decode
+from jspec.io import checkpoint, tokenizer
+from jspec.model import decoder as model
+from jspec.runtime import engine, programs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [ROOT / "checkpoints" / "code-target", ROOT / "checkpoints" / "code-draft"]
@@ -194,7 +199,7 @@ def test_the_parts_end_where_the_one_program_ends(eng):
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="the program store is on GPUs only")
 def test_a_warm_start_loads_the_program_kept_on_disk_without_tracing(eng, tmp_path, monkeypatch):
-    """The engine keeps its generate programs on disk by a key known before tracing (jspec.programs): an
+    """The engine keeps its generate programs on disk by a key known before tracing (jspec.runtime.programs): an
     engine with no program in memory (a new process) loads it from there, traces nothing and gives the same
     tokens."""
     monkeypatch.setattr(programs, "directory", lambda: tmp_path)

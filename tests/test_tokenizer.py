@@ -1,4 +1,4 @@
-"""jspec.tokenizer == transformers' AutoTokenizer (ids, text, vocabulary, special tokens) without torch.
+"""jspec.io.tokenizer == transformers' AutoTokenizer (ids, text, vocabulary, special tokens) without torch.
 
 Directories: every family fixture, the shipped pair, and tokenizer-only directories that cover the
 class AutoTokenizer picks (model type x declared tokenizer_class x byte-level or Metaspace file) and
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jspec import tokenizer
+from jspec.io import tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [

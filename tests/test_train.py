@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import data, train
 from jspec.config import ModelConfig
+from jspec.train import data, train
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 TINY = ModelConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
@@ -85,8 +85,8 @@ def test_shipped_model_matches_transformers(name):
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
-    from jspec.checkpoint import load_model
-    from jspec.model import forward
+    from jspec.io.checkpoint import load_model
+    from jspec.model.decoder import forward
 
     path = _shipped(name)
     cfg, params, tok = load_model(path, jnp.float32)
@@ -104,7 +104,7 @@ def test_shipped_model_round_trips_exactly(name, tmp_path):
     """The shipped bf16 tensors -> jspec's fused layout -> save_hf: the same tensors, bit for bit."""
     from safetensors.flax import load_file
 
-    from jspec.checkpoint import load_model, save_hf
+    from jspec.io.checkpoint import load_model, save_hf
 
     path = _shipped(name)
     cfg, params, _ = load_model(path, jnp.bfloat16, tokenizer=False)
@@ -149,7 +149,7 @@ np.savez(sys.argv[1] + "/params.npz", *[np.asarray(x) for x in leaves])
 
 
 def _dp_step():
-    """One train step of TINY on 2 rows, placed as jspec.train.train places them (data_parallel)."""
+    """One train step of TINY on 2 rows, placed as jspec.train.train.train places them (data_parallel)."""
     tc = train.TrainConfig(batch=2, seq_len=16)
     tx = train.make_optimizer(tc)
     replicated, by_rows = train.data_parallel(tc.batch)

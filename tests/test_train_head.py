@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jspec import head, kvcache, model, train_head
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
+from jspec.model import head, decoder as model
+from jspec.train import train_head
 
 CFG = ModelConfig("qwen3", 64, 32, 64, 4, 4, 2, 8, max_position=64, tie_embeddings=True, qk_norm=True)
 T, TTT = 10, 3

@@ -12,9 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec import attention_split, kvcache
+from jspec.attention import split as attention_split
+from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.pallas import int2_mosaic, window_merge as wm
+from jspec.kernels import window_merge as wm
+from jspec.kernels.hopper import attention as int2_mosaic
 
 CFG = ModelConfig(model_type="llama", vocab_size=32, hidden_size=256, intermediate_size=64, num_layers=1,
                   num_heads=8, num_kv_heads=2, head_dim=64, max_position=512)
@@ -127,7 +129,8 @@ def test_fused_window_under_a_mesh_matches_xla_parts():
     of window stacks (LayerKV.window_stacks, each device its KV heads of every layer) and given q, k and v joined."""
     code = textwrap.dedent("""
         import functools, jax, jax.numpy as jnp, numpy as np
-        from jspec import attention_split, sharding
+        from jspec.attention import split as attention_split
+        from jspec.runtime import sharding
         from test_window_merge import _inputs, _stacked_window
         kv, (q, k, v, layer, length) = _inputs(8, 70, 5, jnp.float32)
         mesh = sharding.make_mesh("tp=2,dp=1")

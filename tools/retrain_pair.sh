@@ -34,7 +34,7 @@ else
 fi
 
 gpu0() {
-  stage target "$TRAIN_END" env CUDA_VISIBLE_DEVICES=0 "$PY" -m jspec.train --preset "$TARGET_PRESET" \
+  stage target "$TRAIN_END" env CUDA_VISIBLE_DEVICES=0 "$PY" -m jspec.train.train --preset "$TARGET_PRESET" \
     --data "$W/data" --out "$W/runs/target" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
   cp "$W/runs/target/metrics.json" "$REP/target_train.json" 2>/dev/null
   touch "$W/target.done"
@@ -46,7 +46,7 @@ gpu0() {
   # Calibration text as today: every 20th train-split stdlib file (corpus order).
   local files
   files=$("$PY" -c "
-from jspec.data import stdlib_root, corpus_files, is_validation
+from jspec.train.data import stdlib_root, corpus_files, is_validation
 root = stdlib_root()
 print(' '.join(str(root / f) for f in [f for f in corpus_files(root) if not is_validation(f)][::20]))")
   # shellcheck disable=SC2086
@@ -64,13 +64,13 @@ gpu1() {
   # shellcheck disable=SC2086
   stage old_pair "$TRAIN_END" env CUDA_VISIBLE_DEVICES=1 "$PY" benchmarks/pair_quality.py --target "$OLD/code-target" \
     --draft "$OLD/code-draft" --data "$W/data" --only bpb repetition tau $PQ_ARGS --out "$REP/old_pair.json" &
-  stage draft_pretrain "$TRAIN_END" env CUDA_VISIBLE_DEVICES=1 "$PY" -m jspec.train --preset "$DRAFT_PRESET" \
+  stage draft_pretrain "$TRAIN_END" env CUDA_VISIBLE_DEVICES=1 "$PY" -m jspec.train.train --preset "$DRAFT_PRESET" \
     --data "$W/data" --out "$W/runs/draft" --export "$W/draft-pre" --time-budget "$(loop_budget "$TRAIN_END")"
   cp "$W/runs/draft/metrics.json" "$REP/draft_pretrain.json" 2>/dev/null
   wait
   while [ ! -f "$W/target.done" ] && [ "$(now)" -lt "$DISTIL_END" ]; do sleep 2; done
   if [ -f "$NEW/code-target/model.safetensors" ] && [ -f "$W/draft-pre/model.safetensors" ]; then
-    stage distil "$DISTIL_END" env CUDA_VISIBLE_DEVICES=1 "$PY" -m jspec.train --preset "$DISTIL_PRESET" \
+    stage distil "$DISTIL_END" env CUDA_VISIBLE_DEVICES=1 "$PY" -m jspec.train.train --preset "$DISTIL_PRESET" \
       --data "$W/data" --init "$W/draft-pre" --teacher "$NEW/code-target" --out "$W/runs/distil" \
       --export "$NEW/code-draft" --time-budget "$(loop_budget "$DISTIL_END")"
     cp "$W/runs/distil/metrics.json" "$REP/draft_distil.json" 2>/dev/null
@@ -93,7 +93,7 @@ print({p: m.version(p) for p in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkp
   > "$W/logs/env.log" 2>&1
 cp -r checkpoints "$OLD"  # the old pair, measured against the new one
 # shellcheck disable=SC2086
-if stage data "$DATA_END" "$PY" -m jspec.data --out "$W/data" $DATA_ARGS; then
+if stage data "$DATA_END" "$PY" -m jspec.train.data --out "$W/data" $DATA_ARGS; then
   gpu0 & P0=$!
   gpu1 & P1=$!
   wait "$P0" "$P1"

@@ -19,7 +19,7 @@
 #   cp /tmp/r18/issue18/kv_quality.json benchmarks/results/kv_quality.json
 set -u
 source "$(dirname "$0")/stages.sh"
-# Weight of the token-level unlikelihood term in the target's loss (jspec.train.unlikelihood_losses,
+# Weight of the token-level unlikelihood term in the target's loss (jspec.train.train.unlikelihood_losses,
 # the last 32 positions): the training-time remedy for greedy repetition; 0 turns it off.
 UNLIKELIHOOD=${UNLIKELIHOOD:-0.5}
 
@@ -44,7 +44,7 @@ fi
 smoke_round1() {
   for m in code-target code-draft; do
     rm -rf "${OLD:?}/$m"
-    "$PY" -m jspec.train --preset smoke --steps 2 --data "$W/data" --out "$W/runs/round1-$m" --export "$OLD/$m" \
+    "$PY" -m jspec.train.train --preset smoke --steps 2 --data "$W/data" --out "$W/runs/round1-$m" --export "$OLD/$m" \
       > "$W/logs/round1-$m.log" 2>&1 || return
   done
 }
@@ -52,13 +52,13 @@ smoke_round1() {
 target() {
   local run=$W/runs/target
   # shellcheck disable=SC2086
-  stage target "$TRAIN_END" $BOTH "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
+  stage target "$TRAIN_END" $BOTH "$PY" -m jspec.train.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
     --unlikelihood "$UNLIKELIHOOD" --data "$W/data" --out "$run" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
   # Should the two-GPU run fail early (its collectives are the one untried part), one GPU takes the rest.
   if [ ! -f "$NEW/code-target/model.safetensors" ] && [ "$(left "$TRAIN_END")" -gt 120 ]; then
     run=$W/runs/target-1gpu
     # shellcheck disable=SC2086
-    stage target_1gpu "$TRAIN_END" $GPU0 "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
+    stage target_1gpu "$TRAIN_END" $GPU0 "$PY" -m jspec.train.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
       --unlikelihood "$UNLIKELIHOOD" --data "$W/data" --out "$run" --export "$NEW/code-target" --time-budget "$(loop_budget "$TRAIN_END")"
   fi
   cp "$run/metrics.json" "$REP/target_train.json" 2>/dev/null
@@ -75,7 +75,7 @@ gpu0() {
   # Calibration text as in round 1: every 20th train-split stdlib file (corpus order).
   local files
   files=$("$PY" -c "
-from jspec.data import stdlib_root, corpus_files, is_validation
+from jspec.train.data import stdlib_root, corpus_files, is_validation
 root = stdlib_root()
 print(' '.join(str(root / f) for f in [f for f in corpus_files(root) if not is_validation(f)][::20]))")
   # shellcheck disable=SC2086
@@ -107,7 +107,7 @@ print({p: m.version(p) for p in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkp
   > "$W/logs/env.log" 2>&1
 cp -r checkpoints "$OLD"  # the round-1 pair: the starting point, and what the new pair is measured against
 # shellcheck disable=SC2086
-if stage data "$DATA_END" "$PY" -m jspec.data --out "$W/data" --tokenizer "$OLD/code-target" --filter $DATA_ARGS \
+if stage data "$DATA_END" "$PY" -m jspec.train.data --out "$W/data" --tokenizer "$OLD/code-target" --filter $DATA_ARGS \
     && { [ "$SMOKE" != 1 ] || smoke_round1; } && target && [ -f "$NEW/code-target/model.safetensors" ]; then
   gpu0 & P0=$!
   gpu1 & P1=$!

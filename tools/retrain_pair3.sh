@@ -8,7 +8,7 @@
 # Every stage runs under `timeout` with a budget taken from fixed milestones (seconds from the start),
 # so the call cannot overrun; whatever finished is packed into $OUT even when a later stage fails. When
 # the fine-tune fails, or keeps no step better than its start (the repetition of train-split prompts
-# among admissible steps: jspec.seq_unlikelihood), the shipped target, draft and head are kept and still measured.
+# among admissible steps: jspec.train.seq_unlikelihood), the shipped target, draft and head are kept and still measured.
 #
 #   bash tools/retrain_pair3.sh                       # on the device ($OUT given by the device tool)
 #   SMOKE=1 OUT=/tmp/o bash tools/retrain_pair3.sh    # CPU check: tiny corpus, tiny shapes
@@ -24,7 +24,7 @@
 #   cp /tmp/r18/issue18/kv_quality.json benchmarks/results/kv_quality.json
 set -u
 source "$(dirname "$0")/stages.sh"
-# Admissible validation slack of the fine-tune's checkpoint selection (jspec.seq_unlikelihood).
+# Admissible validation slack of the fine-tune's checkpoint selection (jspec.train.seq_unlikelihood).
 SLACK=${SLACK:-0.06}
 # 1: a fine-tune that kept its starting step still replaces the shipped pair (SMOKE's default: its tiny
 # random models have no lines to repeat, and the check should run the new pair's stages).
@@ -53,7 +53,7 @@ fi
 smoke_round2() {
   for m in code-target:smoke-sequl code-draft:smoke; do
     rm -rf "${OLD:?}/${m%:*}"
-    "$PY" -m jspec.train --preset "${m#*:}" --steps 2 --data "$W/data" --out "$W/runs/round2-${m%:*}" \
+    "$PY" -m jspec.train.train --preset "${m#*:}" --steps 2 --data "$W/data" --out "$W/runs/round2-${m%:*}" \
       --export "$OLD/${m%:*}" > "$W/logs/round2-${m%:*}.log" 2>&1 || return
   done
 }
@@ -63,7 +63,7 @@ smoke_round2() {
 # train-split prompts, when admissible) becomes the new target. 0 when it kept a step better than its start.
 target() {
   for c in $LRS; do
-    stage "target_lr$c" "$TRAIN_END" "$PY" -m jspec.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
+    stage "target_lr$c" "$TRAIN_END" "$PY" -m jspec.train.train --preset "$TARGET_PRESET" --init "$OLD/code-target" \
       --lr "$c" --sequl-slack "$SLACK" --data "$W/data" --out "$W/runs/target_lr$c" --export "$W/cand_lr$c" \
       --time-budget "$(loop_budget "$TRAIN_END")" &
   done
@@ -107,7 +107,7 @@ rotations() {
   # Calibration text as in rounds 1 and 2: every 20th train-split stdlib file (corpus order).
   local files
   files=$("$PY" -c "
-from jspec.data import stdlib_root, corpus_files, is_validation
+from jspec.train.data import stdlib_root, corpus_files, is_validation
 root = stdlib_root()
 print(' '.join(str(root / f) for f in [f for f in corpus_files(root) if not is_validation(f)][::20]))")
   # shellcheck disable=SC2086
@@ -124,7 +124,7 @@ eagle_head() {
   # As checkpoints/code-head was trained (checkpoints/README.md), with the time to HEAD_END.
   local budget=$(( $(left "$HEAD_END") - HEAD_MARGIN ))
   # shellcheck disable=SC2086
-  stage head "$HEAD_END" "$PY" -m jspec.train_head --target "$NEW/code-target" --out "$W/head" \
+  stage head "$HEAD_END" "$PY" -m jspec.train.train_head --target "$NEW/code-target" --out "$W/head" \
     --time-budget "$budget" $HEAD_ARGS && cp -r "$W/head" "$NEW/code-head"
   if [ ! -f "$NEW/code-head/model.safetensors" ]; then
     log "no new head: shipping the round-2 one"
@@ -149,7 +149,7 @@ print({p: m.version(p) for p in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkp
   > "$W/logs/env.log" 2>&1
 cp -r checkpoints "$OLD"  # the shipped pair: the starting point, and what the new pair is measured against
 # shellcheck disable=SC2086
-if stage data "$DATA_END" "$PY" -m jspec.data --out "$W/data" --tokenizer "$OLD/code-target" --filter $DATA_ARGS \
+if stage data "$DATA_END" "$PY" -m jspec.train.data --out "$W/data" --tokenizer "$OLD/code-target" --filter $DATA_ARGS \
     && { [ "$SMOKE" != 1 ] || smoke_round2; }; then
   if target; then
     old_metrics & rotations & eagle_head & { distil_draft; new_pair; } &

@@ -47,7 +47,7 @@ pack() {
 # distil_draft [ENV...]: the carried draft ($OLD) distilled from the new target until DISTIL_END (preset
 # DISTIL_PRESET; ENV, e.g. `env CUDA_VISIBLE_DEVICES=1`, prefixes the command); the carried one ships if it fails.
 distil_draft() {
-  stage distil "$DISTIL_END" "$@" "$PY" -m jspec.train --preset "$DISTIL_PRESET" --data "$W/data" \
+  stage distil "$DISTIL_END" "$@" "$PY" -m jspec.train.train --preset "$DISTIL_PRESET" --data "$W/data" \
     --init "$OLD/code-draft" --teacher "$NEW/code-target" --out "$W/runs/distil" --export "$NEW/code-draft" \
     --time-budget "$(loop_budget "$DISTIL_END")"
   cp "$W/runs/distil/metrics.json" "$REP/draft_distil.json" 2>/dev/null

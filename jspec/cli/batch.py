@@ -1,0 +1,354 @@
+"""Offline batch jobs: JSONL in, JSONL out, resumable, one result or error record per input line.
+
+Input lines: {"id": ..., "prompt": str, optional "max_new_tokens", "temperature", "top_p", "top_k",
+"seed"}. Output lines: {"id", "line", "line_hash", "text", "token_ids", "stats"} or {"id", "line",
+"line_hash", "error": message}, where line is the 1-based input line number and line_hash a fingerprint
+of that line's bytes: exactly one record per non-empty input line. Anything wrong with one line (bad
+JSON or UTF-8, an unknown field, a value out of range, a prompt that does not fit) is that line's error
+record, never the end of the job. Results are appended and flushed batch by batch, so a killed job loses
+at most the batch in flight; a re-run skips every line already answered, after checking that those
+lines have not changed. The output is locked while a job writes it, and a file that is not a jspec
+results file is never written to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from jspec.config import ConfigError, GenerateConfig, SamplingConfig
+from jspec.runtime.engine import pad_rows
+
+# optional per-line fields and the types they must have
+FIELDS = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int}
+KNOWN_FIELDS = ("id", "prompt", *FIELDS)
+RECORD_START = b'{"id": '  # every record the job writes starts so (json.dumps, "id" first)
+BOM = b"\xef\xbb\xbf"
+
+
+class JobError(ValueError):
+    """A job that cannot run without damaging a file or mixing two inputs' results."""
+
+
+@dataclasses.dataclass
+class Job:
+    id: object
+    line: int
+    line_hash: str
+    ids: list[int]
+    max_new: int
+    sampling: SamplingConfig
+
+
+@dataclasses.dataclass
+class Summary:
+    """End-of-run totals of a job or a multi-prompt run."""
+
+    prompts: int = 0
+    errors: int = 0
+    skipped: int = 0  # lines answered by an earlier run of the same job
+    new_tokens: int = 0
+    rounds: int = 0
+    accepted: int = 0
+    proposed: int = 0
+    round_tokens: int = 0  # tokens emitted by rounds (each row's first token comes from the prefill)
+    kv_bytes: int = 0  # the largest batch's KV caches
+    compile_s: float = 0.0
+    decode_s: float = 0.0
+    wall_s: float = 0.0
+
+    def add(self, stats: list[dict]) -> None:
+        """Adds one batch: the per-row stats of one compiled call."""
+        for st in stats:
+            self.prompts += 1
+            self.new_tokens += st["new_tokens"]
+            self.rounds += st["rounds"]
+            self.accepted += st["accepted"]
+            self.proposed += st["lookahead"] * st["rounds"]
+            self.round_tokens += max(st["new_tokens"] - 1, 0)
+            self.kv_bytes = max(self.kv_bytes, st["batch_kv_bytes"])
+        if stats:  # compile and decode time are per batch, repeated in each row
+            self.compile_s += stats[0]["compile_s"]
+            self.decode_s += stats[0]["decode_s"]
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        del d["round_tokens"]
+        d.update(compile_s=round(self.compile_s, 3), decode_s=round(self.decode_s, 3), wall_s=round(self.wall_s, 3),
+                 tokens_per_s=round(_ratio(self.new_tokens, self.wall_s), 1),
+                 decode_tokens_per_s=round(_ratio(self.new_tokens, self.decode_s), 1),
+                 accept_length=round(_ratio(self.round_tokens, self.rounds), 3),
+                 accept_rate=round(_ratio(self.accepted, self.proposed), 3))
+        return d
+
+    def line(self) -> str:
+        d = self.as_dict()
+        skipped = f" ({self.skipped} done before)" if self.skipped else ""
+        spec = f", accept_length {d['accept_length']:.2f}, accept_rate {d['accept_rate']:.2f}" if self.proposed else ""
+        return (f"[summary: {self.prompts} prompts{skipped}, {self.errors} errors, {self.new_tokens} new tokens "
+                f"in {self.wall_s:.1f}s ({d['tokens_per_s']:.1f} tok/s; compile {self.compile_s:.1f}s, decode "
+                f"{self.decode_s:.1f}s at {d['decode_tokens_per_s']:.1f} tok/s){spec}, "
+                f"kv {self.kv_bytes / 2**20:.1f} MiB]")
+
+
+def _ratio(a, b) -> float:
+    return a / b if b else 0.0
+
+
+def fingerprint(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()[:16]
+
+
+def input_lines(data: bytes) -> list[tuple[int, bytes]]:
+    """(1-based number, bytes) of each input line. Split on newlines only: JSON strings may hold U+2028,
+    U+0085 and other characters that str.splitlines() would also split at. A CR before the newline
+    and a UTF-8 byte order mark at the start are dropped."""
+    lines = data.removeprefix(BOM).split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return [(n, line.removesuffix(b"\r")) for n, line in enumerate(lines, 1)]
+
+
+def _key(x):
+    return json.dumps(x, sort_keys=True)
+
+
+def _json(text: str):
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON: {e.msg} at column {e.colno}"
+
+
+def _decode(raw: bytes):
+    """-> (the line's JSON object, None) or (its id or None, error message)."""
+    try:
+        rec, error = _json(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        rec, _ = _json(raw.decode("utf-8", "replace"))  # for the id of the error record only
+        rid = rec.get("id") if isinstance(rec, dict) else None
+        return rid, f"line is not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1})"
+    if error or not isinstance(rec, dict):
+        return None, error or "a line must be a JSON object"
+    return rec, None
+
+
+def _check_fields(rec: dict) -> str | None:
+    """The first problem with a line's fields (unknown, missing or of the wrong type), or None."""
+    unknown = sorted(set(rec) - set(KNOWN_FIELDS))
+    if unknown:  # a typo such as max_new_token must not fall back to the default silently
+        return f"unknown field {unknown[0]!r} (known fields: {', '.join(KNOWN_FIELDS)})"
+    if "prompt" not in rec:
+        return "missing prompt"
+    if not isinstance(rec["prompt"], str):
+        return f"prompt must be a string, got {type(rec['prompt']).__name__}"
+    for name, typ in FIELDS.items():
+        if name in rec and (not isinstance(rec[name], typ) or isinstance(rec[name], bool)):
+            return f"field {name!r} has the wrong type ({type(rec[name]).__name__})"
+    return None
+
+
+def parse_line(raw: bytes, engine, gen: GenerateConfig, base: SamplingConfig):
+    """-> (id, Job fields or an error message)."""
+    rec, error = _decode(raw)
+    if error:
+        return rec, error
+    rid = rec.get("id")
+    if rid is None:
+        return None, "missing id"
+    error = _check_fields(rec)
+    if error:
+        return rid, error
+    sampling = dataclasses.replace(base, **{k: rec[k] for k in ("temperature", "top_p", "top_k", "seed") if k in rec})
+    max_new = rec.get("max_new_tokens", gen.max_new_tokens)
+    try:
+        sampling.validate()
+        ids = engine.prompt_ids(rec["prompt"])
+        engine.check(dataclasses.replace(gen, max_new_tokens=max_new), [len(ids)])
+    except ConfigError as e:
+        return rid, str(e)
+    return rid, dict(ids=ids, max_new=max_new, sampling=sampling)
+
+
+def read_jobs(engine, lines: list[tuple[int, bytes]], done: dict[int, str], gen: GenerateConfig,
+              base: SamplingConfig):
+    """-> (jobs to run, error records to write, number of lines already done)."""
+    jobs, errors, ids, skipped = [], [], set(), 0
+    for n, raw in lines:
+        if not raw.strip():
+            continue
+        rid, job = parse_line(raw, engine, gen, base)
+        if rid is not None and _key(rid) in ids:
+            job = f"duplicate id {rid!r}"  # the first line with an id owns it
+        elif rid is not None:
+            ids.add(_key(rid))
+        if n in done:
+            skipped += 1
+        elif isinstance(job, dict):
+            jobs.append(Job(rid, n, fingerprint(raw), **job))
+        else:
+            errors.append({"id": rid, "line": n, "line_hash": fingerprint(raw), "error": job})
+    return jobs, errors, skipped
+
+
+def check_paths(input_path: Path, output_path: Path) -> None:
+    if not input_path.is_file():
+        raise FileNotFoundError(f"input file {str(input_path)!r} does not exist")
+    same = os.path.samefile(input_path, output_path) if output_path.exists() else (
+        output_path.resolve() == input_path.resolve())
+    if same:  # a symlink or a hard link to the input included
+        raise JobError(f"--output {str(output_path)!r} is the --input file: give another path for the results")
+
+
+def _result_record(line: bytes) -> dict | None:
+    """The record on one output line, or None if the line is not one a job writes."""
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    ok = (isinstance(rec, dict) and "id" in rec and isinstance(rec.get("line"), int)
+          and isinstance(rec.get("line_hash"), str) and ("text" in rec or "error" in rec))
+    return rec if ok else None
+
+
+def answered_lines(data: bytes, path: Path) -> tuple[dict[int, str], int]:
+    """({input line: its fingerprint}, bytes of whole records) of an output file's content; a torn last
+    record (killed mid-write) is not counted. JobError if anything else is in it: a file that a job did not
+    write is never written to."""
+    complete, _, _ = data.rpartition(b"\n")
+    records = [_result_record(line) for line in complete.split(b"\n")] if complete else []
+    if data and (not data.startswith(RECORD_START) or None in records):
+        bad = records.index(None) + 1 if None in records else 1
+        raise JobError(f"{str(path)!r} is not a jspec results file (line {bad} is not a result record): "
+                       "refusing to write to it; give another --output")
+    return {rec["line"]: rec["line_hash"] for rec in records}, len(complete) + bool(complete)
+
+
+def check_resume(done: dict[int, str], lines: list[tuple[int, bytes]], output_path: Path) -> None:
+    """The lines answered in the output must be the input's lines: else its results belong to another input."""
+    now = {n: fingerprint(raw) for n, raw in lines}
+    changed = [n for n, h in sorted(done.items()) if now.get(n) != h]
+    if changed:
+        raise JobError(f"the input has changed since {str(output_path)!r} was written (line {changed[0]} differs "
+                       f"from the line answered there): run again with --restart to discard those results and "
+                       f"start over, or give another --output")
+
+
+def _lock(f, path: Path) -> None:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when f is closed, or the process dies
+    except BlockingIOError:
+        raise JobError(f"another job is writing {str(path)!r} (it holds the file's lock): wait for it to "
+                       "finish, or give another --output") from None
+
+
+@contextlib.contextmanager
+def open_output(path: Path, restart: bool = False):
+    """Yields (the output opened for appending, {answered line: fingerprint}) and holds an exclusive lock on
+    it meanwhile: a second job on the same output is refused, never interleaved. A torn last record is
+    cut off, so that the file stays valid JSONL and the line is redone; restart empties the file."""
+    with path.open("a+b") as f:
+        _lock(f, path)
+        f.seek(0)
+        data = f.read()
+        done, whole = answered_lines(data, path)
+        if restart or whole < len(data):
+            f.truncate(0 if restart else whole)
+        yield f, {} if restart else done
+
+
+def preflight(input_path: Path, output_path: Path, restart: bool = False) -> None:
+    """run_job's checks of its files, writing nothing: the CLI runs them before it loads a model."""
+    check_paths(input_path, output_path)
+    if output_path.is_file():
+        with output_path.open("rb") as f:
+            _lock(f, output_path)
+            done, _ = answered_lines(f.read(), output_path)
+        if not restart:
+            check_resume(done, input_lines(input_path.read_bytes()), output_path)
+
+
+def chunks(jobs: list[Job], size: int, capacity):
+    """Batches of at most `size` jobs, grouped by the compiled program they need: sorted by the cache
+    capacity of each row alone (capacity(job), engine.capacity's bucket), then by max_new (a batch decodes
+    until its last row is done), then cut. Only a batch that straddles two buckets takes the larger: a
+    job compiles at most one program per bucket (all its batches have one size, see batch_rows)."""
+    jobs = sorted(jobs, key=lambda j: (capacity(j), j.max_new, len(j.ids)))
+    return [jobs[i : i + size] for i in range(0, len(jobs), size)]
+
+
+def batch_rows(batch_size: int, n_jobs: int) -> int:
+    """Rows per compiled batch of a job: batch_size, or the power of two that holds a smaller job."""
+    return min(batch_size, 1 << max(n_jobs - 1, 0).bit_length())
+
+
+def run_chunk(engine, chunk: list[Job], gen: GenerateConfig, size: int):
+    """Generates one batch, padded to `size` rows with dummy rows (max_new 0: done at once), so that every
+    batch of a job, the last partial one included, runs a program of the same batch size."""
+    padded = pad_rows([j.ids for j in chunk], [j.sampling for j in chunk], [j.max_new for j in chunk], size)
+    return engine.generate_ids(*padded, gen)[: len(chunk)]
+
+
+def answer(engine, chunk: list[Job], gen: GenerateConfig, size: int) -> list[dict]:
+    """The records of one batch. A row the engine refuses for a reason parse_line did not foresee (a
+    ConfigError, or a value that overflows a device dtype) costs only that row: the batch is retried
+    row by row, and the row that fails alone gets an error record."""
+    try:
+        results = run_chunk(engine, chunk, gen, size)
+    except (ConfigError, OverflowError) as e:
+        if len(chunk) == 1:
+            return [_error(chunk[0], str(e))]
+        return [r for j in chunk for r in answer(engine, [j], gen, size)]
+    return [_record(engine, j, t, st) for j, (t, st) in zip(chunk, results)]
+
+
+def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,
+            batch_size: int, progress: bool = True, restart: bool = False) -> Summary:
+    """Runs a JSONL job; returns the end-of-run summary. Interrupted (Ctrl-C, kill), the output holds whole
+    records only, and the same command resumes it. restart discards the output's records first. The
+    progress bar shows only when stderr is a terminal."""
+    t0 = time.perf_counter()
+    base.validate()
+    engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
+    check_paths(input_path, output_path)
+    lines = input_lines(input_path.read_bytes())
+    with open_output(output_path, restart) as (out, done):
+        check_resume(done, lines, output_path)
+        jobs, errors, skipped = read_jobs(engine, lines, done, gen, base)
+        summary = Summary(errors=len(errors), skipped=skipped)
+        with tqdm(total=len(jobs), unit="row", disable=None if progress else True) as bar:  # None: off if no tty
+            _write(out, errors)
+            size = batch_rows(batch_size, len(jobs))
+            capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
+            for chunk in chunks(jobs, size, capacity):
+                records = answer(engine, chunk, gen, size)
+                _write(out, records)
+                summary.add([r["stats"] for r in records if "stats" in r])
+                summary.errors += sum("error" in r for r in records)
+                bar.update(len(chunk))
+                bar.set_postfix(tok_s=f"{summary.new_tokens / (time.perf_counter() - t0):.0f}")
+    summary.wall_s = time.perf_counter() - t0
+    return summary
+
+
+def _record(engine, job: Job, tokens, stats) -> dict:
+    return {"id": job.id, "line": job.line, "line_hash": job.line_hash,
+            "text": engine.tokenizer.decode(tokens, skip_special_tokens=True), "token_ids": tokens, "stats": stats}
+
+
+def _error(job: Job, message: str) -> dict:
+    return {"id": job.id, "line": job.line, "line_hash": job.line_hash, "error": message}
+
+
+def _write(out, records) -> None:
+    if records:  # one write per batch, so an interrupt almost never tears a record (answered_lines cuts one off)
+        out.write("".join(json.dumps(r) + "\n" for r in records).encode())
+        out.flush()

@@ -1,0 +1,280 @@
+"""python -m jspec.generate: generate text with speculative decoding over an OSCAR INT2 KV cache.
+
+    python -m jspec.generate "def fibonacci(n):"                 # the shipped pair, INT2 OSCAR cache
+    python -m jspec.generate --model DIR --draft none --kv bf16 --json "Hello"
+    python -m jspec.generate --input in.jsonl --output out.jsonl --batch-size 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+# The CLI takes GPU memory as it needs it: preallocating most of an H200, as JAX does by default, costs about
+# a second of every start-up (benchmarks/RESULTS.md, session 9). Set the variable to "true" to preallocate.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+from jspec.config import ATTENTION_IMPLS, MAX_LOOKAHEAD, GenerateConfig, KVConfig, SamplingConfig  # noqa: E402
+
+KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
+CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """A usage error is one line (argparse would print the whole usage block first)."""
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except where the help already says it or there is none to show."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, [], False):
+            return text
+        return super()._get_help_string(action)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m jspec.generate", description=__doc__.split("\n")[0],
+                formatter_class=_HelpFormatter)
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts; '-' reads one prompt from stdin")
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    m = p.add_argument_group("models")
+    m.add_argument("--model", help="target Hugging Face directory (default: the shipped checkpoints/code-target)")
+    m.add_argument("--draft", default="auto",
+                   help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
+                        "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
+                        "'ngram+auto' (the n-gram copy where it matches, the model elsewhere); 'none' (no "
+                        "speculation); 'auto': the shipped draft with the shipped target")
+    m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
+    m.add_argument("--attn", choices=ATTENTION_IMPLS, default="auto",
+                   help="INT2 attention: Pallas kernel (GPU; pallas: the Mosaic wgmma kernel on Hopper, else Triton) "
+                        "or the pure-jnp reference; auto picks by backend")
+    m.add_argument("--mesh", default="auto",
+                   help="devices as 'tp=N,dp=M' (tensor-parallel target x data-parallel batch); "
+                        "auto: every local device data-parallel; none: one device")
+    m.add_argument("--scan-layers", action="store_true",
+                   help="the layers stacked, each forward one loop over them: programs that compile ~4x and load "
+                        "~17x faster, a decode step 0-6%% slower (INT2; BF16 11%% at batch 1, H200)")
+    c = p.add_argument_group("KV cache (OSCAR)")
+    c.add_argument("--kv", choices=("auto", "bf16", "int2"), default="auto",
+                   help="auto: int2 when the model directory holds rotations.safetensors, else bf16")
+    c.add_argument("--sink", type=int, default=KV.sink, help="BF16 sink tokens")
+    c.add_argument("--recent", type=int, default=KV.recent, help="BF16 recent window")
+    c.add_argument("--group-size", type=int, default=KV.group_size, help="INT2 group size (default: head_dim)")
+    c.add_argument("--rotation", choices=("auto", "none", "hadamard", "oscar"), default="auto",
+                   help="auto: oscar when a rotation file exists, else hadamard for int2")
+    c.add_argument("--rotations", help="rotation file (default: MODEL/rotations.safetensors)")
+    c.add_argument("--clip-k", type=float, default=KV.clip_k, help="key clip quantile (<= 0 disables)")
+    c.add_argument("--clip-v", type=float, default=KV.clip_v, help="value clip quantile (<= 0 disables)")
+    c.add_argument("--scale-dtype", choices=("bfloat16", "float32"), default=KV.scale_dtype,
+                   help="dtype of the INT2 scales and zero points")
+    g = p.add_argument_group("generation")
+    g.add_argument("--lookahead", type=_lookahead, default=GEN.lookahead,
+                   help=f"K draft tokens per round (0..{MAX_LOOKAHEAD}), or auto: K per call (0 = no speculation) "
+                        "from costs measured on the device and the acceptance expected")
+    g.add_argument("--max-new-tokens", type=int, default=GEN.max_new_tokens, help="tokens to generate per prompt")
+    g.add_argument("--temperature", type=float, default=SAMPLING.temperature, help="0 is greedy")
+    g.add_argument("--top-k", type=int, default=SAMPLING.top_k, help="0 disables")
+    g.add_argument("--top-p", type=float, default=SAMPLING.top_p, help="1 disables")
+    g.add_argument("--seed", type=int, default=SAMPLING.seed, help="sampling seed (per row in jobs)")
+    o = p.add_argument_group("output and jobs")
+    o.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    o.add_argument("--stream", action="store_true",
+                   help="print each speculative round's tokens as they come (one host sync per round)")
+    o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line")
+    o.add_argument("--output", type=Path,
+                   help="JSONL results (appended; a re-run skips the lines answered, if the input has not changed)")
+    o.add_argument("--restart", action="store_true",
+                   help="discard the results already in --output (a jspec results file) and start the job over")
+    o.add_argument("--batch-size", type=int, default=8, help="prompts (job rows) per compiled batch")
+    o.add_argument("--compile-cache", default=str(CACHE_HOME / "jspec" / "xla"),
+                   help="JAX persistent compilation cache directory ('' disables)")
+    o.add_argument("--compile-cache-gib", type=float, default=4.0,
+                   help="size bound of the compilation cache: the least recently used programs are evicted")
+    return p
+
+
+def _lookahead(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto or an integer, got {text!r}") from None
+
+
+def _check(a) -> None:
+    bad = [(a.max_new_tokens < 1, "--max-new-tokens must be >= 1"),
+           (a.lookahead != "auto" and not 0 <= a.lookahead <= MAX_LOOKAHEAD,
+            f"--lookahead must be auto or in 0..{MAX_LOOKAHEAD}: compile time grows with K and longer rounds "
+            "never pay"),
+           (a.batch_size < 1, "--batch-size must be >= 1"), (a.sink < 0, "--sink must be >= 0"),
+           (a.recent < 1, "--recent must be >= 1"),
+           (not 0 < a.compile_cache_gib < 2**20, "--compile-cache-gib must be a positive size"),
+           (a.restart and a.input is None, "--restart goes with --input and --output"),
+           (a.group_size is not None and a.group_size < 1, "--group-size must be >= 1"),
+           ((a.input is None) != (a.output is None), "--input and --output go together"),
+           (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
+           (a.stream and (a.json or a.input is not None), "--stream prints text: it does not combine with "
+                                                          "--json or --input")]
+    for cond, msg in bad:
+        if cond:
+            raise ValueError(msg)
+
+
+def _configs(a) -> tuple[KVConfig, GenerateConfig, SamplingConfig]:
+    """The run's configs, every value checked (before the slow model load)."""
+    kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
+                  clip_v=a.clip_v, scale_dtype=a.scale_dtype)
+    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
+    sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
+    kv.check_values()
+    gen.validate()
+    sampling.validate()
+    return kv, gen, sampling
+
+
+def _prompts(a) -> list[str]:
+    prompts = [sys.stdin.read().removesuffix("\n") if p == "-" else p for p in a.prompts] + a.prompt
+    if not prompts and a.input is None:
+        raise ValueError("give a prompt (positional, --prompt, or '-' for stdin) or --input")
+    if "" in prompts:  # the library's rule, checked before the model load
+        raise ValueError("empty prompt: give at least one token")
+    return prompts
+
+
+def _summary(r) -> str:
+    s = r.stats
+    spec = f", accept_length {s['accept_length']:.2f}, accept_rate {s['accept_rate']:.2f}" if s["lookahead"] else ""
+    auto = s.get("lookahead_auto")
+    timed = f", costs timed in {auto['measure_s']:.1f}s" if auto and auto["measure_s"] >= 0.05 else ""
+    why = f" (auto: alpha {auto['alpha']:.2f}, predicted {auto['predicted_speedup']:.2f}x{timed})" if auto else ""
+    k = f", {s['draft_mode']} K {s['lookahead']}{why}" if s["draft_mode"] != "none" else ""
+    return (f"[{s['new_tokens']} tokens, {s['rounds']} rounds{k}{spec}, kv {s['kv_mode']} "
+            f"{s['batch_kv_bytes'] / 2**20:.1f} MiB per batch, compile {s['compile_s']:.1f}s, decode {s['decode_s']:.2f}s, "
+            f"{s['batch_tokens_per_s']:.0f} tok/s]")
+
+
+def main(argv=None, interrupts: Interrupts | None = None) -> int:
+    """The CLI; returns the exit status. interrupts: set by cli(), which ends the process on Ctrl-C even
+    while XLA compiles or runs."""
+    try:
+        a = parser().parse_args(argv)
+    except SystemExit as e:  # --help (0), or a usage error already printed on one line (2)
+        return e.code if isinstance(e.code, int) else 0
+    message = "interrupted" + ("; the output holds every finished record: run the same command to resume"
+                               if a.input else "")
+    if interrupts is not None:
+        interrupts.message = message
+    try:
+        _check(a)
+        configs = _configs(a)
+        return _run(a, _prompts(a), *configs)
+    except KeyboardInterrupt:
+        if interrupts is not None:
+            interrupts.wait()
+        print(message, file=sys.stderr)  # main called in-process, without cli()'s watcher
+        return 130
+    except BrokenPipeError:  # not an OSError to report: cli() ends quietly
+        raise
+    except (ValueError, FileNotFoundError, OSError) as e:  # ConfigError and CheckpointError are ValueErrors
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> int:
+    from jspec.cli import batch
+    from jspec.runtime import engine
+
+    if a.compile_cache:
+        engine.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
+    if a.input is not None:
+        batch.preflight(a.input, a.output, a.restart)
+    eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
+                      attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
+    if a.kv == "auto" and not eng.kv.int2:
+        print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
+    if a.input is not None:
+        summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size, restart=a.restart)
+        print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
+        return 0
+    if a.stream:
+        for prompt in prompts:
+            print(prompt, end="", flush=True)
+            for piece in eng.stream(prompt, gen, sampling):
+                print(piece, end="", flush=True)
+            print()
+        return 0
+    t0, summary = time.perf_counter(), batch.Summary()
+    for i in range(0, len(prompts), a.batch_size):  # --batch-size prompts per compiled call
+        results = eng.generate(prompts[i : i + a.batch_size], gen, sampling)
+        summary.add([r.stats for r in results])
+        for r in results:
+            if a.json:
+                print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats}))
+            else:
+                print(r.prompt + r.text)
+                print(_summary(r))
+    if len(prompts) > 1:  # the end-of-run summary, on stderr so that stdout stays one record per prompt
+        summary.wall_s = time.perf_counter() - t0
+        print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
+    return 0
+
+
+class Interrupts:
+    """Ctrl-C ends the process at any stage, with status 130. Python raises KeyboardInterrupt only between
+    bytecodes: while XLA compiles or runs a program (minutes for a large one) it would wait, and the GIL can
+    stay taken until the compile ends. So a watcher thread reads the byte that the C-level signal handler
+    writes to a wakeup pipe, prints the message and ends the process at once, needing nothing from the main
+    thread. A job's output keeps whole records: one write per batch, and a torn record is cut on resume."""
+
+    def __init__(self):
+        self.message = "interrupted"
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)
+        threading.Thread(target=self._watch, args=(r,), daemon=True).start()
+
+    def _watch(self, r: int) -> None:
+        while os.read(r, 1) != bytes([signal.SIGINT]):
+            pass
+        os.write(2, (self.message + "\n").encode())  # os.write: no lock that the main thread may hold
+        os._exit(130)
+
+    @staticmethod
+    def wait() -> None:
+        """For a main thread that got the KeyboardInterrupt too: the watcher is ending the process."""
+        time.sleep(10)
+
+
+def cli(argv=None) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # what was printed is out, even if Ctrl-C ends the process
+    try:
+        rc = main(argv, interrupts=Interrupts())
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:  # `| head`: the reader has gone, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, as a tool killed by the signal would
+
+
+def run(argv=None) -> None:
+    """The process's entry: cli, then exit at once."""
+    status = cli(argv)
+    sys.stderr.flush()
+    # Everything is written by now (job records at each batch, the compilation cache at each compile):
+    # skip the interpreter's teardown of JAX's client, caches and modules, about a second on CPU.
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    run()

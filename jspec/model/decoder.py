@@ -1,0 +1,358 @@
+"""The Llama-family decoder (Llama 2/3, Mistral, Qwen2, Qwen3) as pure functions over pytrees.
+
+forward(params, cfg, tokens, cache) -> (logits, new rows). Prefill, decode and K+1 verification are
+the same call with a different token count. The forward never writes the cache: it returns the K/V
+rows it computed so that the caller commits only what it accepts (kvcache.commit).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jspec import struct
+from jspec.attention.rule import attend
+from jspec.cache.kvcache import KVCache
+from jspec.config import ModelConfig
+from jspec.kernels.add_norm import add_norm, supported as add_norm_supported
+from jspec.numerics import logits_f32
+
+
+@struct.dataclass
+class Layer:
+    attn_norm: jax.Array  # [E]
+    # q, k and v in one matmul. Slots per KV head h: 0..g-1 its query heads h*g.., g its k, g+1 its
+    # v (R_V folded in when rotated); grouped by KV head so that a tp shard of axis 1 holds all three.
+    wqkv: jax.Array  # [E, Hkv, g + 2, D]
+    wo: jax.Array  # [Hq*D, E]; R_V^T folded in per head when rotated
+    mlp_norm: jax.Array  # [E]
+    w_gu: jax.Array  # [E, 2, F]: gate, up in one matmul
+    w_down: jax.Array  # [F, E]
+    bqkv: jax.Array | None = None  # [Hkv, g + 2, D] Qwen2, slots as in wqkv
+    q_norm: jax.Array | None = None  # [D] Qwen3
+    k_norm: jax.Array | None = None  # [D]
+    rot_k: jax.Array | None = None  # [Hkv, D, D] f32, R_K transposed: q and k after RoPE times R_K (rotate)
+
+
+@struct.dataclass
+class Params:
+    embed: jax.Array  # [V, E]
+    layers: tuple[Layer, ...]
+    norm: jax.Array  # [E]
+    lm_head: jax.Array | None = None  # [E, V]; None when tied to embed
+
+
+def rms_norm(x, w, eps):
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (xf * w.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
+    """Inverse frequencies [D/2] in float64, with llama3 scaling when the config asks for it."""
+    D = cfg.head_dim
+    inv = 1.0 / cfg.rope_theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    if cfg.rope_llama3 is None:
+        return inv
+    factor, low, high, orig = cfg.rope_llama3
+    wavelen = 2 * math.pi / inv
+    smooth = (orig / wavelen - low) / (high - low)
+    scaled = np.where(wavelen > orig / low, inv / factor, inv)
+    mid = (wavelen <= orig / low) & (wavelen >= orig / high)
+    return np.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+
+
+def rope_tables(cfg: ModelConfig, pos):
+    """(cos, sin) [B, n, D] f32 at positions pos [B, n] for apply_rope; sin carries rotate-half's sign."""
+    inv_freq = rope_frequencies(cfg)
+    D = cfg.head_dim
+    freq = np.concatenate([inv_freq, inv_freq])  # [D]: both halves turn at the same frequencies
+    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(freq, jnp.float32)  # [B, n, D]
+    sign = np.where(np.arange(D) < D // 2, -1.0, 1.0)
+    return jnp.cos(ang), jnp.sin(ang) * jnp.asarray(sign, jnp.float32)
+
+
+def apply_rope(x, cos, sin):
+    """x [B, n, ..., D] with rope_tables' cos, sin [B, n, D] (or tables already of x's rank, broadcast over it);
+    HF's rotate-half convention.
+
+    As x * cos + swap(x) * sin over the whole row (swap exchanges the halves): the same products and sums
+    as [x1 cos - x2 sin, x2 cos + x1 sin], without a concatenation, so it fuses with what reads it.
+    """
+    D = x.shape[-1]
+    if cos.ndim < x.ndim:
+        cos, sin = (t.reshape(*t.shape[:2], *(1,) * (x.ndim - 3), D) for t in (cos, sin))  # over the head axes
+    xf = x.astype(jnp.float32)
+    swapped = jnp.flip(xf.reshape(*x.shape[:-1], 2, D // 2), axis=-2).reshape(x.shape)
+    return (xf * cos + swapped * sin).astype(x.dtype)
+
+
+def qkv_slots(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
+    """[B, n, Hkv, g + 2, D], wqkv's layout: each KV head's g query rows (slots 0..g-1), its k row (slot g) and
+    its v row (slot g + 1); q and k after the norms, RoPE and R_K when the layer has one (x_rot = x @ R_K per KV
+    head; q.k is unchanged since R_K is orthogonal). rope: rope_tables(cfg, pos) when the caller has them (one
+    pair for all layers). split_slots gives q, k and v.
+
+    All slots go through each op together, v's as an identity (RoPE at angle 0, R_K = I: exact), so that a decode
+    or verification step makes the whole array at once (two small kernels at batch 1: RoPE, then R_K) and the
+    Pallas window kernel reads it whole: q, k and v as arrays of their own took two more copies per layer for the
+    call (H200, session 27: 632 -> 568 kernels per 8B step). A prefill's chunk joins v to them in one copy.
+    """
+    B, n, _ = h.shape
+    g, D = cfg.q_per_kv, cfg.head_dim
+    y = jnp.einsum("bne,ehjd->bnhjd", h, lp.wqkv)  # [B, n, Hkv, g + 2, D]
+    if lp.bqkv is not None:
+        y = y + lp.bqkv
+    is_v = np.arange(g + 2)[:, None] == g + 1  # [g + 2, 1]
+    if lp.q_norm is not None:
+        w = jnp.where(np.arange(g + 2)[:, None] < g, lp.q_norm, lp.k_norm)  # [g + 2, D], not a concatenation
+        y = jnp.where(is_v, y, rms_norm(y, w, cfg.rms_eps))
+    cos, sin = rope if rope is not None else rope_tables(cfg, pos)
+    y = apply_rope(y, *slot_tables(cos, sin, is_v))
+    if lp.rot_k is None:
+        return y
+    if B * n > SMALL_ROTATE:  # a GEMM over the q and k slots
+        return jnp.concatenate([rotate(y[..., : g + 1, :], lp.rot_k), y[..., g + 1:, :]], axis=-2)
+    eye = np.eye(D, dtype=np.float32)
+    return rotate(y, jnp.where(is_v[:, :, None], eye, lp.rot_k.astype(jnp.float32)[:, None]))  # [Hkv, g + 2, D, D]
+
+
+def slot_tables(cos, sin, is_v):
+    """rope_tables' cos, sin [B, n, D] for each slot of qkv_slots' array: [B, n, 1, g + 2, D], (1, 0) (RoPE at angle
+    0) where is_v [g + 2, 1] marks v's slot."""
+    return tuple(jnp.where(is_v, fill, t[:, :, None, None, :]) for t, fill in ((cos, 1.0), (sin, 0.0)))
+
+
+def split_slots(y, cfg: ModelConfig):
+    """qkv_slots' array -> q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D] (query head h*g + j is slot j of
+    KV head h)."""
+    B, n, _, _, D = y.shape
+    g = cfg.q_per_kv
+    return y[..., :g, :].reshape(B, n, cfg.num_heads, D), y[..., g, :], y[..., g + 1, :]
+
+
+def qkv(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
+    """q [B, n, Hq, D], k [B, n, Hkv, D] and v [B, n, Hkv, D]: qkv_slots, split."""
+    return split_slots(qkv_slots(lp, cfg, h, pos, rope), cfg)
+
+
+# Up to this many tokens per forward (B x n: decode, verification) R_K is applied as a broadcast product
+# and a sum, which XLA fuses with RoPE before it into one small kernel; more tokens (prefill) take a GEMM.
+SMALL_ROTATE = 32
+
+
+def rotate(x, rot_t):
+    """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k), or
+    [Hkv, j, D, D] one per slot (small products only), in x.dtype (f32 accumulation either way). Transposed, the
+    small product reduces over rot_t's minor axis and reads it as it lies: kept as R, XLA converted and
+    transposed it in a kernel of its own every step (benchmarks/NOTES.md, session 11)."""
+    B, n = x.shape[:2]
+    if B * n > SMALL_ROTATE:
+        return jnp.einsum("bnhjd,hed->bnhje", x, rot_t.astype(x.dtype))
+    per_slot = rot_t if rot_t.ndim == 4 else rot_t[:, None]
+    prod = x.astype(jnp.float32)[..., None, :] * per_slot.astype(jnp.float32)  # [B, n, Hkv, j, D, D]
+    return prod.sum(-1).astype(x.dtype)
+
+
+def mlp(lp: Layer, x):
+    y = jnp.einsum("bne,ejf->bnjf", x, lp.w_gu)  # [B, n, 2, F]
+    return (jax.nn.silu(y[..., 0, :]) * y[..., 1, :]) @ lp.w_down
+
+
+def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
+            attn_impl: str = "reference"):
+    """tokens [B, n] at positions cache.length + 0..n-1 (0..n-1 without a cache).
+
+    Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
+    [B, n, Hkv, D] (stacked layers: one [L, B, n, Hkv, D] array) in the cache's rotated basis, for
+    kvcache.commit.
+    """
+    logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl)
+    return logits, kv
+
+
+def stack_layers(params: Params) -> Params:
+    """params with its layers as one Layer whose arrays have a leading layer axis [L, ...]. forward then runs
+    them as one lax.scan over that axis, so a compiled program holds one layer's ops instead of L copies: a
+    second process's load grows with the unrolled layers (issue 14; benchmarks/NOTES.md, session 21). Its caches
+    must be stacked too (kvcache.init_cache(stacked=True)), and its programs compiled with compile_options (the
+    engine does). Both forms live on the device until the tuple is dropped."""
+    if is_stacked(params):
+        return params
+    return params.replace(layers=jax.tree.map(lambda *xs: jnp.stack(xs), *params.layers))
+
+
+def is_stacked(params: Params | None) -> bool:
+    return params is not None and isinstance(params.layers, Layer)
+
+
+# XLA's options for a program whose layers are stacked, on a GPU: cuBLAS GEMMs (not XLA's Triton ones) that the
+# dynamic-slice fusion hands an address inside the stacked weights. Without them XLA copies each layer's weights
+# out of the stack first: 8.42 against 2.80 ms for 32 layers of the 8B MLP at one token; with them 2.92 ms
+# (H200, benchmarks/results/logs21/scan_probe.py, session 21). XLA on the CPU ignores them.
+SCAN_OPTIONS = {"xla_gpu_enable_dynamic_slice_fusion": True, "xla_gpu_enable_triton_gemm": False}
+
+
+def compile_options(*params: Params | None) -> dict | None:
+    """The compiler options of a program over these models' weights: SCAN_OPTIONS if any is stacked."""
+    return dict(SCAN_OPTIONS) if any(is_stacked(p) for p in params) else None
+
+
+def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None, taps: tuple[int, ...], *,
+                 attn_impl: str = "reference"):
+    """forward, and the residual stream entering each layer j of taps (j = L: after the last layer, before
+    the final norm), concatenated in taps' order: [B, n, len(taps) * E] (an EAGLE-3 head's input)."""
+    B, n = tokens.shape
+    length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
+    pos = length[:, None] + jnp.arange(n)  # [B, n]
+    kv = cache.kv if cache is not None else None
+    x = params.embed[tokens]
+    # One pair of tables for all layers, kept apart by the barrier: each layer's RoPE is then a few
+    # multiplies that fuse into what reads them (R_K), not sines and cosines of its own.
+    rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
+    if cache is not None and cache.stacked != is_stacked(params):
+        raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
+    L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
+    fused = fused_norms(cfg.hidden_size)
+    y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
+    if is_stacked(params):
+        def layer(carry, xs):
+            x, y, i = carry
+            lp, layer_cache = xs
+            if layer_cache is not None:
+                layer_cache = layer_cache.replace(window_stacks=(cache.layers.k, cache.layers.v, i))
+            norms = (params.layers.attn_norm, params.layers.mlp_norm, i)  # read in place by the fused norms
+            entering, x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, norms, cfg=cfg, kv=kv,
+                                          attn_impl=attn_impl, fused=fused)
+            return (x, y, i + 1), (k, v, entering if taps else None)
+
+        # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
+        xs = (params.layers, getattr(cache, "layers", None))
+        (x, y, _), (new_k, new_v, entering) = jax.lax.scan(layer, (x, y, jnp.int32(0)), xs)
+        tapped = {j: entering[j] for j in taps if j < L}
+    else:
+        new_k, new_v, tapped = [], [], {}
+        for i, lp in enumerate(params.layers):
+            with jax.named_scope(f"layer{i}"):
+                layer_cache = cache.layers[i] if cache is not None else None
+                tapped[i], x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, cfg=cfg, kv=kv,
+                                               attn_impl=attn_impl, fused=fused)
+                new_k.append(k)
+                new_v.append(v)
+    tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, fused)
+    head = params.embed.T if params.lm_head is None else params.lm_head
+    logits = logits_f32(x, head)
+    features = jnp.concatenate([tapped[j] for j in taps], -1) if taps else None
+    return logits, (new_k, new_v), features
+
+
+def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, cfg: ModelConfig, kv,
+          attn_impl: str, fused: bool = False):
+    """One decoder layer over the residual x + y [B, n, E] at positions pos [B, n] (rope: their rope_tables). y is
+    the last layer's MLP output, added here by the first norm. Returns the residual entering the
+    layer, the residual after its attention, its MLP's output (the next layer's y) and its new k and v rows.
+    fused: each residual add and the norm after it in one kernel (add_rms_norm). norm_stacks (stacked layers: the
+    scan's body): the [L, E] stacks of both norms' weights and this layer's index, for the kernel to read in place.
+    """
+    B, n, _ = x.shape
+    attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
+    entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
+    # One bf16 array that attention and the commit both read (behind the barrier: else XLA kept the f32 sums for the
+    # commit's copy and rounded them again in a kernel of its own, H200 session 27)
+    slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, pos, rope))
+    q, k, v = split_slots(slots, cfg)
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv=slots).reshape(B, n, -1)
+    x, h = add_rms_norm(entering, o @ lp.wo, mlp_norm, cfg.rms_eps, fused, index)
+    return entering, x, mlp(lp, h), k, v
+
+
+# The residual adds and the norms after them in one Pallas kernel each on GPUs (pallas/add_norm.py), where XLA runs
+# three (FUSED_NORMS: a switch for A/B runs), for models at least FUSED_WIDTH wide: measured at 4096 (the 8B shape,
+# session 23). Narrower models (the shipped pair: 384 and 256) stay in XLA, whose fusions the shipped autotuning
+# results cover; each kernel shape would add a Triton compile to their cold start, for a gain not measured.
+FUSED_NORMS, FUSED_WIDTH = True, 1024
+
+
+def fused_norms(width: int) -> bool:
+    """Whether forwards of a model this wide take add_rms_norm's kernel: on a GPU, without a mesh (a Pallas call takes
+    whole arrays: under GSPMD it would gather the sharded rows onto every device)."""
+    return (FUSED_NORMS and width >= FUSED_WIDTH and jax.default_backend() == "gpu"
+            and jax.sharding.get_abstract_mesh().empty)
+
+
+def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):
+    """(s, rms_norm(s, w)) for s = x + y, the residual x and a layer's output y; w [E], or with layer (an index) a
+    [L, E] stack. fused: in one Pallas kernel where it takes the rows (pallas/add_norm.py), else in XLA."""
+    if fused and add_norm_supported(x.size // x.shape[-1], x.shape[-1]):
+        return _fused_add_norm(x, y, w, layer, eps)
+    return _xla_add_norm(x, y, w, layer, eps)
+
+
+def _xla_add_norm(x, y, w, layer, eps):
+    s = x + y
+    return s, rms_norm(s, w if layer is None else w[layer], eps)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _fused_add_norm(x, y, w, layer, eps):
+    """The kernel, differentiated as XLA's path (a Pallas call has no derivative of its own: training takes it)."""
+    return add_norm(x, y, w, layer, eps=eps, interpret=jax.default_backend() != "gpu")
+
+
+def _fused_add_norm_fwd(x, y, w, layer, eps):
+    return _fused_add_norm(x, y, w, layer, eps), (x, y, w, layer)
+
+
+def _fused_add_norm_bwd(eps, saved, cotangents):
+    x, y, w, layer = saved
+    _, vjp = jax.vjp(lambda x, y, w: _xla_add_norm(x, y, w, layer, eps), x, y, w)
+    return (*vjp(cotangents), None)  # the layer index: an integer, no cotangent
+
+
+_fused_add_norm.defvjp(_fused_add_norm_fwd, _fused_add_norm_bwd)
+
+
+# A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the
+# compiled program is unchanged); unrolled Python, the body was traced and lowered once per layer.
+_block = jax.jit(block, static_argnames=("cfg", "kv", "attn_impl", "fused"))
+
+
+def fuse_qkv(q, k, v, cfg: ModelConfig, xp=jnp):
+    """q [..., Hq*D], k and v [..., Hkv*D] (HF's output order) -> [..., Hkv, g + 2, D], wqkv's layout.
+    xp: jnp, or np to lay weights out on the host (checkpoint loading)."""
+    heads = lambda x: x.reshape(*x.shape[:-1], cfg.num_kv_heads, -1, cfg.head_dim)  # [..., Hkv, n, D]
+    return xp.concatenate([heads(q), heads(k), heads(v)], axis=-2)
+
+
+def unfuse_qkv(x, cfg: ModelConfig):
+    """fuse_qkv's inverse: x [..., Hkv, g + 2, D] -> q [..., Hq*D], k and v [..., Hkv*D]."""
+    g = cfg.q_per_kv
+    flat = lambda y: y.reshape(*y.shape[:-3], -1)
+    return flat(x[..., :g, :]), flat(x[..., g, None, :]), flat(x[..., g + 1, None, :])
+
+
+def init_params(cfg: ModelConfig, key, dtype=jnp.float32, std: float = 0.02) -> Params:
+    """Random weights (normal(0, std), norms at 1) for tests, benchmarks and training from scratch."""
+    E, F, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    Hq, Hkv = cfg.num_heads * D, cfg.num_kv_heads * D
+    keys = iter(jax.random.split(key, 11 * cfg.num_layers + 2))
+    w = lambda *shape: (std * jax.random.normal(next(keys), shape, jnp.float32)).astype(dtype)
+    ones = lambda n: jnp.ones((n,), dtype)
+
+    def layer():
+        # Each HF projection is drawn on its own key, then fused: a seed gives the same model whether
+        # the projections are stored apart or fused (tests and training runs are pinned to seeds).
+        bias = dict(bqkv=fuse_qkv(w(Hq), w(Hkv), w(Hkv), cfg)) if cfg.qkv_bias else {}
+        norms = dict(q_norm=ones(D), k_norm=ones(D)) if cfg.qk_norm else {}
+        wqkv, wo = fuse_qkv(w(E, Hq), w(E, Hkv), w(E, Hkv), cfg), w(Hq, E)
+        w_gu = jnp.stack([w(E, F), w(E, F)], axis=1)  # [E, 2, F]
+        return Layer(attn_norm=ones(E), wqkv=wqkv, wo=wo, mlp_norm=ones(E), w_gu=w_gu, w_down=w(F, E),
+                     **bias, **norms)
+
+    layers = tuple(layer() for _ in range(cfg.num_layers))
+    lm_head = None if cfg.tie_embeddings else w(E, cfg.vocab_size)
+    return Params(w(cfg.vocab_size, E), layers, ones(E), lm_head)

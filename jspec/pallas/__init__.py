@@ -1,1 +1,0 @@
-"""Pallas GPU kernels; each module = kernel + wrapper + pure-jnp reference."""

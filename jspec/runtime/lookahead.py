@@ -1,0 +1,381 @@
+"""Choosing the lookahead K of a generate call (`GenerateConfig(lookahead="auto")`), K = 0 included.
+
+With a per-draft acceptance alpha, a round with K drafts emits E(K) = (1 - alpha^(K+1)) / (1 - alpha)
+tokens and costs draft(K) + verify(K + 1); plain decoding emits one token per verify(1). The predicted
+speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best one is taken, or 0
+(no speculation) unless the best beats plain decoding by MIN_GAIN.
+
+- Costs are measured on the device by a few small jitted loops (a target forward over n tokens per row
+  for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one n-gram lookup),
+  once per batch size and power of two of the cache capacity (cost_shape: a measurement costs seconds of
+  compiling; keyed by the exact capacity, every batch of a job paid for its own), and kept in memory and on
+  disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). Files
+  of the same names shipped in SHIPPED (costs measured on the GPUs jspec is tuned on, for the README
+  command) are read where the disk cache has none: a first run on such a GPU skips the measurement. The
+  ordinary round overhead (accept, emit, loop) is left out of both sides, which favours plain decoding:
+  the gain is under- rather than over-estimated.
+- alpha is a prior per draft mode (PRIOR_ALPHA, from the shipped pair's measured acceptance), moved
+  towards what the engine's earlier calls in that mode and batch size measured (an online estimate).
+- A batch runs in lockstep: its rounds go on until its slowest row is done, so what a call gains is set
+  by that row, not by the mean row. Rows differ (one prompt is copied text, another fresh code), and
+  the more rows, the further the slowest falls below the mean: on the H200 at batch 8 and 32 the
+  mean-row estimate predicted 1.3-2.4x where 0.9-1.3x was measured. So a call is learnt from as its
+  slowest row (observe_batch), per batch bucket, and the prior of a bucket not yet seen is lowered by
+  the expected minimum of B rows (prior).
+Measuring never touches the caller's arrays or random streams, so the choice changes speed only: greedy
+output is the same for every K; a sampled output follows the same distribution for every K, though
+which sample a seed gives depends on K (fix `lookahead` to reproduce a sample across machines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import statistics
+import time
+import typing
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jspec.cache import kvcache
+from jspec.config import KVConfig
+from jspec.decode import loop as decode, ngram
+from jspec.model.decoder import compile_options, is_stacked
+from jspec.model.sampling import Sampler
+from jspec.runtime import programs, sharding
+
+CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # K tried by auto (<= config.MAX_LOOKAHEAD): few programs to compile
+VERIFY_POINTS = (1, 5, 17)  # tokens per row at which the target forward is timed
+MIN_GAIN = 1.05  # speculate only if predicted at least this much faster than plain decoding
+# Per-draft acceptance before a call has measured one: a little under the shipped pair's on held-out code
+# (greedy, K = 4: model 0.39 at batch 1; ngram 0.52 and ngram+model 0.68 at batch 8).
+# "head": EAGLE-3's published chain acceptance (tau 2.8-3.5 at K = 7 on Llama-3.1-8B: alpha about 0.65-0.75),
+# taken lower for the short training runs a head gets here; the online estimate corrects it after one call.
+PRIOR_ALPHA = {"model": 0.4, "ngram": 0.45, "ngram+model": 0.55, "head": 0.6}
+PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
+# Spread of per-row alpha across prompts: the slowest of B rows sits about ROW_SPREAD * sqrt(2 ln B) below
+# the mean (the expected maximum of B normals). Fitted to the shipped pair at batch 32 on the H200 (mean
+# alpha 0.59-0.61, effective 0.27-0.37).
+ROW_SPREAD = 0.07
+_VERSION = 4  # bump when what is timed or stored changes: old files on disk are then ignored (2: the head step
+# got faster, session 6; 3: every part stores a list of times; 4: a draft step feeds two rows, session 11)
+# Cost files as cache_root()/lookahead holds them, measured on an H200 for the README command's shapes, shipped
+# beside XLA's autotuning results (engine.AUTOTUNE_DIR): a key names the device kind, JAX, the models and shapes,
+# so elsewhere none matches and the costs are measured.
+SHIPPED = Path(__file__).parents[1] / "autotune" / "lookahead"
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """Seconds per step, measured on one device, batch and capacity."""
+
+    verify: tuple[tuple[int, float], ...]  # (n, target forward + commit over n tokens per row), ascending n
+    draft_step: float = 0.0  # one draft-model token per row: a forward of two rows, commit, draw (decode.draft_model)
+    ngram: float = 0.0  # one n-gram lookup over the history and its update
+    head_step: float = 0.0  # one EAGLE-3 head token per row (forward + commit + draw)
+
+    def verify_at(self, n: int) -> float:
+        """Piecewise-linear between the measured n (the cost is flat, then linear: an upper bound)."""
+        ns, ts = zip(*self.verify)
+        return float(np.interp(n, ns, ts))
+
+    def draft(self, mode: str, K: int) -> float:
+        """One round's drafting: K draft-model tokens (K forwards, the first also resyncs) and/or a lookup.
+        ngram+model is costed as if the model ran every round (it skips its K - 1 steps when every row
+        matches): an upper bound. A head round is its resync forward (K + 1 pairs, costed as one step: both
+        read the same weights) and K - 1 steps; its features come with the verify forward (one fc matmul,
+        not timed: the verify is timed without it)."""
+        if mode == "head":
+            return K * self.head_step
+        model = K * self.draft_step if mode in ("model", "ngram+model") else 0.0
+        return model + (self.ngram if mode in ("ngram", "ngram+model") else 0.0)
+
+    def as_ms(self) -> dict:
+        return dict(verify={str(n): round(t * 1e3, 4) for n, t in self.verify},
+                    draft_step=round(self.draft_step * 1e3, 4), ngram=round(self.ngram * 1e3, 4),
+                    head_step=round(self.head_step * 1e3, 4))
+
+
+def expected_tokens(alpha: float, K: int) -> float:
+    """Tokens emitted per round with K drafts, each accepted with probability alpha after its predecessor."""
+    return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
+
+
+def speedup(costs: Costs, mode: str, alpha: float, K: int) -> float:
+    """Predicted tokens/s with K drafts over tokens/s of plain decoding (1 at K = 0)."""
+    if K == 0:
+        return 1.0
+    return expected_tokens(alpha, K) * costs.verify_at(1) / (costs.draft(mode, K) + costs.verify_at(K + 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The K of one call and why: for the call's stats."""
+
+    K: int
+    mode: str
+    alpha: float
+    alpha_from: str  # "prior" or "N drafts measured"
+    speedup: float  # predicted, at K
+    costs: Costs
+    measure_s: float = 0.0  # seconds this call spent getting the costs: compiling and timing, or reading them
+
+    def stats(self) -> dict:
+        return dict(K=self.K, mode=self.mode, alpha=round(self.alpha, 3), alpha_from=self.alpha_from,
+                    predicted_speedup=round(self.speedup, 3), costs_ms=self.costs.as_ms(),
+                    measure_s=round(self.measure_s, 3))
+
+
+def choose(costs: Costs, mode: str, alpha: float, k_max: int) -> tuple[int, float]:
+    """(K, predicted speed-up): the best candidate K <= k_max, or (0, 1.0) if none gains MIN_GAIN."""
+    best = max(((speedup(costs, mode, alpha, K), K) for K in CANDIDATES if K <= k_max), default=(1.0, 0))
+    return (best[1], best[0]) if best[0] >= MIN_GAIN else (0, 1.0)
+
+
+# ----------------------------------------------------------------------------- acceptance estimate
+
+
+def alpha_from_accepted(mean_accepted: float, K: int) -> float:
+    """The per-draft alpha whose expected accepted drafts per round, sum_{i=1..K} alpha^i, is the mean
+    measured (bisection: the sum grows with alpha)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, K) - 1 < mean_accepted else (lo, mid)
+    return lo
+
+
+def batch_bucket(B: int) -> int:
+    """The power of two at or above B: calls of similar batch share one acceptance estimate."""
+    return 1 << max(B - 1, 0).bit_length()
+
+
+def prior(mode: str, B: int) -> float:
+    """PRIOR_ALPHA of the mode for one row, lowered to the expected slowest of B rows."""
+    return max(PRIOR_ALPHA[mode] - ROW_SPREAD * float(np.sqrt(2 * np.log(B))), 0.0)
+
+
+def observe_batch(seen: tuple[float, float], K: int, rounds, count) -> tuple[float, float]:
+    """observe() for a call's rows (rounds and tokens emitted per row): as one row that took the batch's
+    most rounds to emit its most tokens, the pace the batch ran at (count = 1 + rounds + accepted)."""
+    rounds, count = np.asarray(rounds), np.asarray(count)
+    if rounds.size == 0:
+        return seen
+    r = int(rounds.max())
+    return observe(seen, K, r, max(int(count.max()) - 1 - r, 0))
+
+
+def observe(seen: tuple[float, float], K: int, rounds: int, accepted: int) -> tuple[float, float]:
+    """Adds one call to seen = (drafts proposed, alpha-weighted drafts); a call without drafts adds nothing."""
+    if K == 0 or rounds == 0:
+        return seen
+    n = K * rounds
+    return seen[0] + n, seen[1] + n * alpha_from_accepted(accepted / rounds, K)
+
+
+def estimate(mode: str, seen: tuple[float, float], B: int = 1) -> tuple[float, str]:
+    """(alpha, where it comes from): the prior at batch B, pulled towards the measured calls by their drafts."""
+    n, weighted = seen
+    alpha = (PRIOR_WEIGHT * prior(mode, B) + weighted) / (PRIOR_WEIGHT + n)
+    return alpha, (f"{int(n)} drafts measured" if n else "prior")
+
+
+# --------------------------------------------------------------------------------------- measuring
+
+
+@dataclasses.dataclass
+class _Loop:
+    """A jitted loop of `steps` steps of step(m, carry) -> carry, lowered for the shapes of make()'s carry.
+    make() builds the carry again for timing: loops are lowered and compiled together (programs.compile_all), and
+    their carries (caches as large as the caller's) are alive one at a time."""
+
+    lowered: jax.stages.Lowered
+    m: decode.Models
+    make: typing.Callable
+    steps: int
+    options: dict | None = None  # XLA's compiler options (model.compile_options)
+
+
+def _loop(step, m: decode.Models, make, steps: int) -> _Loop:
+    run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), make())
+    return _Loop(run.lower(m, shapes), m, make, steps, compile_options(m.target, m.draft))
+
+
+def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
+    """Median seconds of one step of a compiled loop: a warm-up call, then up to `reps` timed calls while
+    they fit in budget_s (a slow device needs fewer to average)."""
+    carry, times = loop.make(), []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        carry = jax.block_until_ready(run(loop.m, carry))
+        times.append(time.perf_counter() - t0)
+        if sum(times) > budget_s and len(times) >= 2:
+            break
+    return statistics.median(times[1:]) / loop.steps
+
+
+def _per_step(step, m: decode.Models, carry, steps: int) -> float:
+    """Median seconds of one step(m, carry) -> carry, timed as jitted loops of `steps` steps (one loop alone)."""
+    loop = _loop(step, m, lambda: carry, steps)
+    return _time(loop.lowered.compile(compiler_options=loop.options), loop)
+
+
+def _forward_step(forward):
+    """A forward over the carried tokens, the commit of nothing (the length, so the cost, stays) and the
+    argmax of every position, fed back as the next tokens."""
+    def step(m, carry):
+        tok, cache = carry
+        logits, (k, v) = forward(m, tok, cache)
+        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
+        return jnp.argmax(logits, -1).astype(jnp.int32), cache
+
+    return step
+
+
+def _at(cache, context: int, tok, mesh, heads: bool = True):
+    cache = cache.replace(length=jnp.full(cache.length.shape, context, jnp.int32))
+    if mesh is not None:
+        cache, tok = sharding.shard_cache(cache, mesh, heads), sharding.shard_batch(tok, mesh)
+    return tok, cache
+
+
+def _target_loop(m: decode.Models, kv: KVConfig, B, capacity, context, n: int, dtype, mesh, steps) -> _Loop:
+    cache = lambda: kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1, is_stacked(m.target))
+    make = lambda: _at(cache(), context, jnp.zeros((B, n), jnp.int32), mesh)
+    step = _forward_step(lambda m, tok, cache: m.target_forward(tok, cache))
+    return _loop(step, m.replace(draft=None), make, steps)
+
+
+def _draft_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    """One draft-model token: a forward of two rows, as decode.draft_model's steps."""
+    cache = lambda: kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype, 0, is_stacked(m.draft))
+    make = lambda: _at(cache(), context, jnp.zeros((B, 2), jnp.int32), mesh, heads=False)
+    step = _forward_step(lambda m, tok, cache: m.draft_forward(tok, cache))
+    return _loop(step, m.replace(target=None), make, steps)
+
+
+def _head_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    """One head token: a forward on the token and the head's own last feature, the commit, the greedy draw."""
+    def step(m, carry):
+        tok, h, cache = carry
+        h, (k, v) = m.head_hidden(tok, h, cache)
+        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
+        return decode.draw_head(m, None, h, Sampler.make(tok.shape[0]))[0], h, cache
+
+    def make():
+        cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
+        tok, cache = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
+        h = jnp.zeros((B, 1, m.target_cfg.hidden_size), dtype)
+        return tok, h if mesh is None else sharding.shard_batch(h, mesh), cache
+
+    return _loop(step, m.replace(draft=None), make, steps)
+
+
+def _ngram_loop(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> _Loop:
+    """One lookup of K drafts over a [B, capacity] history and their write into it."""
+    def step(m, history):
+        end = jnp.full((B,), context, jnp.int32)
+        drafts, _ = ngram.propose(history, end, K)
+        return decode.write_tokens(history, end - K, drafts, jnp.full((B,), K))  # the next lookup reads them
+
+    def make():
+        history = jax.random.randint(jax.random.key(0), (B, capacity), 0, 64, jnp.int32)
+        return history if mesh is None else sharding.shard_batch(history, mesh)
+
+    return _loop(step, m.replace(target=None, draft=None), make, steps)
+
+
+def cost_shape(capacity: int, k_max: int) -> tuple[int, int]:
+    """(capacity, context) at which the costs of a call with cache `capacity` are measured, shared by every
+    capacity from that power of two up to twice it: the power of two at or below `capacity` (no more memory
+    than the call's own cache), nearly full (context + k_max + 1 tokens: about the geometric middle of the
+    contexts those calls decode at). A capacity too small for that keeps its own shape."""
+    cap = 1 << (capacity.bit_length() - 1)
+    if cap < 2 * (k_max + 1):
+        cap = capacity
+    return cap, cap - k_max - 1
+
+
+def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int, k_max: int, dtype, mesh=None,
+            memo: dict | None = None, steps: int = 8) -> Costs:
+    """Times what a round of m.draft_mode costs at these shapes (see the module docstring). Each part is
+    kept in memo and on disk by what it depends on: the verify times serve every draft mode. The parts not
+    kept are compiled side by side, then timed one at a time."""
+    memo = {} if memo is None else memo
+    shapes = dict(B=B, capacity=capacity, context=context, dtype=str(dtype),
+                  mesh=None if mesh is None else dict(mesh.shape))
+    points = sorted({n for n in VERIFY_POINTS if n <= k_max + 1} | {k_max + 1})
+    stacked = lambda p: {"stacked": True} if is_stacked(p) else {}  # (no new key for the default: shipped files)
+    parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **stacked(m.target)),
+                        lambda: [_target_loop(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])}
+    if m.draft is not None:
+        parts["draft"] = (dict(model=m.draft_cfg, **stacked(m.draft)),
+                          lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)])
+    if m.head is not None:
+        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg),
+                         lambda: [_head_loop(m, B, capacity, context, dtype, mesh, steps)])
+    if m.ngram:
+        parts["ngram"] = dict(K=k_max), lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
+    with sharding.context(mesh):
+        seconds = _cached(memo, {name: (dict(part=name, **what, **shapes), loops)
+                                 for name, (what, loops) in parts.items()})
+    one = lambda name: seconds[name][0] if name in seconds else 0.0
+    return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"))
+
+
+# ----------------------------------------------------------------------------------- the disk cache
+
+
+def cache_root() -> Path:
+    """$JSPEC_CACHE_DIR, else $XDG_CACHE_HOME/jspec, else ~/.cache/jspec."""
+    if os.environ.get("JSPEC_CACHE_DIR"):
+        return Path(os.environ["JSPEC_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jspec"
+
+
+def _cached(memo: dict, parts: dict) -> dict:
+    """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loops)} on this
+    device and JAX: from memo, else from its file under cache_root()/lookahead or SHIPPED, else measured (then
+    kept in memo and the former): the missing parts' loops are compiled together (programs.compile_all), then
+    timed one at a time."""
+    dev = jax.devices()[0]
+    out, missing = {}, []
+    for name, (what, loops) in parts.items():
+        record = dict(what, device=dev.device_kind, platform=dev.platform, devices=jax.device_count(),
+                      jax=jax.__version__, version=_VERSION)
+        key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:32]
+        path = cache_root() / "lookahead" / f"{name}-{key}.json"
+        for file in (path, SHIPPED / path.name):
+            if key in memo:
+                break
+            try:
+                memo[key] = json.loads(file.read_text())["value"]
+            except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: the next, else measure
+                pass
+        if key not in memo:
+            missing.append((name, key, path, record, loops()))
+            continue
+        out[name] = memo[key]
+    timed = [loop for *_, loops in missing for loop in loops]
+    runs = programs.compile_all([x.lowered for x in timed], [x.options for x in timed]) if timed else []
+    for name, key, path, record, loops in missing:
+        memo[key] = out[name] = [_time(runs.pop(0), loop) for loop in loops]
+        _save(path, dict(record, value=memo[key]))
+    return out
+
+
+def _save(path: Path, record: dict) -> None:
+    """Written atomically (another process may be reading); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, default=str))
+        os.replace(tmp, path)
+    except OSError:
+        pass

@@ -1,0 +1,147 @@
+"""Compiled programs kept on disk under a key known before tracing, so a warm start skips trace and lower.
+
+JAX's persistent compilation cache keys a program by its lowered module: a process that finds it there
+has still traced and lowered the whole program (2 s of a 6 s warm start of the README command on an
+H200 host, session 7), only to learn the key. This store keys the serialized executable
+(jax.experimental.serialize_executable) by what decides the program before tracing: jspec's own source,
+the JAX and jaxlib versions, the devices, the XLA flags, and the arguments' tree (static fields
+included: configs, lookahead, attention path) with each leaf's shape, dtype and sharding. It lives
+beside JAX's cache, in `<jax_compilation_cache_dir>/jspec-programs` (so it is on when JAX's is, on GPUs:
+engine.use_compile_cache, the CLI's --compile-cache; see `directory`), bounded like it: past JAX's size
+limit the least recently used programs go. An entry that cannot be read back (a torn write, another
+jaxlib) is compiled again and replaced.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+import jax
+import jaxlib
+from jax.experimental import serialize_executable
+
+from jspec.kernels.hopper import cache_keys as mosaic_keys
+
+SUFFIX = ".program"
+
+
+def directory() -> Path | None:
+    """Where programs are kept: beside JAX's persistent cache when it is on, on GPUs only, else None.
+
+    Not on the CPU: there a program read back in the process that wrote it failed when run (`NOT_FOUND:
+    Function slice_convert_fusion.11 not found`, session 7): XLA:CPU links its programs into one
+    in-process JIT, where two copies of a program clash. A GPU program is a module of its own."""
+    root = jax.config.jax_compilation_cache_dir
+    return Path(root) / "jspec-programs" if root and jax.default_backend() == "gpu" else None
+
+
+PACKAGE = Path(__file__).resolve().parents[1]  # jspec/
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of every jspec source file: a program compiled by other code is never read back."""
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        h.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def key(args) -> str:
+    """The program key of jitted-function arguments `args` (any pytree of arrays and static fields)."""
+    leaves, tree = jax.tree.flatten(args)
+    parts = [source_digest(), jax.__version__, jaxlib.__version__, os.environ.get("XLA_FLAGS", ""),
+             str(jax.config.jax_enable_x64), str(jax.config.jax_default_matmul_precision),
+             repr([(d.platform, d.device_kind, d.id) for d in jax.devices()]), str(tree)]
+    parts += [f"{x.shape}{x.dtype}{getattr(x, 'weak_type', False)}{getattr(x, 'sharding', None)}"
+              if hasattr(x, "shape") else repr(x) for x in leaves]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def compiled(jitted, *args, options: dict | None = None):
+    """jitted compiled for args: read from the store when it holds the program (no trace, no lower),
+    else lowered, compiled and kept there. Without a store (JAX's cache off, or not a GPU), compiled as usual.
+    options: XLA's compiler options (model.compile_options)."""
+    [program] = compiled_together([args], lambda: [jitted.lower(*args)], options)
+    return program
+
+
+def compiled_together(keys: list, lower, options: dict | None = None):
+    """The programs keyed by the arguments in `keys` (key): each read from the store when it holds it (side
+    by side, as compile_all: loading a program onto the GPU also takes seconds for an 8B one); when any is
+    missing, lower() gives all of them lowered (in the order of keys) and the missing ones are compiled side
+    by side (compile_all) with the compiler options and kept."""
+    where = directory()
+    paths = [None if where is None else where / f"{key((k, options))}{SUFFIX}" for k in keys]
+    found = _side_by_side(_read, paths)
+    if all(p is not None for p in found):
+        return found
+    lowered = lower()
+    missing = [i for i, p in enumerate(found) if p is None]
+    for i, program in zip(missing, compile_all([lowered[i] for i in missing], [options] * len(missing))):
+        found[i] = program
+        if paths[i] is not None:
+            _keep(paths[i], program)
+    return found
+
+
+def compile_all(lowered: list, options: list | None = None) -> list:
+    """The lowered programs compiled (each with its compiler options, if any), side by side in threads when there
+    are several: XLA compiles without the GIL, and its passes over one program run on one thread. The Mosaic GPU
+    kernels they call are compiled first, each alone (mosaic_keys.prime): else a kernel waits for every other
+    XLA compile in the process to end."""
+    mosaic_keys.prime()
+    compile = lambda x, opts: x.compile() if opts is None else x.compile(compiler_options=opts)
+    return _side_by_side(lambda x: compile(*x), list(zip(lowered, options or [None] * len(lowered))))
+
+
+def _side_by_side(fn, items: list) -> list:
+    """[fn(x) for x in items], in threads when there are several (fn releases the GIL: XLA's compile, load)."""
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    with concurrent.futures.ThreadPoolExecutor(len(items)) as pool:
+        return list(pool.map(fn, items))
+
+
+def _read(path: Path | None):
+    """The program kept at path, or None: absent, torn or from another runtime (a store never breaks a run)."""
+    if path is None:
+        return None
+    try:
+        program = serialize_executable.deserialize_and_load(*pickle.loads(path.read_bytes()))
+        os.utime(path)  # recently used
+        return program
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _keep(path: Path, program) -> None:
+    try:
+        blob = pickle.dumps(serialize_executable.serialize(program))
+    except Exception:  # noqa: BLE001  a program this runtime cannot serialize is not kept (JAX's cache still is)
+        return
+    _write(path, blob)
+
+
+def _write(path: Path, blob: bytes) -> None:
+    """Written atomically (another process may read it), then the oldest programs evicted past JAX's
+    cache size limit; a store that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+        limit = jax.config.jax_compilation_cache_max_size
+        entries = sorted(path.parent.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime, reverse=True)
+        total = 0
+        for entry in entries:
+            total += entry.stat().st_size
+            if 0 < limit < total and entry != path:
+                entry.unlink(missing_ok=True)
+    except OSError:
+        pass

@@ -1,0 +1,185 @@
+"""OSCAR calibration: run the model over text, accumulate the covariance targets, fit rotations.
+
+Per (layer, KV head h), in float64 on the host (oscar.md 2.2, 2.3, the released code's qqt / sst):
+- C_Q[h] = sum of q q^T over the post-RoPE queries of h's g query heads and all T tokens, / (T g).
+- e_t = k_t^T C_Q[h] k_t, the expected squared logit of key t under h's query distribution, and
+  C_S[h] = sum_t e_t v_t v_t^T / sum_t e_t (the score-weighted value covariance).
+The model runs layer by layer over all batches, so the weights e_t can use the finished C_Q of the
+layer while the keys and values of that one layer are still at hand.
+
+Rotations R = U . H . P_br with U's columns in descending eigenvalue order by default (--order desc):
+the top eigen-direction lands on H's constant row, which the asymmetric INT2 code absorbs in its zero
+point (jspec/rotation.py); --order asc is the released code's order and jspec's before issue 18.
+
+CLI: python -m jspec.calibrate --model DIR [--data PATH_OR_GLOB ...] [--tokens N] [--seq-len L]
+     [--mode oscar|hadamard|none] [--per-layer] [--order desc|asc] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import sys
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jspec.attention.rule import attend_reference
+from jspec.config import ConfigError, ModelConfig
+from jspec.model import rotation
+from jspec.model.decoder import Layer, Params, mlp, qkv, rms_norm
+
+
+@partial(jax.jit, static_argnums=1)
+def _layer_step(lp: Layer, cfg: ModelConfig, x):
+    """One plain causal layer in float32: x [B, n, E] -> (next x, post-RoPE q, k, v)."""
+    B, n, _ = x.shape
+    pos = jnp.broadcast_to(jnp.arange(n), (B, n))
+    q, k, v = qkv(lp, cfg, rms_norm(x, lp.attn_norm, cfg.rms_eps), pos)
+    o = attend_reference(q, k, v, None, jnp.zeros((B,), jnp.int32), None)
+    x = x + o.reshape(B, n, -1) @ lp.wo
+    return x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps)), q, k, v
+
+
+def query_second_moment(q, Hkv: int) -> np.ndarray:
+    """q [..., Hq, D] -> sum of q q^T per KV head [Hkv, D, D] float64 (consecutive GQA groups)."""
+    Hq, D = q.shape[-2:]
+    q = np.asarray(q, np.float64).reshape(-1, Hkv, Hq // Hkv, D)  # [N, Hkv, g, D]
+    qh = q.transpose(1, 0, 2, 3).reshape(Hkv, -1, D)  # [Hkv, N*g, D]
+    return qh.transpose(0, 2, 1) @ qh
+
+
+def score_weighted_moment(k, v, cq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """k, v [..., Hkv, D], C_Q [Hkv, D, D] -> (sum_t e_t v v^T [Hkv, D, D], sum_t e_t [Hkv])."""
+    Hkv, D = k.shape[-2:]
+    k = np.asarray(k, np.float64).reshape(-1, Hkv, D).transpose(1, 0, 2)  # [Hkv, N, D]
+    v = np.asarray(v, np.float64).reshape(-1, Hkv, D).transpose(1, 0, 2)
+    e = np.sum((k @ cq) * k, -1)  # [Hkv, N]: expected squared logit of each key
+    return (v * e[..., None]).transpose(0, 2, 1) @ v, e.sum(1)
+
+
+def layer_targets(qs, ks, vs, Hkv: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lists of one layer's q [B, n, Hq, D], k, v [B, n, Hkv, D] -> (C_Q, C_S), each [Hkv, D, D]."""
+    rows = sum(q.size // q.shape[-1] for q in qs) // Hkv  # T * g query rows per KV head
+    cq = sum(query_second_moment(q, Hkv) for q in qs) / rows
+    num, den = 0.0, 0.0
+    for k, v in zip(ks, vs):
+        n_, d_ = score_weighted_moment(k, v, cq)
+        num, den = num + n_, den + d_
+    return cq, num / np.maximum(den, np.finfo(np.float64).tiny)[:, None, None]
+
+
+def collect_targets(params: Params, cfg: ModelConfig, batches) -> tuple[np.ndarray, np.ndarray]:
+    """Runs the model layer by layer over token batches [B, n] -> C_Q, C_S [L, Hkv, D, D] float64."""
+    f32 = lambda t: jax.tree.map(lambda a: a.astype(jnp.float32), t)
+    xs = [params.embed[jnp.asarray(t)].astype(jnp.float32) for t in batches]  # [B, n, E] each
+    cqs, css = [], []
+    for lp in params.layers:
+        lp = f32(lp)
+        qs, ks, vs = [], [], []
+        for b, x in enumerate(xs):
+            xs[b], q, k, v = _layer_step(lp, cfg, x)
+            qs.append(np.asarray(q))
+            ks.append(np.asarray(k))
+            vs.append(np.asarray(v))
+        cq, cs = layer_targets(qs, ks, vs, cfg.num_kv_heads)
+        cqs.append(cq)
+        css.append(cs)
+    return np.stack(cqs), np.stack(css)
+
+
+def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "oscar", per_head: bool = True,
+              order: str = "desc"):
+    """Fits rotations for params (un-rotated weights) -> (rot_k, rot_v lists of [Hkv, D, D] f32, meta).
+
+    token_batches: an iterable of int token arrays [B, n] (read more than once; only "oscar" uses it).
+    order: U's column order (rotation.ORDERS).
+    """
+    meta = rotation.make_meta(cfg, mode, per_head, 0, order)
+    if mode != "oscar":
+        return (*rotation.data_free_rotations(cfg, mode), meta)
+    rotation.check_head_dim(cfg.head_dim)
+    if any(lp.rot_k is not None for lp in params.layers):
+        raise ConfigError("calibrate needs the original weights, not params with rotations applied")
+    batches = [np.asarray(t) for t in token_batches]
+    tokens = sum(t.size for t in batches)
+    if tokens == 0:
+        raise ConfigError("oscar calibration needs at least one token of calibration data")
+    cq, cs = collect_targets(params, cfg, batches)
+    rot_k, rot_v = rotation.rotations_from_covariances(cq, cs, per_head, order)
+    return rot_k, rot_v, rotation.make_meta(cfg, mode, per_head, tokens, order)
+
+
+def data_files(model_dir: Path, data: list[str] | None) -> list[Path]:
+    """The calibration text files: --data paths/globs, else DIR/calibration.txt."""
+    if not data:
+        default = model_dir / "calibration.txt"
+        if not default.is_file():
+            raise FileNotFoundError(
+                f"no calibration data: pass --data PATH_OR_GLOB (text files) or put {default} in place"
+            )
+        return [default]
+    files = []
+    for pattern in data:
+        found = sorted(glob.glob(pattern)) or ([pattern] if Path(pattern).is_file() else [])
+        if not found:
+            raise FileNotFoundError(f"--data {pattern!r} matches no file")
+        files += [Path(f) for f in found]
+    return files
+
+
+def token_windows(tokenizer, files: list[Path], tokens: int, seq_len: int, batch_size: int) -> list[np.ndarray]:
+    """Tokenizes each file, concatenates, cuts windows of seq_len (at most `tokens` in all) into batches."""
+    ids: list[int] = []
+    for f in files:
+        enc = tokenizer.encode(f.read_text(encoding="utf-8"))
+        ids += list(getattr(enc, "ids", enc))  # tokenizers.Encoding or a plain list from transformers
+        if len(ids) >= tokens:
+            break
+    ids = ids[:tokens]
+    L = min(seq_len, len(ids))
+    if L == 0:
+        raise ConfigError(f"calibration files {[str(f) for f in files]} contain no tokens")
+    windows = np.asarray(ids[: len(ids) // L * L], np.int32).reshape(-1, L)  # [N, L]
+    return [windows[i : i + batch_size] for i in range(0, len(windows), batch_size)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jspec.calibrate", description="Fit OSCAR KV rotations.")
+    ap.add_argument("--model", required=True, help="local Hugging Face model directory")
+    ap.add_argument("--data", nargs="+", help="calibration text files or globs (default: DIR/calibration.txt)")
+    ap.add_argument("--tokens", type=int, default=30000, help="calibration token budget")
+    ap.add_argument("--seq-len", type=int, default=512, help="tokens per calibration window")
+    ap.add_argument("--batch-size", type=int, default=4, help="windows per forward")
+    ap.add_argument("--mode", choices=rotation.MODES, default="oscar")
+    ap.add_argument("--per-layer", action="store_true", help="one rotation per layer shared by its KV heads")
+    ap.add_argument("--order", choices=rotation.ORDERS, default="desc",
+                    help="U's column order: which eigen-direction H maps to the constant row (default desc)")
+    ap.add_argument("--out", help="rotation file (default: DIR/rotations.safetensors)")
+    args = ap.parse_args(argv)
+
+    from jspec.io.checkpoint import CheckpointError, load_model
+
+    model_dir = Path(args.model)
+    try:
+        cfg, params, tokenizer = load_model(model_dir, dtype=jnp.float32)
+        batches = []
+        if args.mode == "oscar":
+            files = data_files(model_dir, args.data)
+            batches = token_windows(tokenizer, files, args.tokens, args.seq_len, args.batch_size)
+        rot_k, rot_v, meta = calibrate(params, cfg, batches, args.mode, per_head=not args.per_layer,
+                                       order=args.order)
+    except (FileNotFoundError, ConfigError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else model_dir / "rotations.safetensors"
+    rotation.save_rotations(out, rot_k, rot_v, meta)
+    print(f"wrote {out}: mode={meta['mode']} {meta['grouping']}, {meta['calibration_tokens']} tokens", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
