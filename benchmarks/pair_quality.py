@@ -134,9 +134,9 @@ def measure_tau(target: Path, draft: Path, prompts: list[str], new_tokens: int, 
     per_prompt = []
     for ids in (x for x in (prompt_ids(engine.tokenizer, p) for p in prompts) if x):
         [r] = engine.generate([ids], gen)
-        emitted += r.stats["new_tokens"] - 1
-        rounds += r.stats["rounds"]
-        per_prompt.append(round(r.stats["accept_length"], 3))
+        emitted += r.stats.new_tokens - 1
+        rounds += r.stats.rounds
+        per_prompt.append(round(r.stats.accept_length, 3))
     return {"tokens_per_round": emitted / max(rounds, 1), "rounds": rounds, "prompts": len(per_prompt),
             "per_prompt": per_prompt, "lookahead": lookahead, "batch": 1, "kv": engine.kv.mode,
             "new_tokens": new_tokens}

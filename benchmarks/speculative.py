@@ -41,7 +41,6 @@ import ast
 import dataclasses
 import json
 import re
-import statistics
 import textwrap
 import time
 from pathlib import Path
@@ -53,7 +52,8 @@ import numpy as np
 import jspec
 from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.decode import loop as decode
+from jspec.decode.state import Drafter, DraftMode, Models
+from jspec.paths import CHECKPOINTS
 from jspec.io import eagle3
 from jspec.model import head, decoder as model, rotation
 from jspec.runtime import engine, lookahead
@@ -70,7 +70,7 @@ SWEEP = {"model": (1, 2, 4, 8), "ngram": (1, 2, 4, 8, 16), "ngram+model": (1, 2,
 FULL = dict(kvs=("bf16", "int2"), batches=(1, 8, 32), sweep=SWEEP, fixed=4, max_new=128, reps=5, singles=8)
 SMALL = dict(kvs=("bf16",), batches=(1,), sweep={m: (2,) for m in MODES}, fixed=None, max_new=24, reps=1,
              singles=2)
-DEFAULT_HEAD = engine.CHECKPOINTS / "code-head"
+DEFAULT_HEAD = CHECKPOINTS / "code-head"
 PROMPT_TOKENS = (130, 250)  # both workloads in the 256-token bucket: one program serves both
 
 
@@ -127,10 +127,10 @@ def _summary(calls) -> dict:
     a list of results): all their new tokens over all their decode time. K is the one most calls ran."""
     st = [r.stats for results in calls for r in results]
     new, rounds = sum(s["new_tokens"] for s in st), sum(s["rounds"] for s in st)
-    Ks = [results[0].stats["lookahead"] for results in calls]
+    Ks = [results[0].stats.lookahead for results in calls]
     drafted = sum(s["lookahead"] * s["rounds"] for s in st)
-    out = dict(K=max(Ks, key=Ks.count), tok_s=new / sum(results[0].stats["decode_s"] for results in calls),
-               new_tokens=new, compile_s=sum(results[0].stats["compile_s"] for results in calls),
+    out = dict(K=max(Ks, key=Ks.count), tok_s=new / sum(results[0].stats.decode_s for results in calls),
+               new_tokens=new, compile_s=sum(results[0].stats.compile_s for results in calls),
                tau=(new - len(st)) / rounds if rounds else 1.0,
                accept_rate=sum(s["accepted"] for s in st) / drafted if drafted else 0.0)
     if len(set(Ks)) > 1:
@@ -173,12 +173,13 @@ def engines(kv: str, head_dir) -> dict:
     """{mode: Engine} for one KV mode. They are copies of one engine (dataclasses.replace keeps its
     program and cost caches), so the K = 0 program that several modes run is compiled once."""
     base = jspec.load(draft="auto", kv=KVConfig(kv))
-    no_model = dict(draft_cfg=None, draft_params=None)
-    out = {"none": dataclasses.replace(base, **no_model), "model": base,
-           "ngram": dataclasses.replace(base, ngram=True, **no_model), "ngram+model": dataclasses.replace(base, ngram=True)}
+    d = base.drafter
+    out = {"none": dataclasses.replace(base, drafter=Drafter()), "model": base,
+           "ngram": dataclasses.replace(base, drafter=Drafter(mode=DraftMode.NGRAM)),
+           "ngram+model": dataclasses.replace(base, drafter=d.replace(mode=DraftMode.NGRAM_MODEL))}
     if head_dir is not None:
         hcfg, hp = load_head(head_dir, base.cfg)
-        out["head"] = dataclasses.replace(base, head_cfg=hcfg, head_params=hp, **no_model)
+        out["head"] = dataclasses.replace(base, drafter=Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg))
     return out
 
 
@@ -311,7 +312,7 @@ def part_b_head(tau: float | None, K: int = 4, ctx: int = 8192, small: bool = Fa
     Vd = hcfg.draft_vocab
     d2t = np.sort(np.random.default_rng(0).choice(cfg.vocab_size, Vd, False)) - np.arange(Vd)
     hp = head.init_head(hcfg, jax.random.key(1), jnp.bfloat16, d2t=d2t)
-    m = decode.Models(target, None, cfg, None, K, "reference" if small else "pallas", "head", hp, hcfg)
+    m = Models(target, Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg), cfg, K, "reference" if small else "pallas")
     int2, cap = KVConfig("int2"), ctx + 64
     costs = lookahead.measure(m, int2, 1, cap, ctx, K, jnp.bfloat16)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -45,8 +46,7 @@ CASES = ("shipped", "8b", "8b+draft")
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
           one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
-          xla_norms: bool = False, no_prime: bool = False, two_parts: bool = False,
-          commit_group: int | None = None, attn: str | None = None) -> dict:
+          xla_norms: bool = False, commit_group: int | None = None, attn: str | None = None) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile (with engine_path, Engine.compile) traced with jax.profiler, and its longest host events (XLA's passes,
@@ -57,37 +57,26 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     scan: "all", the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan); "draft", the draft's
     only (the whole program then compiled with model.SCAN_OPTIONS, as the engine does). rerun: the program run a
     second time on fresh arguments (rerun_s: without the first run's one-time costs). xla_norms: the residual adds
-    and norms in XLA (model.FUSED_NORMS off), against their Pallas kernel. no_prime: the Mosaic GPU kernels compiled
-    inside their programs' compiles (mosaic_keys.prime off), as before session 25. two_parts: the draft's prefill in
-    the start part, not a part of its own (engine.part_names), as before session 25. commit_group: the fused commit
-    as a kernel per this many layers (kvcache.COMMIT_GROUP; 0: one kernel for all, as before session 26). attn: the
+    and norms in XLA (Options.fused_norms off), against their Pallas kernel. commit_group: the fused commit as a
+    kernel per this many layers (Options.commit_group; 0: one kernel for all layers). attn: the
     8B cases' attention path (engine.attn_impl: "triton" holds no Mosaic GPU kernel, which a new process builds)."""
     t0 = time.perf_counter()
     import jax
 
     import jspec  # noqa: F401  (the import being timed)
-    from jspec.cache import kvcache
-    from jspec.config import GenerateConfig, SamplingConfig
+    from jspec.config import Options, SamplingConfig
     from jspec.decode import loop as decode
-    from jspec.kernels.hopper import cache_keys as mosaic_keys
-    from jspec.model import decoder as model
-    from jspec.runtime import engine, programs
+    from jspec.runtime import compile_cache, parts, programs
 
     out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
                transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))
-    engine.use_compile_cache(cache_dir)
-    model.FUSED_NORMS = not xla_norms  # read while tracing
-    if no_prime:
-        mosaic_keys.prime = mosaic_keys._lowered.clear
-    if two_parts:
-        engine.part_names = lambda m: ["start", "rounds"]
-    if commit_group is not None:
-        kvcache.COMMIT_GROUP = commit_group or None  # read while tracing
-    if attn:
-        engine._default_impl = lambda: attn
+    compile_cache.use_compile_cache(cache_dir)
+    options = Options(fused_norms=False if xla_norms else None,
+                      commit_group=Options().commit_group if commit_group is None else commit_group or None)
     t = time.perf_counter()
     eng, ids, gen = _build(case, small, abstract, scan)
-    jax.block_until_ready((eng.params, eng.draft_params))
+    eng = dataclasses.replace(eng, options=options, attn_impl=attn or eng.attn_impl)
+    jax.block_until_ready((eng.params, eng.drafter))
     out["load_s"] = time.perf_counter() - t
     prepare = lambda: eng.prepare(ids, [SamplingConfig()] * len(ids), [gen.max_new_tokens] * len(ids), gen)
     args = prepare()
@@ -103,7 +92,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     if one_program:
         traced = [decode.generate_program.trace(*args)]
     else:  # Engine.compile's parts
-        traced = engine.trace_parts(args)
+        traced = parts.trace_parts(args)
     out["trace_s"] = time.perf_counter() - t
     t = time.perf_counter()
     lowered = [x.lower() for x in traced]
@@ -123,7 +112,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     out["hlo_ops"] = sum(1 for c in compiled for line in c.as_text().splitlines() if " = " in line)
     if abstract:
         return out
-    run = compiled[0] if one_program else engine._back_to_back(*compiled)
+    run = compiled[0] if one_program else parts.back_to_back(*compiled)
     return _run_once(out, run, args, eng, len(ids[0]), again)
 
 
@@ -209,6 +198,7 @@ def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):
 
     import jspec
     from jspec.config import GenerateConfig, KVConfig
+    from jspec.decode.state import Drafter, DraftMode
     from jspec.model import decoder as model, rotation
     from jspec.runtime import engine
 
@@ -226,8 +216,8 @@ def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):
     make = (lambda *a: jax.eval_shape(lambda: weights(*a))) if abstract else weights
     params = make(target, 0, True, scan == "all")
     dparams = make(draft, 1, False, scan in ("all", "draft")) if with_draft else None
-    eng = engine.Engine(target, params, None, KVConfig("int2"), draft if with_draft else None, dparams,
-                        attn_impl=engine._default_impl())
+    drafter = Drafter(dparams, mode=DraftMode.MODEL, model_cfg=draft) if with_draft else Drafter()
+    eng = engine.Engine(target, params, None, KVConfig("int2"), drafter, attn_impl=engine._default_impl())
     ids = np.random.default_rng(0).integers(0, target.vocab_size, prompt).tolist()
     return eng, [ids], GenerateConfig(max_new_tokens=new, lookahead=4)
 
@@ -251,8 +241,8 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
     cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
     cmd += ["--scan-draft"] * args.scan_draft
-    cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms + ["--no-prime"] * args.no_prime
-    cmd += ["--two-parts"] * args.two_parts + [f"--commit-group={args.commit_group}"] * (args.commit_group is not None)
+    cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms
+    cmd += [f"--commit-group={args.commit_group}"] * (args.commit_group is not None)
     cmd += [f"--attn={args.attn}"] * bool(args.attn)
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
@@ -366,13 +356,9 @@ def main():
     ap.add_argument("--rerun", action="store_true", help="the 8B cases' program run twice, the second on fresh "
                     "arguments (rerun s: without the first run's one-time costs; its time counts in wall s)")
     ap.add_argument("--xla-norms", action="store_true", help="the 8B cases' residual adds and norms in XLA "
-                    "(model.FUSED_NORMS off), to time their Pallas kernel's compiles (pallas/add_norm.py)")
-    ap.add_argument("--no-prime", action="store_true", help="the Mosaic GPU kernels compiled inside their programs' "
-                    "compiles (mosaic_keys.prime off), as before session 25")
-    ap.add_argument("--two-parts", action="store_true", help="the draft's prefill inside the start part "
-                    "(engine.part_names), not a part of its own, as before session 25")
+                    "(Options.fused_norms off), to time their Pallas kernel's compiles (kernels/add_norm.py)")
     ap.add_argument("--commit-group", type=int, default=None, help="the fused commit as a kernel per this many "
-                    "layers (kvcache.COMMIT_GROUP; 0: one kernel for all layers, the default before session 26)")
+                    "layers (Options.commit_group; 0: one kernel for all layers)")
     ap.add_argument("--attn", choices=("pallas", "mosaic", "triton"), help="the 8B cases' attention path (default: "
                     "the engine's, pallas: Mosaic GPU on Hopper)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
@@ -381,14 +367,14 @@ def main():
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
                               args.engine, "all" if args.scan_layers else "draft" if args.scan_draft else "",
-                              args.rerun, args.xla_norms, args.no_prime, args.two_parts, args.commit_group, args.attn)),
+                              args.rerun, args.xla_norms, args.commit_group, args.attn)),
               flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
-                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms, no_prime=args.no_prime,
-                  two_parts=args.two_parts, commit_group=args.commit_group,
+                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms,
+                  commit_group=args.commit_group,
                   xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[], readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see

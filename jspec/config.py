@@ -20,6 +20,11 @@ FLOAT32_MAX = 3.4028234663852886e38  # temperatures and top_p travel as float32
 MAX_LOOKAHEAD = 16
 # Below this a temperature is greedy in effect, and logits / temperature could overflow float32.
 MIN_TEMPERATURE = 1e-4
+EMPTY_PROMPT = "empty prompt: give at least one token"  # the library, the CLI and jobs alike
+
+
+# The device mesh's axes (jspec.runtime.sharding): batch rows over "dp", KV heads and MLP units over "tp".
+DP, TP = "dp", "tp"
 
 
 class ConfigError(ValueError):
@@ -194,6 +199,10 @@ class KVConfig:
             raise ConfigError(f"unknown kv mode {self.mode!r}; use bf16 or int2")
         for name in ("clip_k", "clip_v"):  # a quantile: 1 (the row's maximum) or <= 0 disables
             check_number(name, getattr(self, name), -FLOAT32_MAX, 1.0)
+        check_int("sink", self.sink, 0, INT32_MAX)
+        check_int("recent", self.recent, 1, INT32_MAX)
+        if self.group_size is not None:
+            check_int("group_size", self.group_size, 1, INT32_MAX)
 
     def validate(self, head_dim: int, lookahead: int = 0) -> None:
         if self.mode not in ("bf16", "int2"):
@@ -250,11 +259,10 @@ class GenerateConfig:
 
     def validate(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)
-        if self.lookahead != "auto":
-            check_int("lookahead", self.lookahead, 0, INT32_MAX)
-            if self.lookahead > MAX_LOOKAHEAD:
-                raise ConfigError(f"lookahead must be 'auto' or <= {MAX_LOOKAHEAD}, got {self.lookahead}: compile "
-                                  "time grows with K and longer rounds never pay")
+        K = self.lookahead
+        if K != "auto" and (isinstance(K, bool) or not isinstance(K, numbers.Integral) or not 0 <= K <= MAX_LOOKAHEAD):
+            raise ConfigError(f"lookahead must be 'auto' or in [0, {MAX_LOOKAHEAD}], got {K!r}: compile time grows "
+                              "with K and longer rounds never pay")
 
 
 def check_int(name: str, x, low: int, high: int) -> None:
@@ -273,3 +281,43 @@ def check_number(name: str, x, low: float, high: float, low_open: bool = False) 
         raise ConfigError(f"{name} must be finite, got {x}")
     if not (low < x if low_open else low <= x) or x > high:
         raise ConfigError(f"{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {x}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How a program is built, not what it computes: which parts run as fused kernels, and group and chunk
+    sizes. A field of every program's static arguments (decode.state.Models), so that jit and the program
+    store key each program by it. The defaults are what runs; benchmarks and tests build others for A/B runs.
+
+    The fused switches: None, where the kernel pays (a GPU, outside a mesh: a Pallas call takes whole
+    arrays, which GSPMD cannot split); True, always (interpret mode off a GPU: the tests); False, never.
+    """
+
+    # The INT2 commit as one Pallas kernel (kernels/int2_commit.py) where a row is one group: 0.34 ms off the 8B
+    # step at batch 1 / 128K as a kernel per layer, 0.11 ms more as one for all layers (H200, docs/kernels.md).
+    fused_commit: bool | None = None
+    # Where the cache's layers are separate arrays, the fused commit's layers per kernel (None: all in one). The
+    # kernel branches once per layer and XLA builds it on one thread: the 8B + draft program compiled in 15.7-17.8 s
+    # with 8 against 25.9-34.9 s with one kernel for 32 layers, its step unchanged (H200, docs/kernels.md).
+    commit_group: int | None = 8
+    # The BF16 window parts and the merge as two Pallas kernels per layer (kernels/window_merge.py) where XLA runs
+    # about nine small ones: 1.04-1.05x per 8B step (H200).
+    fused_window: bool | None = None
+    # The residual adds and the norms after them in one Pallas kernel each (kernels/add_norm.py), for models at
+    # least FUSED_NORM_WIDTH wide (narrower ones stay in XLA, whose fusions the shipped autotuning covers).
+    fused_norms: bool | None = None
+    # The prompt runs through the models in chunks of at most this many tokens (a loop inside the program), so
+    # one program serves every prompt length up to the capacity; at most the default recent window, else a chunk
+    # would read its own older rows as INT2.
+    prefill_chunk: int = 256
+
+    def __post_init__(self):
+        for name in ("fused_commit", "fused_window", "fused_norms"):
+            if getattr(self, name) not in (None, True, False):
+                raise ConfigError(f"{name} must be None (auto), True or False, got {getattr(self, name)!r}")
+        if self.commit_group is not None:
+            check_int("commit_group", self.commit_group, 1, INT32_MAX)
+        check_int("prefill_chunk", self.prefill_chunk, 1, INT32_MAX)
+
+
+FUSED_NORM_WIDTH = 1024  # measured to pay at 4096 (the 8B shape); the shipped pair (384, 256) stays in XLA

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jspec.cache import kvcache
-from jspec.config import KVConfig, ModelConfig
+from jspec.config import KVConfig, ModelConfig, Options
 from jspec.kernels.add_norm import add_norm, supported
 from jspec.model import decoder as model
 
@@ -62,24 +62,23 @@ def test_model_with_fused_norms_matches_xla(stacked, monkeypatch):
         params = model.stack_layers(params)
     kv = KVConfig("int2", sink=2, recent=4)
 
-    def run():
+    def run(options):
         jax.clear_caches()
         cache = kvcache.init_cache(CFG, kv, 2, 32, jnp.float32, stacked=stacked)
         tokens = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, 7)), jnp.int32)
         out = []
         for _ in range(2):
-            logits, (k, v), feats = model.forward_taps(params, CFG, tokens, cache, (0, 3))
+            logits, (k, v), feats = model.forward_taps(params, CFG, tokens, cache, (0, 3), options=options)
             cache = kvcache.commit(cache, k, v, jnp.full((2,), tokens.shape[1], jnp.int32))
             out += [logits, feats]
             tokens = jnp.argmax(logits[:, -1:], -1).astype(jnp.int32)
         return out
 
-    want = run()
+    want = run(Options(fused_norms=False))
     calls = []
     fused = jax.jit(add_norm, static_argnames=("eps", "interpret"))
-    monkeypatch.setattr(model, "fused_norms", lambda width: True)
-    monkeypatch.setattr(model, "add_norm", lambda *a, **k: calls.append(1) or fused(*a, **k))
-    got = run()
+    monkeypatch.setattr(model, "add_norm", lambda *a, **k: calls.append(1) or fused(*a, **k))  # a spy: counts calls
+    got = run(Options(fused_norms=True))
     assert len(calls) == 2 * 3  # each forward traces its layers' body once (a nested jit or the scan's): 2, the final 1
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
@@ -97,7 +96,7 @@ def test_add_norm_compiled_matches_xla(shape, dtype):
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 def test_fused_norms_on_gpu():
     """On a GPU forwards of 8B width take the kernel, but not under a mesh, nor the shipped pair's widths."""
-    assert model.fused_norms(4096) and not model.fused_norms(384)
+    assert model.fused_norms(4096) and not model.fused_norms(384) and not model.fused_norms(4096, False)
     with jax.set_mesh(jax.make_mesh((1, 1), ("dp", "tp"))):
         assert not model.fused_norms(4096)
 

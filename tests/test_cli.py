@@ -307,13 +307,13 @@ def misfit_head(tmp_path_factory):
 
 
 BAD = {
-    "negative max-new-tokens": (["--max-new-tokens", "-3"], "--max-new-tokens must be >= 1"),
-    "negative lookahead": (["--lookahead", "-1"], "--lookahead must be auto or in 0..16"),
-    "lookahead too large": (["--lookahead", "17"], "--lookahead must be auto or in 0..16"),
+    "negative max-new-tokens": (["--max-new-tokens", "-3"], "max_new_tokens must be in [1, 2147483647], got -3"),
+    "negative lookahead": (["--lookahead", "-1"], "lookahead must be 'auto' or in [0, 16], got -1"),
+    "lookahead too large": (["--lookahead", "17"], "lookahead must be 'auto' or in [0, 16], got 17"),
     "lookahead not a number": (["--lookahead", "four"], "argument --lookahead: expected auto or an integer"),
     "ngram+ without a model": (["--draft", "ngram+"], "needs a draft model after the '+'"),
-    "negative sink": (["--sink", "-1"], "--sink must be >= 0"),
-    "zero recent": (["--recent", "0"], "--recent must be >= 1"),
+    "negative sink": (["--sink", "-1"], "sink must be in [0, 2147483647], got -1"),
+    "zero recent": (["--recent", "0"], "recent must be in [1, 2147483647], got 0"),
     "zero batch size": (["--batch-size", "0"], "--batch-size must be >= 1"),
     "non-integer length": (["--max-new-tokens", "ten"], "argument --max-new-tokens: invalid int value"),
     "unknown kv mode": (["--kv", "int3"], "argument --kv: invalid choice: 'int3'"),

@@ -17,7 +17,8 @@ from safetensors.numpy import save_file
 
 import jspec
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, load_model_config
-from jspec.decode import loop as decode
+from jspec.decode import drafters
+from jspec.decode.state import Drafter, DraftMode, Models
 from jspec.io import eagle3
 from jspec.model import head, decoder as model
 from jspec.model.sampling import Sampler
@@ -133,35 +134,34 @@ def test_load_with_a_head_directory_drafts_with_the_head(hf_model_dir, tmp_path)
     target_dir = hf_model_dir("qwen3")
     _write_head(tmp_path / "head", load_model_config(target_dir))
     eng = jspec.load(target_dir, draft=tmp_path / "head", kv=jspec.KVConfig("bf16"), dtype="float32", mesh=None)
-    assert eng.draft_mode == "head" and eng.draft_params is None
+    assert eng.draft_mode == "head" and eng.drafter.model is None
     prompts = ["the quick brown fox", "hello world"]
     run = lambda K: eng.generate(prompts, GenerateConfig(max_new_tokens=12, lookahead=K), SamplingConfig())
     plain, spec = run(0), run(3)
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
-    assert spec[0].stats["draft_mode"] == "head" and spec[0].stats["lookahead"] == 3
+    assert spec[0].stats.draft_mode == "head" and spec[0].stats.lookahead == 3
     auto = run("auto")
     assert [r.token_ids for r in auto] == [r.token_ids for r in plain]
-    costs = auto[0].stats["lookahead_auto"]["costs_ms"]
-    assert costs["head_step"] > 0 and auto[0].stats["lookahead_auto"]["mode"] == "head"
+    costs = auto[0].stats.lookahead_auto["costs_ms"]
+    assert costs["head_step"] > 0 and auto[0].stats.lookahead_auto["mode"] == "head"
     with pytest.raises(ConfigError, match="does not combine with ngram"):
         jspec.load(target_dir, draft=f"ngram+{tmp_path / 'head'}", kv=jspec.KVConfig("bf16"), mesh=None)
 
 
 def test_greedy_head_draw_is_the_argmax_over_the_target_vocabulary(hf_model_dir, tmp_path):
-    """decode.draw_head's greedy token (an argmax over the draft vocabulary, mapped by d2t: no V-wide work) is
+    """drafters.draw_head's greedy token (an argmax over the draft vocabulary, mapped by d2t: no V-wide work) is
     the argmax of head.forward's logits over the target's vocabulary; sampled, its q is 0 off the draft's."""
     tcfg = load_model_config(hf_model_dir("qwen3"))
     _write_head(tmp_path / "head", tcfg)
     hcfg, hp = eagle3.load_head(tmp_path / "head", tcfg, jnp.float32)
     embed = jnp.asarray(np.random.default_rng(2).standard_normal((tcfg.vocab_size, E)), jnp.float32)
-    m = decode.Models(model.Params(embed, (), jnp.ones(E)), None, tcfg, None, 2, draft_mode="head", head=hp,
-                      head_cfg=hcfg)
+    m = Models(model.Params(embed, (), jnp.ones(E)), Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg), tcfg, 2)
     rng = np.random.default_rng(3)
     tokens = jnp.asarray(rng.integers(0, tcfg.vocab_size, (6, 1)), jnp.int32)
     feats = jnp.asarray(rng.standard_normal((6, 1, E)), jnp.float32)
     logits, h, _ = head.forward(hp, hcfg, embed, tokens, feats)
-    d, q = decode.draw_head(m, None, h[:, 0], Sampler.make(6))
+    d, q = drafters.draw_head(m, None, h[:, 0], Sampler.make(6))
     assert q is None
     np.testing.assert_array_equal(np.asarray(d), np.asarray(jnp.argmax(logits[:, 0], -1)))
-    _, q = decode.draw_head(m, jax.random.split(jax.random.key(0), 6), h[:, 0], Sampler.make(6, temperature=1.0))
+    _, q = drafters.draw_head(m, jax.random.split(jax.random.key(0), 6), h[:, 0], Sampler.make(6, temperature=1.0))
     np.testing.assert_array_equal(np.asarray(q) > 0, np.isfinite(np.asarray(logits[:, 0])))

@@ -159,7 +159,7 @@ def test_lookahead_bound_and_sigint_during_compile(hf_model_dir, cli_error):
     compiles (here the K = 16 program's rounds, which take tens of seconds to compile on CPU beside its
     prefill; JAX's compile log says when the XLA compile starts)."""
     line = cli_error("x", "--lookahead", "17", "--model", "/nonexistent")
-    assert "--lookahead must be auto or in 0..16" in line and "compile time grows with K" in line
+    assert "lookahead must be 'auto' or in [0, 16], got 17" in line and "compile time grows with K" in line
 
     model = hf_model_dir("llama")
     p = _spawn("--model", model, "--draft", model, "--lookahead", "16", "--max-new-tokens", "4",

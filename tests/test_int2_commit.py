@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jspec.cache import kvcache
-from jspec.config import KVConfig, ModelConfig
+from jspec.config import KVConfig, ModelConfig, Options
 from jspec.kernels import int2_commit
 from jspec.model import decoder as model
 
@@ -53,27 +53,26 @@ def test_fused_commit_equals_commit_layer(sdt, clips):
 
 
 @pytest.mark.parametrize("group", [None, 2], ids=["one_kernel", "groups_of_2"])
-def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(group, monkeypatch):
+def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(group):
     """Prefill, then greedy decode steps through model.forward and kvcache.commit, float32: the fused
-    commit (through kvcache.FUSED_COMMIT: one kernel for the three layers, or with kvcache.COMMIT_GROUP one for
+    commit (Options.fused_commit: one kernel for the three layers, or with Options.commit_group one for
     layers 0-1 and one for layer 2) and the jnp one give the same tokens and the same cache."""
-    monkeypatch.setattr(kvcache, "COMMIT_GROUP", group)
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
     kv = KVConfig("int2", sink=2, recent=4)
     params = model.init_params(cfg, jax.random.key(0), std=0.3)
     prompt = jnp.asarray(np.random.default_rng(1).integers(0, 64, (2, 12)), jnp.int32)
 
-    def step(cache, tokens):
+    def step(cache, tokens, options):
         logits, (k, v) = model.forward(params, cfg, tokens, cache)
-        return jnp.argmax(logits[:, -1], -1), kvcache.commit(cache, k, v, jnp.full((2,), tokens.shape[1]))
+        return jnp.argmax(logits[:, -1], -1), kvcache.commit(cache, k, v, jnp.full((2,), tokens.shape[1]), options)
 
     def run(fused):
-        monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)
-        tok, cache = step(kvcache.init_cache(cfg, kv, 2, 32, jnp.float32), prompt)
+        options = Options(fused_commit=fused, commit_group=group)
+        tok, cache = step(kvcache.init_cache(cfg, kv, 2, 32, jnp.float32), prompt, options)
         toks = [tok]
         for _ in range(8):
-            tok, cache = step(cache, toks[-1][:, None])
+            tok, cache = step(cache, toks[-1][:, None], options)
             toks.append(tok)
         return np.stack(toks, 1), cache
 
@@ -136,16 +135,13 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
 
     cfg = ModelConfig("llama", VOCAB, 32, 64, 3, 4, 2, 8, max_position=128)
     tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})
-    eng = engine.Engine(cfg, model.init_params(cfg, jax.random.key(0), std=0.3), tok, KVConfig("int2", sink=2,
-                        recent=4), dtype="float32")
-    monkeypatch.setattr(kvcache, "COMMIT_GROUP", 2)
-    monkeypatch.setattr(decode, "PREFILL_CHUNK", 8)
     ids = [[(5 * i + 3) % VOCAB for i in range(13)]]
 
     def start(fused):
-        monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)
+        eng = engine.Engine(cfg, model.init_params(cfg, jax.random.key(0), std=0.3), tok, KVConfig("int2", sink=2,
+                            recent=4), dtype="float32", options=Options(fused, commit_group=2, prefill_chunk=8))
         args = eng.prepare(ids, [SamplingConfig()], [4], GenerateConfig(lookahead=0))
-        return jax.jit(lambda *a: decode._start(*a))(*args).cache  # a new function: traced anew, flags read
+        return decode.start_program(*args).cache
 
     got, want = start(True), start(False)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
@@ -154,7 +150,7 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
 
 
 def test_commit_groups_of_layers_lower_to_one_kernel(monkeypatch):
-    """kvcache.COMMIT_GROUP = 2 over four layers: two calls of one Triton kernel (a program lowers and XLA compiles
+    """Options.commit_group = 2 over four layers: two calls of one Triton kernel (a program lowers and XLA compiles
     it once), where None is one call of a kernel that branches over the four layers. Traced as on a GPU
     (not in interpret mode), lowered for CUDA."""
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=4,
@@ -164,8 +160,8 @@ def test_commit_groups_of_layers_lower_to_one_kernel(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
 
     def kernels(group):
-        monkeypatch.setattr(kvcache, "COMMIT_GROUP", group)
-        commit = jax.jit(lambda c, k, v: kvcache.commit(c, k, v, jnp.ones((1,), jnp.int32)))
+        options = Options(commit_group=group)
+        commit = jax.jit(lambda c, k, v: kvcache.commit(c, k, v, jnp.ones((1,), jnp.int32), options))
         text = commit.trace(cache, rows, rows).lower(lowering_platforms=("cuda",)).as_text()
         return re.findall(r"call @(commit_int2\w*)", text), text.count("__gpu$xla.gpu.triton(")
 
@@ -180,35 +176,32 @@ def test_fused_commit_refuses_groups_smaller_than_a_row():
 
 
 def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):
-    """kvcache.FUSED_COMMIT None: on a GPU outside a mesh (GSPMD cannot split the kernel), never on the CPU,
+    """Options.fused_commit None: on a GPU outside a mesh (GSPMD cannot split the kernel), never on the CPU,
     nor for BF16 caches or groups smaller than a row; True and False force it."""
     layer, *_, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
     grouped = dataclasses.replace(layer, qparams=jnp.zeros((B, H, 4, T, 2), jnp.bfloat16))
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("dp", "tp"))
-    on = lambda kv=kv, layer=layer: kvcache._fused_commit(kv, layer)  # noqa: E731
-    assert kvcache.FUSED_COMMIT is None and on() == (jax.default_backend() == "gpu")
+    on = lambda kv=kv, layer=layer, switch=None: kvcache._fused_commit(kv, layer, switch)  # noqa: E731
+    assert Options().fused_commit is None and on() == (jax.default_backend() == "gpu")
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert on() and not on(layer=grouped) and not on(kv=KVConfig("bf16"))
     with jax.set_mesh(mesh):
         assert not on()
-    monkeypatch.setattr(kvcache, "FUSED_COMMIT", False)
-    assert not on()
+    assert not on(switch=False)
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
-    monkeypatch.setattr(kvcache, "FUSED_COMMIT", True)
-    assert on() and not on(layer=grouped)
+    assert on(switch=True) and not on(layer=grouped, switch=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])
 @pytest.mark.parametrize("warps", [int2_commit.WARPS, 4])
-def test_compiled_fused_commit_matches_commit_layer(sdt, warps, monkeypatch):
+def test_compiled_fused_commit_matches_commit_layer(sdt, warps):
     """Compiled: window rows exact; scales and zeros to a rounding of their dtype; codes equal but where a
     value sits on a rounding boundary (the kernel's division may round differently from XLA's). The jnp
     commit_layer, not the kernel it picks by default on a GPU."""
-    monkeypatch.setattr(kvcache, "FUSED_COMMIT", False)
     args = _case(3, sdt, (0.96, 0.92))
-    want = kvcache.commit_layer(*args[:5], kv=args[5])
+    want = kvcache.commit_layer(*args[:5], kv=args[5], fused=False)
     got = _fused(*args, interpret=False, warps=warps)
     for name in ("k", "v"):
         np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)))
@@ -220,15 +213,14 @@ def test_compiled_fused_commit_matches_commit_layer(sdt, warps, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
-def test_compiled_all_layers_commit_matches_commit_layer(dtype, monkeypatch):
+def test_compiled_all_layers_commit_matches_commit_layer(dtype):
     """Compiled, three layers: each as the jnp commit_layer writes it, to the tolerances of the test above."""
-    monkeypatch.setattr(kvcache, "FUSED_COMMIT", False)
     cases, bufs, k, v = _layers_case(3, seed=3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
     got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
                                   planes=kvcache.INT2_PLANES)
     for c, g in zip(cases, got):
-        want = kvcache.commit_layer(*c[:5], kv=kv)
+        want = kvcache.commit_layer(*c[:5], kv=kv, fused=False)
         np.testing.assert_array_equal(np.asarray(g[0]), np.asarray(want.k))
         np.testing.assert_array_equal(np.asarray(g[1]), np.asarray(want.v))
         np.testing.assert_allclose(np.asarray(g[3], np.float32), np.asarray(want.qparams, np.float32), rtol=2.0**-7)

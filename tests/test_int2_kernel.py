@@ -159,6 +159,6 @@ def test_shipped_pair_greedy_tokens_equal_with_kernel_and_reference():
         eng = jspec.load(draft="ngram", kv=kv, dtype="float32", attn_impl=impl)
         [r] = eng.generate([prompt], gen)
         tokens[impl] = r.token_ids
-        assert r.stats["lookahead"] == 2 and r.stats["rounds"] >= 1
+        assert r.stats.lookahead == 2 and r.stats.rounds >= 1
     assert len(eng.encode(prompt)) > 4 + 8 + 16  # the INT2 history is really read
     assert tokens["pallas"] == tokens["reference"]

@@ -651,7 +651,7 @@ def test_split_path_with_mosaic_kernel_matches_reference():
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 @pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
-def test_decode_steps_with_the_kernels_match_the_reference_forward(n, monkeypatch):
+def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
     """A tiny model's cached steps, float32, on one GPU, each from the same cache (the reference's, so errors
     do not compound): the logits with attn_impl="pallas" (the Mosaic kernel, window_merge finishing its raw
     partials) against the reference attention's, and the cache the fused commit writes (one kernel for both
@@ -661,7 +661,7 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n, monkeypatc
     4.3e-2 at a prefill and 7e-3 at the steps (sessions 17-18, logs17/call4, logs18/call2: likely TF32 in
     XLA's f32 GEMMs and the kernels' dots)."""
     from jspec.cache import kvcache
-    from jspec.config import KVConfig, ModelConfig
+    from jspec.config import KVConfig, ModelConfig, Options
     from jspec.model import decoder as model
 
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=256, intermediate_size=128, num_layers=2,
@@ -673,8 +673,7 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n, monkeypatc
             for impl in ("reference", "pallas")}
 
     def commit(cache, k, v, count, fused):
-        monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)
-        return kvcache.commit(cache, k, v, count)
+        return kvcache.commit(cache, k, v, count, Options(fused_commit=fused))
 
     cache = kvcache.init_cache(cfg, kv, 2, 400, jnp.float32)
     chunks = [(tokens[:, :300], jnp.full((2,), 300))] + [  # row 1 commits one of its n rows, as after a rejection

@@ -89,8 +89,8 @@ def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeyp
     # verify at 1, 5 and 17 tokens and the n-gram lookup compiled side by side, then the generate program's
     # two parts (prefill, rounds)
     assert batches == [4, 2]
-    auto = r.stats["lookahead_auto"]
-    assert auto["K"] == r.stats["lookahead"] and auto["mode"] == "ngram" and auto["alpha_from"] == "prior"
+    auto = r.stats.lookahead_auto
+    assert auto["K"] == r.stats.lookahead and auto["mode"] == "ngram" and auto["alpha_from"] == "prior"
     ms = auto["costs_ms"]
     assert set(ms["verify"]) == {"1", "5", "17"} and min(ms["verify"].values()) > 0
     assert ms["ngram"] > 0 and ms["draft_step"] == 0
@@ -101,8 +101,8 @@ def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeyp
     batches.clear()  # a new engine (a new process) reads the costs back: it compiles its generate program only
     [again] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
     assert batches == [2]
-    assert again.stats["lookahead_auto"]["costs_ms"] == ms
-    assert again.stats["lookahead_auto"]["measure_s"] < auto["measure_s"] / 10  # read from disk
+    assert again.stats.lookahead_auto["costs_ms"] == ms
+    assert again.stats.lookahead_auto["measure_s"] < auto["measure_s"] / 10  # read from disk
 
 
 def test_shipped_costs_are_read_where_the_disk_cache_has_none(hf_model_dir, cache_root, monkeypatch):
@@ -117,7 +117,7 @@ def test_shipped_costs_are_read_where_the_disk_cache_has_none(hf_model_dir, cach
                         lambda lowered, *a: batches.append(len(lowered)) or compile_all(lowered, *a))
     [again] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
     assert batches == [2]  # the generate program's two parts: no cost loop
-    assert again.stats["lookahead_auto"]["costs_ms"] == first.stats["lookahead_auto"]["costs_ms"]
+    assert again.stats.lookahead_auto["costs_ms"] == first.stats.lookahead_auto["costs_ms"]
     monkeypatch.setattr(lookahead, "SHIPPED", cache_root / "absent")
     batches.clear()
     _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
@@ -139,8 +139,8 @@ def test_calls_within_a_power_of_two_of_capacity_share_one_measurement(hf_model_
     assert eng.capacity(jspec.GenerateConfig(max_new_tokens=40, lookahead=16), [len(PROMPT)], [40]) != \
         eng.capacity(jspec.GenerateConfig(max_new_tokens=60, lookahead=16), [len(PROMPT)], [60])  # two buckets
     assert shapes == [(64, 47)] * 2  # one cost shape for both
-    assert second.stats["lookahead_auto"]["costs_ms"] == first.stats["lookahead_auto"]["costs_ms"]
-    assert second.stats["lookahead_auto"]["measure_s"] < first.stats["lookahead_auto"]["measure_s"] / 10
+    assert second.stats.lookahead_auto["costs_ms"] == first.stats.lookahead_auto["costs_ms"]
+    assert second.stats.lookahead_auto["measure_s"] < first.stats.lookahead_auto["measure_s"] / 10
 
 
 def test_auto_speculates_when_it_pays_and_output_is_unchanged(hf_model_dir, cache_root, monkeypatch):
@@ -150,15 +150,15 @@ def test_auto_speculates_when_it_pays_and_output_is_unchanged(hf_model_dir, cach
     gen = jspec.GenerateConfig(max_new_tokens=12)
     [auto] = eng.generate([PROMPT], gen)
     [plain] = eng.generate([PROMPT], jspec.GenerateConfig(max_new_tokens=12, lookahead=0))
-    assert auto.stats["lookahead"] > 0 and plain.stats["lookahead"] == 0 and "lookahead_auto" not in plain.stats
+    assert auto.stats.lookahead > 0 and plain.stats.lookahead == 0 and plain.stats.lookahead_auto is None
     assert auto.token_ids == plain.token_ids
     [again] = eng.generate([PROMPT], gen)  # the first call's acceptance now informs the choice
-    measured = auto.stats["rounds"] * auto.stats["lookahead"]
-    assert again.stats["lookahead_auto"]["alpha_from"] == f"{measured} drafts measured"
+    measured = auto.stats.rounds * auto.stats.lookahead
+    assert again.stats.lookahead_auto["alpha_from"] == f"{measured} drafts measured"
     assert again.token_ids == plain.token_ids
 
 
 def test_auto_without_a_drafter_measures_nothing(hf_model_dir, cache_root, monkeypatch):
     monkeypatch.setattr(lookahead, "measure", None)  # would fail if called
     [r] = _load(hf_model_dir, draft="none").generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
-    assert r.stats["lookahead"] == 0 and r.stats["draft_mode"] == "none" and "lookahead_auto" not in r.stats
+    assert r.stats.lookahead == 0 and r.stats.draft_mode == "none" and r.stats.lookahead_auto is None

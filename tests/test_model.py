@@ -18,6 +18,7 @@ from safetensors.numpy import load_file, save_file
 from jspec.cache import kvcache
 from jspec.config import ConfigError, KVConfig, ModelConfig
 from jspec.decode import loop as decode
+from jspec.decode.state import Drafter, Models, ProgramArgs
 from jspec.io import checkpoint
 from jspec.io.checkpoint import CheckpointError
 from jspec.model import decoder as model
@@ -81,9 +82,9 @@ def _jspec_greedy(cfg, params, prompts, max_new):
     padded = np.full((B, P), 3, np.int32)  # right-padded with <pad>
     for b, p in enumerate(prompts):
         padded[b, : len(p)] = p
-    m = decode.Models(params, None, cfg, None, 0)
+    m = Models(params, Drafter(), cfg, 0)
     cache = kvcache.init_cache(cfg, KVConfig("bf16"), B, P + max_new + 1, jnp.float32)
-    s = decode.generate_program(*decode.ProgramArgs(
+    s = decode.generate_program(*ProgramArgs(
         m, jnp.asarray(padded), jnp.array([len(p) for p in prompts]), jnp.full((B,), max_new), Sampler.make(B),
         jnp.arange(B), cache, None, jnp.asarray(cfg.eos_token_ids)))
     tokens, count = np.asarray(s.tokens), np.asarray(s.count)

@@ -112,14 +112,16 @@ def _models():
 def _engine(kv_mode, with_draft, mesh, stacked=False):
     from jspec.config import KVConfig
     from jspec.model.decoder import stack_layers
+    from jspec.decode.state import Drafter, DraftMode
     from jspec.runtime.engine import Engine
 
     cfg, params, rotated, draft_cfg, draft = _models()
     kv = KVConfig(kv_mode, sink=4, recent=8)  # small windows: most of each row is read as INT2
     tgt = rotated if kv.int2 else params
     tgt, draft = (stack_layers(tgt), stack_layers(draft)) if stacked else (tgt, draft)
-    return Engine(cfg=cfg, params=tgt, tokenizer=None, kv=kv, draft_cfg=draft_cfg if with_draft else None,
-                  draft_params=draft if with_draft else None, dtype="float32", attn_impl="reference", mesh=mesh)
+    drafter = Drafter(draft, mode=DraftMode.MODEL, model_cfg=draft_cfg) if with_draft else Drafter()
+    return Engine(cfg=cfg, params=tgt, tokenizer=None, kv=kv, drafter=drafter, dtype="float32", attn_impl="reference",
+                  mesh=mesh)
 
 
 def _batch():

@@ -24,7 +24,8 @@ import scipy.stats
 
 from jspec.cache import kvcache
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
-from jspec.decode import loop as decode, ngram, speculative
+from jspec.decode import drafters, loop as decode, ngram, speculative
+from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
 from jspec.model import head, decoder as model
 from jspec.model.sampling import Sampler, sample, warp
 from jspec.runtime.engine import Engine
@@ -91,7 +92,7 @@ def _head(kind):
 _programs = {}
 
 
-def _program(args: decode.ProgramArgs):
+def _program(args: ProgramArgs):
     """The compiled generate program for these argument shapes/statics (one compile each)."""
     key = (args.cache.kv, args.cache.capacity, args.models.lookahead, args.models.draft_mode, args.sampler.greedy,
            args.models.head_cfg)
@@ -107,18 +108,18 @@ def _generate(mode, K, draft=None, sampler=None, eos=NO_EOS, poison=None, draft_
     kv = KVS[mode]
     cap = P + MAX_NEW + K + 1
     with_model = K > 0 and draft is not None and draft_mode != "head"
-    m = decode.Models(_target(target), _draft(draft, target) if with_model else None, CFG,
-                      CFG if with_model else None, K, draft_mode=draft_mode)
+    drafter = Drafter(_draft(draft, target), mode=DraftMode(draft_mode), model_cfg=CFG) if with_model else Drafter()
+    m = Models(_target(target), drafter if K else Drafter(), CFG, K)
     cache = kvcache.init_cache(CFG, kv, B, cap, jnp.float32, K)
     if poison is not None:
         cache = poison(cache)
     dcache = kvcache.init_cache(CFG, KVConfig("bf16"), B, cap, jnp.float32) if with_model else None
     if K > 0 and draft_mode == "head":  # draft names the head: "full" or "reduced"
         hcfg, hp = _head(draft)
-        m = m.replace(head=hp, head_cfg=hcfg)
+        m = m.replace(drafter=Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg))
         dcache = kvcache.init_cache(hcfg.layer, KVConfig("bf16"), B, cap, jnp.float32)
     sampler = sampler or Sampler.make(B)
-    args = decode.ProgramArgs(m, jnp.asarray(PROMPTS[prompts]()), jnp.asarray(LENS),
+    args = ProgramArgs(m, jnp.asarray(PROMPTS[prompts]()), jnp.asarray(LENS),
                               jnp.full((B,), MAX_NEW, jnp.int32), sampler, jnp.arange(B, dtype=jnp.int32), cache,
                               dcache, jnp.asarray([eos], jnp.int32))
     program = _program(args)
@@ -287,13 +288,12 @@ def test_generate_is_one_loop_without_callbacks(K, temperature):
     cfg = ModelConfig("llama", 64, 32, 64, 2, 4, 2, 8, eos_token_ids=(1, 2))
     dcfg = ModelConfig("llama", 64, 16, 32, 1, 2, 1, 8)
     draft, B, P, new = K > 0, 2, 6, 10
-    m = decode.Models(model.init_params(cfg, jax.random.key(0)),
-                      model.init_params(dcfg, jax.random.key(1)) if draft else None,
-                      cfg, dcfg if draft else None, K)
+    drafter = Drafter(model.init_params(dcfg, jax.random.key(1)), mode=DraftMode.MODEL, model_cfg=dcfg)
+    m = Models(model.init_params(cfg, jax.random.key(0)), drafter if draft else Drafter(), cfg, K)
     cache = kvcache.init_cache(cfg, KVConfig("int2", sink=2, recent=8), B, P + new + K + 1, lookahead=K)
     dcache = kvcache.init_cache(dcfg, KVConfig("bf16"), B, P + new + K + 1) if draft else None
     sampler = Sampler.make(B, temperature=temperature, top_k=5, top_p=0.9)
-    args = decode.ProgramArgs(m, jnp.ones((B, P), jnp.int32), jnp.array([6, 3]), jnp.full((B,), new), sampler,
+    args = ProgramArgs(m, jnp.ones((B, P), jnp.int32), jnp.array([6, 3]), jnp.full((B,), new), sampler,
                               jnp.arange(B), cache, dcache, jnp.array([1, 2]))
     eqns = list(_walk(jax.make_jaxpr(decode.generate_program)(*args).jaxpr))
     names = [e.primitive.name for e in eqns]
@@ -453,8 +453,7 @@ def _head_q_program():
     hcfg = head.HeadConfig(head.layer_config(cfg, 2, 1, 8), 3, (0, 1, 2))
     hp = head.init_head(hcfg, jax.random.key(5), std=0.8, d2t=np.array([0, 0, 1]))  # drafts 0, 1, 3
     embed = jax.random.normal(jax.random.key(6), (V, 8))
-    m = decode.Models(model.Params(embed, (), jnp.ones(8)), None, cfg, None, 2, draft_mode="head", head=hp,
-                      head_cfg=hcfg)
+    m = Models(model.Params(embed, (), jnp.ones(8)), Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg), cfg, 2)
     warp1 = lambda logits: warp(logits, Sampler.make(logits.shape[0], temperature=1.0))
 
     @jax.jit
@@ -463,7 +462,7 @@ def _head_q_program():
         h, (k, v) = m.head_hidden(tok[None, None], feat[None, None], hc)
         hc = kvcache.commit(hc, k, v, jnp.ones((1,), jnp.int32))
         q = lambda h: warp1(head.to_target_vocab(head.draft_logits(hp, hcfg, h), hp.d2t, V))  # draw_head, sampled
-        step = lambda d: decode._head_step(m, d[None], h[:, -1], hc)[0][0]
+        step = lambda d: m.head_hidden(d[None, None], h[:, -1:], hc)[0][0, -1]  # drafters.head_token's forward
         return q(h[:, -1])[0], q(jax.vmap(step)(jnp.arange(V)))
 
     return q_tables
@@ -487,7 +486,7 @@ def _proposals(kind, ctx):
     if kind == "ngram":
         history = jnp.asarray([LOOKUP_PREFIX + ctx], jnp.int32)
         d, _ = ngram.propose(history, jnp.asarray([history.shape[1]]), 2)
-        q = decode.point_mass(d, V, Sampler.make(1, temperature=1.0))[0]
+        q = drafters.point_mass(d, V, Sampler.make(1, temperature=1.0))[0]
         return [(tuple(np.asarray(d[0]).tolist()), 1.0, np.asarray(q, np.float64))]
     out = []
     for d1, d2 in itertools.product(range(V), repeat=2):

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from jspec.cache import kvcache
-from jspec.config import KVConfig, ModelConfig
+from jspec.config import KVConfig, ModelConfig, Options
 from jspec.model import decoder as model
+from jspec.decode.state import Drafter, DraftMode
 
 CFG = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
                   num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
@@ -22,13 +23,13 @@ KVS = {"bf16": KVConfig("bf16"), "int2": KVConfig("int2", sink=2, recent=4)}
 _COMPILE = {"xla_backend_optimization_level": 0}
 
 
-@functools.partial(jax.jit, static_argnums=1, compiler_options=_COMPILE)
-def _step(params, cfg, tokens, cache, n_commit):
+@functools.partial(jax.jit, static_argnums=(1, 5), compiler_options=_COMPILE)
+def _step(params, cfg, tokens, cache, n_commit, options):
     logits, (k, v), feats = model.forward_taps(params, cfg, tokens, cache, (0, 2, 3))
-    return logits, feats, kvcache.commit(cache, k, v, n_commit)
+    return logits, feats, kvcache.commit(cache, k, v, n_commit, options)
 
 
-def _run(params, kv, stacked):
+def _run(params, kv, stacked, options=Options()):
     """A 12-token prefill (rows commit 12 and 9), then three decode steps: logits, taps and the cache."""
     rng = np.random.default_rng(0)
     cache = kvcache.init_cache(CFG, kv, 2, 32, jnp.float32, stacked=stacked)
@@ -36,7 +37,7 @@ def _run(params, kv, stacked):
     tokens = jnp.asarray(rng.integers(0, CFG.vocab_size, (2, 12)), jnp.int32)
     n = jnp.asarray([12, 9], jnp.int32)
     for _ in range(4):
-        logits, feats, cache = _step(params, CFG, tokens, cache, n)
+        logits, feats, cache = _step(params, CFG, tokens, cache, n, options)
         out += [logits, feats]
         tokens, n = jnp.argmax(logits[:, -1:], -1).astype(jnp.int32), jnp.ones(2, jnp.int32)
     return out, cache
@@ -44,14 +45,13 @@ def _run(params, kv, stacked):
 
 @pytest.mark.parametrize("mode", ["bf16", "int2"])
 @pytest.mark.parametrize("fused", [False, True])
-def test_stacked_layers_match_the_tuple_of_layers(mode, fused, monkeypatch):
+def test_stacked_layers_match_the_tuple_of_layers(mode, fused):
     if fused and mode == "bf16":
         pytest.skip("the fused commit is INT2's")
-    monkeypatch.setattr(kvcache, "FUSED_COMMIT", fused)  # read while tracing: each case its own trace
-    jax.clear_caches()
+    options = Options(fused_commit=fused)
     params = model.init_params(CFG, jax.random.key(0), std=0.3)
-    want, cache = _run(params, KVS[mode], False)
-    got, stacked = _run(model.stack_layers(params), KVS[mode], True)
+    want, cache = _run(params, KVS[mode], False, options)
+    got, stacked = _run(model.stack_layers(params), KVS[mode], True, options)
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
     assert stacked.stacked and not cache.stacked
@@ -65,7 +65,7 @@ def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
     """Through the split path with the fused window (interpret mode on the CPU): a stacked decode (n = 1) or
     verification (n = 5) step passes window_merge the [L, ...] window stacks and the loop's layer index
     (LayerKV.window_stacks), and its logits are the tuple's, float32 (a wrong layer's window would change them)."""
-    from jspec.attention import rule as attention, split as attention_split
+    from jspec.attention import split as attention_split
 
     calls = []
     merge = attention_split.window_merge
@@ -74,8 +74,7 @@ def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
         calls.append(win_k.ndim)
         return merge(qkv, win_k, *args, **kwargs)
 
-    monkeypatch.setattr(attention_split, "window_merge", recording_merge)
-    monkeypatch.setattr(attention, "attend_split", functools.partial(attention_split.attend_split, fused_window=True))
+    monkeypatch.setattr(attention_split, "window_merge", recording_merge)  # a spy: records what it is handed
     # 4 query heads per KV head (window_merge's least), head_dim 64 (the Triton INT2 kernel's least)
     cfg = dataclasses.replace(CFG, num_heads=8, hidden_size=128, head_dim=64)
     kv = KVConfig("int2", sink=8, recent=8)
@@ -87,7 +86,7 @@ def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
         cache = kvcache.init_cache(cfg, kv, 2, 48, jnp.float32, stacked=stacked)
         _, (k, v) = model.forward(p, cfg, prompt, cache)
         cache = kvcache.commit(cache, k, v, jnp.asarray([30, 22], jnp.int32))
-        return model.forward(p, cfg, tokens, cache, attn_impl="pallas")[0]
+        return model.forward(p, cfg, tokens, cache, attn_impl="pallas", options=Options(fused_window=True))[0]
 
     jax.clear_caches()  # the layers' jitted block traces afresh: one recorded call per trace
     want = step(params, False)
@@ -120,9 +119,9 @@ def test_engine_with_stacked_layers_gives_the_same_greedy_tokens(mode):
         same, stack = (lambda p: p), model.stack_layers
         for stack_target, stack_draft in ((same, same), (stack, stack), (same, stack)):
             eng = Engine(cfg=CFG, params=stack_target(target), tokenizer=None, kv=KVS[mode], dtype="float32",
-                         draft_cfg=cfg, draft_params=stack_draft(draft))
+                         drafter=Drafter(stack_draft(draft), mode=DraftMode.MODEL, model_cfg=cfg))
             rows = eng.generate_ids(prompts, [SamplingConfig()] * 2, [12, 9], GenerateConfig(12, lookahead=3))
-            out.append([(tokens, stats["accepted"]) for tokens, stats in rows])
+            out.append([(tokens, stats.accepted) for tokens, stats in rows])
         assert out[2] == out[1] == out[0] and len(out[0][0][0]) == 12
 
 
@@ -147,9 +146,9 @@ def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
     assert set(map(str, options)) == {"None"}
     options.clear()
     eng = load(True)
-    assert model.is_stacked(eng.params) and model.is_stacked(eng.draft_params)
+    assert model.is_stacked(eng.params) and model.is_stacked(eng.drafter.model)
     [got] = eng.generate([[5, 6, 7, 8, 9, 5, 6]], gen)
-    assert got.token_ids == want.token_ids and got.stats["lookahead"] == want.stats["lookahead"]
+    assert got.token_ids == want.token_ids and got.stats.lookahead == want.stats.lookahead
     assert options and all(o == model.SCAN_OPTIONS for o in options)
 
 
@@ -238,8 +237,8 @@ def test_engine_with_an_eagle3_head_over_stacked_layers():
     hp = head.init_head(hcfg, jax.random.key(11), std=0.3)
     out = []
     for stack in (lambda p: p, model.stack_layers):
-        eng = Engine(cfg=CFG, params=stack(target), tokenizer=None, kv=KVS["int2"], dtype="float32", head_cfg=hcfg,
-                     head_params=hp)
+        eng = Engine(cfg=CFG, params=stack(target), tokenizer=None, kv=KVS["int2"], dtype="float32",
+                     drafter=Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg))
         rows = eng.generate_ids([list(range(3, 14))], [SamplingConfig()], [10], GenerateConfig(10, lookahead=2))
-        out.append([(tokens, stats["accepted"]) for tokens, stats in rows])
+        out.append([(tokens, stats.accepted) for tokens, stats in rows])
     assert out[1] == out[0] and len(out[0][0][0]) == 10

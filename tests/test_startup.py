@@ -23,11 +23,12 @@ from safetensors import safe_open
 
 from jspec.cache import kvcache
 from jspec.cli import batch
-from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig, load_model_config
+from jspec.config import GenerateConfig, KVConfig, ModelConfig, Options, SamplingConfig, load_model_config
 from jspec.decode import loop as decode
 from jspec.io import checkpoint, tokenizer
 from jspec.model import decoder as model
-from jspec.runtime import engine, programs
+from jspec.runtime import buckets, compile_cache, engine, programs
+from jspec.decode.state import Drafter, DraftMode
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [ROOT / "checkpoints" / "code-target", ROOT / "checkpoints" / "code-draft"]
@@ -108,15 +109,15 @@ class _count_compiles:
 
 
 def test_capacity_buckets_bound_the_memory_cost():
-    buckets = [engine.capacity_bucket(n, 1 << 20) for n in range(1, 70000)]
-    for n, b in enumerate(buckets, 1):
+    grid = [buckets.capacity_bucket(n, 1 << 20) for n in range(1, 70000)]
+    for n, b in enumerate(grid, 1):
         assert b >= n and b % 16 == 0
         assert (b - n <= 15) if n <= 128 else (b / n < 1.125), (n, b)
-    assert buckets == sorted(buckets)
+    assert grid == sorted(grid)
     for lo in (128, 1024, 32768):  # eight buckets per power of two
-        assert len({b for n, b in enumerate(buckets, 1) if lo < n <= 2 * lo}) == 8
-    assert engine.capacity_bucket(2309, 1 << 20) == 2560 and engine.capacity_bucket(2309, 2400) == 2400
-    assert all(b % 256 == 0 for n, b in enumerate(buckets, 1) if n > 2048)  # kvcache.ALIGN
+        assert len({b for n, b in enumerate(grid, 1) if lo < n <= 2 * lo}) == 8
+    assert buckets.capacity_bucket(2309, 1 << 20) == 2560 and buckets.capacity_bucket(2309, 2400) == 2400
+    assert all(b % 256 == 0 for n, b in enumerate(grid, 1) if n > 2048)  # kvcache.ALIGN
 
 
 CFG = ModelConfig("llama", VOCAB, 32, 64, 1, 4, 2, 8, max_position=512)  # no EOS: rows run to max_new
@@ -127,8 +128,7 @@ K = 2
 @pytest.fixture
 def eng(monkeypatch):
     """A tiny int2 target + draft engine with no compiled program yet. Its generate program's parts are
-    traced anew for each lowering (so that a patched PREFILL_CHUNK is seen: jax caches traces by function)
-    and compiled without LLVM optimisation, as test_speculative's."""
+    compiled without LLVM optimisation, as test_speculative's."""
     from conftest import tiny_tokenizer
 
     lower = engine.lower_parts
@@ -142,8 +142,8 @@ def eng(monkeypatch):
     monkeypatch.setattr(engine, "lower_parts", fast)
     tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})
     kv = KVConfig("int2", sink=4, recent=8)
-    return engine.Engine(CFG, model.init_params(CFG, jax.random.key(0), std=0.3), tok, kv, DRAFT,
-                         model.init_params(DRAFT, jax.random.key(1), std=0.3), dtype="float32")
+    drafter = Drafter(model.init_params(DRAFT, jax.random.key(1), std=0.3), mode=DraftMode.MODEL, model_cfg=DRAFT)
+    return engine.Engine(CFG, model.init_params(CFG, jax.random.key(0), std=0.3), tok, kv, drafter, dtype="float32")
 
 
 def _run(eng, lengths, max_new):
@@ -231,8 +231,7 @@ def test_program_keys_and_unreadable_entries(tmp_path, monkeypatch):
 def test_capacity_and_prefill_chunks_leave_greedy_tokens_unchanged(eng, f32_matmul, monkeypatch):
     alone = _run(eng, (30,), (5,))  # capacity 48, the prompt in one chunk
     mates = _run(eng, (30, 3), (5, 60))  # capacity 80
-    monkeypatch.setattr(decode, "PREFILL_CHUNK", 8)  # ten chunks of 8; the loop stops after the fourth
-    eng._compiled.clear()
+    eng.options = Options(prefill_chunk=8)  # ten chunks of 8; the loop stops after the fourth
     chunked = _run(eng, (30, 3), (5, 60))
     assert alone[0][0] == mates[0][0] == chunked[0][0] and len(alone[0][0]) == 5
     assert mates[1][0] == chunked[1][0] and len(mates[1][0]) == 60
@@ -241,10 +240,10 @@ def test_capacity_and_prefill_chunks_leave_greedy_tokens_unchanged(eng, f32_matm
 def test_prefill_loops_over_chunks_only_when_the_prompt_array_has_several(eng, monkeypatch):
     rows = [SamplingConfig()] * 2
     args = eng.prepare([[1] * 30, [2] * 3], rows, [5, 10], GenerateConfig(lookahead=K))
-    whiles = lambda: jax.jit(lambda *a: decode._generate(*a)).lower(*args).as_text().count("stablehlo.while")
-    one_chunk = whiles()  # the 48-token prompt array in one chunk: the decode loop and the codec's loops
-    monkeypatch.setattr(decode, "PREFILL_CHUNK", 16)
-    assert whiles() == one_chunk + 1
+    whiles = lambda args: decode.generate_program.lower(*args).as_text().count("stablehlo.while")
+    one_chunk = whiles(args)  # the 48-token prompt array in one chunk: the decode loop and the codec's loops
+    chunked = args._replace(models=args.models.replace(options=Options(prefill_chunk=16)))
+    assert whiles(chunked) == one_chunk + 1
 
 
 def _job_lines(spec):
@@ -263,7 +262,7 @@ def test_mixed_max_new_job_compiles_once_per_bucket(eng, tmp_path):
     assert summary.prompts == len(spec) and summary.errors == 0
     assert sorted(len(r["token_ids"]) for r in records) == sorted(m for _, m in spec)
     needs = {len(eng.encode("hello world " * n)) + m + K + 1 for n, m in spec}
-    assert {engine.capacity_bucket(n, 512) for n in needs} == {16, 32}
+    assert {buckets.capacity_bucket(n, 512) for n in needs} == {16, 32}
     assert len(eng._compiled) == 2  # three batches of four rows (the last padded), two programs
     compiled_by = [r["stats"]["compile_s"] > 0 for r in records]
     assert sum(compiled_by) == 8  # the rows of the two batches that compiled; the third reused one
@@ -272,7 +271,7 @@ def test_mixed_max_new_job_compiles_once_per_bucket(eng, tmp_path):
 def test_chunks_group_rows_by_capacity_bucket():
     job = lambda i, n, m: batch.Job(i, i + 1, "", [0] * n, m, SamplingConfig())
     jobs = [job(0, 10, 3), job(1, 3, 40), job(2, 5, 2), job(3, 30, 2), job(4, 2, 1), job(5, 9, 4)]
-    capacity = lambda j: engine.capacity_bucket(len(j.ids) + j.max_new + K + 1, 512)
+    capacity = lambda j: buckets.capacity_bucket(len(j.ids) + j.max_new + K + 1, 512)
     got = [[j.id for j in c] for c in batch.chunks(jobs, 2, capacity)]
     # needs (+ K + 1 = 3): 16, 46, 10, 35, 6, 16 -> buckets 16: 4, 2, 0, 5 (by max_new), 48: 3, 1
     assert got == [[4, 2], [0, 5], [3, 1]]
@@ -309,8 +308,8 @@ def test_compile_cache_writes_beside_entries_an_unbounded_cache_left(tmp_path):
     time, as an unbounded cache (earlier jspec, or another tool) leaves them: use_compile_cache stamps
     those entries, so a new program is still written, and warns about nothing."""
     (tmp_path / "jit_old-0123-cache").write_bytes(b"an entry an unbounded cache wrote")
-    code = ("import warnings, jax, jax.numpy as jnp\nfrom jspec import engine\n"
-            f"engine.use_compile_cache({str(tmp_path)!r})\nwarnings.simplefilter('error')\n"
+    code = ("import warnings, jax, jax.numpy as jnp\nfrom jspec.runtime import compile_cache\n"
+            f"compile_cache.use_compile_cache({str(tmp_path)!r})\nwarnings.simplefilter('error')\n"
             "jax.jit(lambda x: x * 3 + 1)(jnp.arange(5)).block_until_ready()\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
@@ -330,24 +329,24 @@ def test_shipped_autotune_results_seed_a_new_compile_cache(tmp_path):
     pack = lambda files: json.dumps({k: base64.b64encode(v).decode() for k, v in files.items()})
     source = tmp_path / "shipped.json"
     source.write_text(pack({"gpu-kind/a.pb": b"\x00shipped a\xff", "gpu-kind/b.pb": b"shipped b"}))
-    tuned = tmp_path / "cache" / engine.PER_FUSION / "gpu-kind"  # XLA's layout: a subfolder per GPU kind
+    tuned = tmp_path / "cache" / compile_cache.PER_FUSION / "gpu-kind"  # XLA's layout: a subfolder per GPU kind
     tuned.mkdir(parents=True)
     (tuned / "b.pb").write_bytes(b"tuned here")
-    assert engine.seed_autotune(tmp_path / "cache", source) == 1
+    assert compile_cache.seed_autotune(tmp_path / "cache", source) == 1
     assert (tuned / "a.pb").read_bytes() == b"\x00shipped a\xff" and (tuned / "b.pb").read_bytes() == b"tuned here"
-    assert engine.seed_autotune(tmp_path / "cache", source) == 0
-    assert engine.seed_autotune(tmp_path / "cache", tmp_path / "absent.json") == 0
+    assert compile_cache.seed_autotune(tmp_path / "cache", source) == 0
+    assert compile_cache.seed_autotune(tmp_path / "cache", tmp_path / "absent.json") == 0
     # use_compile_cache seeds from the file of this jaxlib's version, not another's
     ours = tmp_path / "ours"
     ours.mkdir()
     (ours / f"jaxlib-{jaxlib.__version__}.json").write_text(pack({"gpu-kind/c.pb": b"ours"}))
     (ours / "jaxlib-0.0.1.json").write_text(pack({"gpu-kind/d.pb": b"another jaxlib's"}))
-    code = (f"from pathlib import Path\nfrom jspec import engine\nengine.AUTOTUNE_DIR = Path({str(ours)!r})\n"
-            f"engine.use_compile_cache({str(tmp_path / 'new')!r})\n")
+    code = (f"from pathlib import Path\nfrom jspec.runtime import compile_cache\ncompile_cache.AUTOTUNE_DIR = Path({str(ours)!r})\n"
+            f"compile_cache.use_compile_cache({str(tmp_path / 'new')!r})\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert p.returncode == 0, p.stderr[-2000:]
-    assert [str(f.relative_to(tmp_path / "new" / engine.PER_FUSION)) for f in (tmp_path / "new").rglob("*.pb")] \
+    assert [str(f.relative_to(tmp_path / "new" / compile_cache.PER_FUSION)) for f in (tmp_path / "new").rglob("*.pb")] \
         == ["gpu-kind/c.pb"]
 
 
@@ -356,7 +355,7 @@ def test_shipped_autotune_results_are_xla_files():
     small proto naming its GPU kind (the H200's, as written on the device in session 13)."""
     import base64
 
-    packs = sorted(engine.AUTOTUNE_DIR.glob("jaxlib-*.json"))
+    packs = sorted(compile_cache.AUTOTUNE_DIR.glob("jaxlib-*.json"))
     assert packs
     for pack in packs:
         files = json.loads(pack.read_text())

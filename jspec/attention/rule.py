@@ -19,7 +19,8 @@ from jspec.config import KVConfig
 from jspec.numerics import dot_scores, einsum_f32
 
 
-def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference", qkv=None):
+def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference", qkv=None,
+           fused_window: bool | None = None):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     layer is this layer's cache (None: no cache, plain causal attention over the n rows). qkv: the one
@@ -30,7 +31,8 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
-        return per_shard(functools.partial(attend_split, kernel=kernel))(q, k, v, layer, length, kv, qkv=qkv)
+        split = functools.partial(attend_split, kernel=kernel, fused_window=fused_window)
+        return per_shard(split)(q, k, v, layer, length, kv, qkv=qkv)
     return attend_reference(q, k, v, layer, length, kv)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jspec.cache.kvcache import LayerKV, fake_quantize_kv
-from jspec.config import KVConfig
+from jspec.config import DP, TP, KVConfig
 from jspec.numerics import einsum_f32
 # Imported with the module, not while tracing: with the lazy import (153682c, untimed then) the warm README
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (session 10; cause not established).
@@ -33,14 +33,6 @@ from jspec.kernels.hopper import attention as int2_mosaic
 from jspec.kernels.int2_triton import int2_attention
 from jspec.kernels.window_merge import join_slots, supported as window_merge_supported, window_merge
 
-# The BF16 parts and the merge as two Pallas kernels per layer on GPUs (decode and verification chunks;
-# pallas/window_merge.py), where XLA runs about nine small kernels: 1.04-1.05x per 8B step (H200, session
-# 13). A switch for A/B runs.
-FUSED_WINDOW = True
-
-# The mesh axes of jspec.runtime.sharding: batch rows over "dp", KV heads over "tp". Named here, below the
-# model in the imports, so that the model's import chain stops short of sharding.
-DP, TP = "dp", "tp"
 
 
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
@@ -49,8 +41,8 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
 
     Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
     has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
-    fused_window: the BF16 parts and the merge in pallas/window_merge.py (None: on GPUs where it takes
-    the shapes and FUSED_WINDOW is on), else in XLA. qkv: q, k and v as the one [B, n, Hkv, g + 2, D] array
+    fused_window (Options.fused_window): the BF16 parts and the merge in kernels/window_merge.py where it
+    takes the shapes (None: on GPUs; True: also in interpret mode), else in XLA. qkv: q, k and v as the one [B, n, Hkv, g + 2, D] array
     they are slices of (model.qkv_slots), for window_merge (None: joined here, a copy).
     """
     B, n, Hq, D = q.shape
@@ -63,7 +55,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     if fused_window is None:
-        fused_window = FUSED_WINDOW and not interpret
+        fused_window = not interpret
     fused_window = fused_window and window_merge_supported(n, g, D, layer.k.shape[2], kv.recent)
     with jax.named_scope("int2_history"):
         splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window)

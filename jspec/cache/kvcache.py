@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jspec import struct
-from jspec.config import ConfigError, KVConfig, ModelConfig
+from jspec.config import ConfigError, KVConfig, ModelConfig, Options
 from jspec.int2 import quant
 from jspec.int2.planes import CODE_PLANES, INT2_PLANES, QPARAM_PLANES, code_plane, qparam_plane
 from jspec.kernels.int2_commit import commit_int2
@@ -160,8 +160,9 @@ def _scatter(buf, idx, rows):
     return jax.vmap(put)(buf, idx, rows)
 
 
-def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
-    """Writes the first n_commit[b] of the new rows of each row b and advances the lengths.
+def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options()) -> KVCache:
+    """Writes the first n_commit[b] of the new rows of each row b and advances the lengths (options: the
+    fused commit and its group, Options.fused_commit and commit_group).
 
     new_k, new_v: per layer [B, n, Hkv, D], the rows a forward computed at positions length + 0..n-1.
     Rows past n_commit (rejected speculative candidates, prompt padding) never touch the cache: their
@@ -177,7 +178,7 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
     stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
-    fused, G = _fused_commit(kv, first), COMMIT_GROUP
+    fused, G = _fused_commit(kv, first, options.fused_commit), options.commit_group
     if fused and (cache.stacked or not G):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
     elif fused:  # a kernel per G layers
@@ -192,37 +193,24 @@ def commit(cache: KVCache, new_k, new_v, n_commit) -> KVCache:
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
 
-# The int2 commit as one Pallas kernel (pallas/int2_commit.py) where a row is one group, read while tracing:
-# None (the default) on a GPU outside a mesh (GSPMD cannot split the kernel), True also on the CPU
-# (interpret mode: the tests), False never. It took the 8B step at batch 1 / 128K from 7.07 to 6.73 ms as a
-# kernel per layer (benchmarks/RESULTS.md, session 11), then from 5.934 to 5.828 ms as one for all layers
-# (session 18, benchmarks/results/logs18/call2.txt).
-FUSED_COMMIT = None
-# Where the cache's layers are separate arrays, the fused commit's layers per kernel, read while tracing: G, a kernel
-# per G layers; None, all of them in one. The kernel branches once per layer, and XLA builds it on one thread: on
-# the H200 the 8B + draft program compiled in 15.7 and 17.8 s with G = 8 against 25.9 and 34.9 s with one kernel
-# for all 32 layers (trace and lower included, one host, alternated), and its step was unchanged (B 1 / 128K 5.741,
-# 5.723 against 5.752, 5.742 ms; B 8 / 32K +0.7%): benchmarks/NOTES.md, session 26. Groups of G layers are one
-# kernel, traced, lowered and compiled once and launched L / G times.
-COMMIT_GROUP = 8
-
-
-def _fused_commit(kv: KVConfig, layer: LayerKV) -> bool:
-    if not (kv.int2 and layer.qparams.shape[-1] == 1) or FUSED_COMMIT is False:
+def _fused_commit(kv: KVConfig, layer: LayerKV, switch: bool | None) -> bool:
+    """Whether the INT2 commit runs as kernels/int2_commit.py's kernel (a row is one group); switch:
+    Options.fused_commit (None: on a GPU outside a mesh, where GSPMD would have to split the kernel)."""
+    if not (kv.int2 and layer.qparams.shape[-1] == 1) or switch is False:
         return False
-    return FUSED_COMMIT or (jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty)
+    return switch or (jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty)
 
 
-def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
+def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig, fused: bool | None = None) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
-    history slots hist [B, n] (out-of-range slots are dropped)."""
-    if _fused_commit(kv, layer):
+    history slots hist [B, n] (out-of-range slots are dropped); fused: Options.fused_commit."""
+    if _fused_commit(kv, layer, fused):
         return _commit_fused((layer,), k[None], v[None], slot, hist, kv=kv)[0]
     return _scatter_commit(layer, k, v, slot, hist, kv=kv)
 
 
 # The jnp commit of one layer, traced once for all layers as model.forward's layers are (XLA inlines the calls).
-# It reads no flag: which commit runs is decided outside it, so no trace of it depends on FUSED_COMMIT.
+# It reads no switch: which commit runs is decided outside it, so no trace of it depends on Options.
 @functools.partial(jax.jit, static_argnames=("kv",))
 def _scatter_commit(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
     upd = dict(k=_scatter(layer.k, slot, k), v=_scatter(layer.v, slot, v))

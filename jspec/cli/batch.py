@@ -25,7 +25,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig
-from jspec.runtime.engine import pad_rows
+from jspec.runtime.buckets import pad_rows
+from jspec.runtime.engine import Stats
 
 # optional per-line fields and the types they must have
 FIELDS = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int}
@@ -65,19 +66,19 @@ class Summary:
     decode_s: float = 0.0
     wall_s: float = 0.0
 
-    def add(self, stats: list[dict]) -> None:
+    def add(self, stats: list[Stats]) -> None:
         """Adds one batch: the per-row stats of one compiled call."""
         for st in stats:
             self.prompts += 1
-            self.new_tokens += st["new_tokens"]
-            self.rounds += st["rounds"]
-            self.accepted += st["accepted"]
-            self.proposed += st["lookahead"] * st["rounds"]
-            self.round_tokens += max(st["new_tokens"] - 1, 0)
-            self.kv_bytes = max(self.kv_bytes, st["batch_kv_bytes"])
+            self.new_tokens += st.new_tokens
+            self.rounds += st.rounds
+            self.accepted += st.accepted
+            self.proposed += st.lookahead * st.rounds
+            self.round_tokens += max(st.new_tokens - 1, 0)
+            self.kv_bytes = max(self.kv_bytes, st.batch_kv_bytes)
         if stats:  # compile and decode time are per batch, repeated in each row
-            self.compile_s += stats[0]["compile_s"]
-            self.decode_s += stats[0]["decode_s"]
+            self.compile_s += stats[0].compile_s
+            self.decode_s += stats[0].decode_s
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -298,7 +299,7 @@ def run_chunk(engine, chunk: list[Job], gen: GenerateConfig, size: int):
 
 
 def answer(engine, chunk: list[Job], gen: GenerateConfig, size: int) -> list[dict]:
-    """The records of one batch. A row the engine refuses for a reason parse_line did not foresee (a
+    """The records of one batch (a row's stats as engine.Stats until written). A row the engine refuses for a reason parse_line did not foresee (a
     ConfigError, or a value that overflows a device dtype) costs only that row: the batch is retried
     row by row, and the row that fails alone gets an error record."""
     try:
@@ -350,5 +351,5 @@ def _error(job: Job, message: str) -> dict:
 
 def _write(out, records) -> None:
     if records:  # one write per batch, so an interrupt almost never tears a record (answered_lines cuts one off)
-        out.write("".join(json.dumps(r) + "\n" for r in records).encode())
+        out.write("".join(json.dumps(r, default=Stats.as_dict) + "\n" for r in records).encode())
         out.flush()

@@ -17,13 +17,14 @@ import time
 from pathlib import Path
 
 # The CLI takes GPU memory as it needs it: preallocating most of an H200, as JAX does by default, costs about
-# a second of every start-up (benchmarks/RESULTS.md, session 9). Set the variable to "true" to preallocate.
+# a second of every start-up (docs/results.md). Set the variable to "true" to preallocate.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from jspec.config import ATTENTION_IMPLS, MAX_LOOKAHEAD, GenerateConfig, KVConfig, SamplingConfig  # noqa: E402
+from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, GenerateConfig, KVConfig,  # noqa: E402
+                          SamplingConfig)
+from jspec.paths import cache_root  # noqa: E402
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
-CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--restart", action="store_true",
                    help="discard the results already in --output (a jspec results file) and start the job over")
     o.add_argument("--batch-size", type=int, default=8, help="prompts (job rows) per compiled batch")
-    o.add_argument("--compile-cache", default=str(CACHE_HOME / "jspec" / "xla"),
+    o.add_argument("--compile-cache", default=str(cache_root() / "xla"),
                    help="JAX persistent compilation cache directory ('' disables)")
     o.add_argument("--compile-cache-gib", type=float, default=4.0,
                    help="size bound of the compilation cache: the least recently used programs are evicted")
@@ -113,15 +114,10 @@ def _lookahead(text: str) -> int | str:
 
 
 def _check(a) -> None:
-    bad = [(a.max_new_tokens < 1, "--max-new-tokens must be >= 1"),
-           (a.lookahead != "auto" and not 0 <= a.lookahead <= MAX_LOOKAHEAD,
-            f"--lookahead must be auto or in 0..{MAX_LOOKAHEAD}: compile time grows with K and longer rounds "
-            "never pay"),
-           (a.batch_size < 1, "--batch-size must be >= 1"), (a.sink < 0, "--sink must be >= 0"),
-           (a.recent < 1, "--recent must be >= 1"),
+    """The rules about the command line itself; the values' own rules are the configs' (_configs)."""
+    bad = [(a.batch_size < 1, "--batch-size must be >= 1"),
            (not 0 < a.compile_cache_gib < 2**20, "--compile-cache-gib must be a positive size"),
            (a.restart and a.input is None, "--restart goes with --input and --output"),
-           (a.group_size is not None and a.group_size < 1, "--group-size must be >= 1"),
            ((a.input is None) != (a.output is None), "--input and --output go together"),
            (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
            (a.stream and (a.json or a.input is not None), "--stream prints text: it does not combine with "
@@ -148,20 +144,20 @@ def _prompts(a) -> list[str]:
     if not prompts and a.input is None:
         raise ValueError("give a prompt (positional, --prompt, or '-' for stdin) or --input")
     if "" in prompts:  # the library's rule, checked before the model load
-        raise ValueError("empty prompt: give at least one token")
+        raise ValueError(EMPTY_PROMPT)
     return prompts
 
 
 def _summary(r) -> str:
     s = r.stats
-    spec = f", accept_length {s['accept_length']:.2f}, accept_rate {s['accept_rate']:.2f}" if s["lookahead"] else ""
-    auto = s.get("lookahead_auto")
+    spec = f", accept_length {s.accept_length:.2f}, accept_rate {s.accept_rate:.2f}" if s.lookahead else ""
+    auto = s.lookahead_auto
     timed = f", costs timed in {auto['measure_s']:.1f}s" if auto and auto["measure_s"] >= 0.05 else ""
     why = f" (auto: alpha {auto['alpha']:.2f}, predicted {auto['predicted_speedup']:.2f}x{timed})" if auto else ""
-    k = f", {s['draft_mode']} K {s['lookahead']}{why}" if s["draft_mode"] != "none" else ""
-    return (f"[{s['new_tokens']} tokens, {s['rounds']} rounds{k}{spec}, kv {s['kv_mode']} "
-            f"{s['batch_kv_bytes'] / 2**20:.1f} MiB per batch, compile {s['compile_s']:.1f}s, decode {s['decode_s']:.2f}s, "
-            f"{s['batch_tokens_per_s']:.0f} tok/s]")
+    k = f", {s.draft_mode} K {s.lookahead}{why}" if s.draft_mode != "none" else ""
+    return (f"[{s.new_tokens} tokens, {s.rounds} rounds{k}{spec}, kv {s.kv_mode} "
+            f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
+            f"{s.batch_tokens_per_s:.0f} tok/s]")
 
 
 def main(argv=None, interrupts: Interrupts | None = None) -> int:
@@ -193,10 +189,10 @@ def main(argv=None, interrupts: Interrupts | None = None) -> int:
 
 def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> int:
     from jspec.cli import batch
-    from jspec.runtime import engine
+    from jspec.runtime import compile_cache, engine
 
     if a.compile_cache:
-        engine.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
+        compile_cache.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
     if a.input is not None:
         batch.preflight(a.input, a.output, a.restart)
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
@@ -220,7 +216,7 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
         summary.add([r.stats for r in results])
         for r in results:
             if a.json:
-                print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats}))
+                print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats.as_dict()}))
             else:
                 print(r.prompt + r.text)
                 print(_summary(r))

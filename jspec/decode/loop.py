@@ -1,157 +1,31 @@
 """The generate program: prefill, then speculative rounds in one lax.while_loop, jitted once.
 
-A round: the drafter proposes K tokens, the target verifies [next, d_1..d_K] in one forward, the
-acceptance rule picks a accepted drafts and a next token, the a+1 accepted rows are committed to the
-target cache (rejected rows never touch it), and the accepted tokens are emitted. Plain decoding is
-the same loop with no draft and K = 0: the verify forward is then an ordinary decode step.
-
-Draft modes (Models.draft_mode, static: one drafter function is traced into the program):
-- "model": a small draft model, K steps over its own BF16 cache (one forward of two rows each: the first
-  resyncs the cache, the others feed one draft token);
-- "ngram": prompt lookup (jspec.decode.ngram) over the prompt and the tokens emitted so far: no model;
-- "ngram+model": the n-gram copy where the row has a match, the draft model's tokens otherwise;
-- "head": an EAGLE-3 head (jspec.model.head) on the target's own hidden states: the verify forward also
-  returns the fused features of its K+1 positions, and the next round's drafting starts by feeding the
-  a+1 accepted (feature, following token) pairs to the head (its own BF16 cache, masked commit).
-Every drafter has the signature (m, s, sampler, keys) -> (drafts [B, K], q [B, K, V] or None when
-greedy, draft cache); a copied draft's q is a point mass, so sampling stays lossless.
+A round: the drafter proposes K tokens (decode.drafters), the target verifies [next, d_1..d_K] in one forward,
+the acceptance rule picks a accepted drafts and a next token, the a+1 accepted rows are committed to the
+target cache (rejected rows never touch it), and the accepted tokens are emitted. Plain decoding is the same
+loop with no draft and K = 0: the verify forward is then an ordinary decode step.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jspec import struct
 from jspec.cache import kvcache
-from jspec.cache.kvcache import KVCache
-from jspec.config import ModelConfig
-from jspec.decode import ngram, speculative
-from jspec.model import head, sampling
-from jspec.model.decoder import Params, forward, forward_taps
-from jspec.model.head import HeadConfig, HeadParams
+from jspec.decode import speculative
+from jspec.decode.drafters import DRAFTERS, draw, pick
+from jspec.decode.state import DecodeState, HeadFeed, Models
+from jspec.model import sampling
 from jspec.model.sampling import Sampler
 
 
-@struct.dataclass
-class HeadFeed:
-    """What the head reads first in the next round: the pairs (target feature at a position, the token that
-    follows it) of the positions the last round committed, ending at `next`."""
-
-    feats: jax.Array  # [B, K+1, E] fused features at positions cache.length - n ..
-    tokens: jax.Array  # [B, K+1] the token after each of those positions (the last real one is `next`)
-    n: jax.Array  # [B] int32 how many pairs are real (a + 1; 1 after the prefill)
-
-
-@struct.dataclass
-class DecodeState:
-    tokens: jax.Array  # [B, N] emitted tokens (N = capacity >= max_new + K + 1: a round may overshoot)
-    count: jax.Array  # [B] int32 tokens emitted so far
-    next: jax.Array  # [B] int32 last emitted token; not yet in the caches (it sits at cache.length)
-    last: jax.Array  # [B] int32 token at cache.length - 1, re-fed to resync the draft cache
-    done: jax.Array  # [B] bool
-    keys: jax.Array  # [B] PRNG keys, one stream per row: output does not depend on batch-mates
-    rounds: jax.Array  # [B] int32 rounds the row took part in
-    accepted: jax.Array  # [B] int32 accepted draft tokens
-    cache: KVCache
-    draft_cache: KVCache | None  # the draft model's cache, or the head's
-    # [B, T] the token at each position, prompt then emitted (T = cache capacity); valid at positions
-    # <= cache.length, where `next` sits. Kept by the n-gram draft modes only.
-    history: jax.Array | None = None
-    head_feed: HeadFeed | None = None  # draft mode "head" only
-
-
-@struct.dataclass
-class Models:
-    target: Params
-    draft: Params | None
-    target_cfg: ModelConfig = struct.field(pytree_node=False)
-    draft_cfg: ModelConfig | None = struct.field(pytree_node=False)
-    lookahead: int = struct.field(pytree_node=False)  # K; 0 without a draft
-    attn_impl: str = struct.field(pytree_node=False, default="reference")
-    draft_mode: str = struct.field(pytree_node=False, default="model")  # a key of DRAFTERS
-    head: HeadParams | None = None  # draft mode "head": the EAGLE-3 head (draft is then None)
-    head_cfg: HeadConfig | None = struct.field(pytree_node=False, default=None)
-
-    @property
-    def ngram(self) -> bool:
-        """Whether the drafter copies from the history (and the state keeps one)."""
-        return self.lookahead > 0 and self.draft_mode in ("ngram", "ngram+model")
-
-    def target_forward(self, tokens, cache):
-        return forward(self.target, self.target_cfg, tokens, cache, attn_impl=self.attn_impl)
-
-    def draft_forward(self, tokens, cache):
-        return forward(self.draft, self.draft_cfg, tokens, cache)
-
-    def target_features(self, tokens, cache):
-        """target_forward, and the head's fused features [B, n, E] at the same positions."""
-        logits, kv, tapped = forward_taps(self.target, self.target_cfg, tokens, cache, self.head_cfg.taps,
-                                          attn_impl=self.attn_impl)
-        return logits, kv, head.fuse(self.head, tapped)
-
-    def head_hidden(self, tokens, feats, cache):
-        """The head's pre-norm outputs [B, n, E] (its LM head is left to draw_head) and new rows."""
-        return head.hidden(self.head, self.head_cfg, self.target.embed, tokens, feats, cache)
-
-
-class ProgramArgs(NamedTuple):
-    """The arguments of generate_program (and start_program), in order."""
-
-    models: Models
-    prompts: jax.Array  # [B, P] int32, right-padded
-    prompt_lens: jax.Array  # [B] int32
-    max_new: jax.Array  # [B] int32
-    sampler: Sampler
-    seeds: jax.Array  # [B] uint32
-    cache: KVCache  # donated
-    draft_cache: KVCache | None  # donated
-    eos_ids: jax.Array  # [E] int32: a row stops at the first of these it emits
-
-
-def draw(keys, logits, sampler: Sampler):
-    """One token per row from logits [B, V] -> (token [B], its distribution [B, V] or None if greedy).
-
-    Greedy skips the warp and the categorical draw: an argmax is all it takes, and for small models
-    the per-step overhead of a V-wide random draw is a visible part of a draft step.
-    """
-    if sampler.greedy:
-        return jnp.argmax(logits, -1).astype(jnp.int32), None
-    probs = sampling.warp(logits, sampler)
-    return sampling.sample(keys, probs), probs
-
-
-def draw_head(m: Models, keys, h, sampler: Sampler):
-    """The head's token from its pre-norm output h [B, E] -> (target token [B], q [B, V] or None if greedy).
-
-    Greedy: an argmax over the draft vocabulary and a lookup of its map, no V-wide work. Sampled: the logits
-    are spread over the target's vocabulary first (a scatter), since acceptance reads q at target ids.
-    """
-    logits = head.draft_logits(m.head, m.head_cfg, h)  # [B, Vd]
-    if sampler.greedy:
-        return head.target_ids(m.head, jnp.argmax(logits, -1).astype(jnp.int32)), None
-    return draw(keys, head.to_target_vocab(logits, m.head.d2t, m.target_cfg.vocab_size), sampler)
-
-
-def _pick(x, idx):
-    """x [B, n, ...], idx [B] -> [B, ...]: row idx[b] of each x[b]."""
-    return jnp.take_along_axis(x, idx.reshape(-1, *(1,) * (x.ndim - 1)), axis=1)[:, 0]
-
-
-# The prompt is run through the models in chunks of at most this many tokens (a loop inside the program):
-# the prompt array can then be as wide as the cache, so one compiled program serves every prompt length
-# up to the capacity, while the work follows the longest prompt of the call and the attention scores of
-# a chunk stay [B, H, chunk, capacity]. At most the default recent window (256): a longer chunk would
-# also read its own older rows as INT2 (attention_split), more program for no gain.
-PREFILL_CHUNK = 256
-
-
-def _chunk_width(P: int) -> int:
-    """The width of the prefill's chunks of a prompt array P tokens wide."""
-    return min(PREFILL_CHUNK, P)
+def _chunk_width(m: Models, P: int) -> int:
+    """The width of the prefill's chunks of a prompt array P tokens wide (Options.prefill_chunk: the prompt array
+    can be as wide as the cache, so one program serves every prompt length, while the work follows the longest
+    prompt of the call and a chunk's attention scores stay [B, H, chunk, capacity])."""
+    return min(m.options.prefill_chunk, P)
 
 
 def _chunk_rows(prompt_lens, i, c: int):
@@ -159,11 +33,11 @@ def _chunk_rows(prompt_lens, i, c: int):
     return jnp.clip(prompt_lens - i * c, 0, c)
 
 
-def _over_chunks(prompts, prompt_lens, chunk, carry):
-    """carry through chunk(i, tokens [B, c], carry) for the prompts' chunks i of c = _chunk_width(P) tokens
+def _over_chunks(m: Models, prompts, prompt_lens, chunk, carry):
+    """carry through chunk(i, tokens [B, c], carry) for the prompts' chunks i of c = _chunk_width(m, P) tokens
     (the last padded) until the longest prompt is done; one chunk: no loop."""
     P = prompts.shape[1]
-    c = _chunk_width(P)
+    c = _chunk_width(m, P)
     prompts = jnp.pad(prompts, ((0, 0), (0, -P % c)))  # whole chunks
     body = lambda i, carry: chunk(i, jax.lax.dynamic_slice_in_dim(prompts, i * c, c, axis=1), carry)
     if prompts.shape[1] == c:
@@ -180,7 +54,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
     prompt token.
     """
     B, P = prompts.shape
-    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % _chunk_width(P))))  # the token after each
+    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % _chunk_width(m, P))))  # the token after each
 
     def chunk(i, tokens, carry):
         cache, draft_cache, logits, feat = carry
@@ -193,20 +67,20 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
             out, (k, v), f = m.target_features(tokens, cache)
             # the head's pairs (feature at t, token t + 1) whose token is in the prompt: all but the last
             _, (hk, hv) = m.head_hidden(jax.lax.dynamic_slice_in_dim(following, start, c, axis=1), f, draft_cache)
-            draft_cache = kvcache.commit(draft_cache, hk, hv, jnp.clip(last, 0, c))
-            feat = jnp.where(here[:, None], _pick(f, jnp.clip(last, 0, c - 1)), feat)
+            draft_cache = kvcache.commit(draft_cache, hk, hv, jnp.clip(last, 0, c), m.options)
+            feat = jnp.where(here[:, None], pick(f, jnp.clip(last, 0, c - 1)), feat)
         else:
             out, (k, v) = m.target_forward(tokens, cache)
-        cache = kvcache.commit(cache, k, v, n)
+        cache = kvcache.commit(cache, k, v, n, m.options)
         if m.draft is not None:
             draft_cache = _draft_chunk(m, tokens, n, draft_cache)
-        logits = jnp.where(here[:, None], _pick(out, jnp.clip(last, 0, c - 1)), logits)
+        logits = jnp.where(here[:, None], pick(out, jnp.clip(last, 0, c - 1)), logits)
         return cache, draft_cache, logits, feat
 
     with jax.named_scope("prefill"):
         feat = None if m.head is None else jnp.zeros((B, m.target_cfg.hidden_size), m.target.embed.dtype)
         carry = (cache, draft_cache, jnp.zeros((B, m.target_cfg.vocab_size), jnp.float32), feat)
-        cache, draft_cache, logits, feat = _over_chunks(prompts, prompt_lens, chunk, carry)
+        cache, draft_cache, logits, feat = _over_chunks(m, prompts, prompt_lens, chunk, carry)
         keys, use = sampling.split_keys(keys, 2)
         first, _ = draw(use, logits, sampler)
     last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
@@ -216,137 +90,16 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
 def _draft_chunk(m: Models, tokens, n, draft_cache):
     """A chunk of the prompts (tokens [B, c]) through the draft model, the first n [B] of each row committed."""
     _, (k, v) = m.draft_forward(tokens, draft_cache)
-    return kvcache.commit(draft_cache, k, v, n)
+    return kvcache.commit(draft_cache, k, v, n, m.options)
 
 
 def draft_prefill(m: Models, prompts, prompt_lens, draft_cache):
     """The draft model's half of prefill alone: its cache with the prompts committed."""
     chunk = lambda i, tokens, dc: _draft_chunk(m, tokens, _chunk_rows(prompt_lens, i, tokens.shape[1]), dc)
     with jax.named_scope("prefill"):
-        return _over_chunks(prompts, prompt_lens, chunk, draft_cache)
+        return _over_chunks(m, prompts, prompt_lens, chunk, draft_cache)
 
 
-def _resync(m: Models, dc: KVCache, tokens, at):
-    """Feeds tokens [B, W] to the draft model at positions dc.length.., commits the first at + 1 of them
-    and returns (cache, logits [B, V] at index at [B]): the position of `next`, where drafting starts.
-
-    Positions fed again hold the same tokens as before (idempotent), and rows past `at` are never
-    committed: they may be rejected candidates or not yet known.
-    """
-    logits, (k, v) = m.draft_forward(tokens, dc)
-    return kvcache.commit(dc, k, v, at + 1), _pick(logits, at)
-
-
-def _model_step(m: Models, d, aux, dc):
-    """One draft-model token: d [B] -> (logits [B, V], None, new rows)."""
-    logits, kv = m.draft_forward(d[:, None], dc)
-    return logits[:, -1], None, kv
-
-
-def _head_step(m: Models, d, h, hc):
-    """One head step: d [B] and the head's own last output h [B, E] -> (its next output [B, E], drawn from by
-    draw_head, and again as the next step's feature; new rows)."""
-    h, kv = m.head_hidden(d[:, None], h[:, None], hc)
-    return h[:, -1], h[:, -1], kv
-
-
-def _rollout(m: Models, dc: KVCache, x, sampler: Sampler, keys, step_fn=_model_step, aux=None, draw_fn=draw,
-             unroll=False):
-    """K draft tokens [B, K] and q [B, K, V] (None when greedy) from x at `next` (the logits [B, V] of a draft
-    model, the head's output): the first draw, then K - 1 single-token steps of step_fn in a fori_loop. aux is
-    what a step passes to the next besides the token: nothing for a draft model, the head's output feature.
-    draw_fn(key, x, sampler); keys [K, B], or None when greedy. unroll: the steps unrolled, for a one-layer
-    head (no loop inside the round's loop); a draft model keeps one traced step whatever K, which keeps an 8B
-    program's compile time down (unrolling the shipped draft's steps measured no gain at batch 1, session 5)."""
-    key = lambda i: None if keys is None else keys[i]
-    d, q = draw_fn(key(0), x, sampler)
-    drafts = jnp.zeros((d.shape[0], m.lookahead), jnp.int32).at[:, 0].set(d)
-    qs = None if q is None else jnp.zeros((*drafts.shape, q.shape[-1]), q.dtype).at[:, 0].set(q)
-
-    def step(i, carry):  # feeds d_i (at index i - 1), draws d_{i+1} (at index i)
-        dc, d, aux, drafts, qs = carry
-        x, aux, (k, v) = step_fn(m, d, aux, dc)
-        dc = kvcache.commit(dc, k, v, jnp.ones_like(d))
-        d, q = draw_fn(key(i), x, sampler)
-        return dc, d, aux, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
-
-    dc, _, _, drafts, qs = jax.lax.fori_loop(1, m.lookahead, step, (dc, d, aux, drafts, qs), unroll=unroll)
-    return drafts, qs, dc
-
-
-def point_mass(drafts, vocab: int, sampler: Sampler):
-    """q [B, K, V] of a copied (not sampled) draft: all mass on it. None when greedy (not needed)."""
-    return None if sampler.greedy else jax.nn.one_hot(drafts, vocab, dtype=jnp.float32)
-
-
-def draft_model(m: Models, s: DecodeState, sampler: Sampler, keys):
-    """The draft model's K tokens from K forwards of two rows each, one traced forward in a fori_loop. The
-    first resyncs its cache: positions past the target's length - 1 may hold rejected tokens, so it feeds
-    [last, next] again at positions length - 1 and length, commits both and draws d_1 after `next`. Step i
-    feeds d_i in the first row (the second, a copy, is never committed) and draws d_{i+1}. A two-row step
-    measured 0.82-1.09x a one-row step's time, where a separate one-row forward would add the draft's
-    layers to the program once more (benchmarks/RESULTS.md, session 11)."""
-    key = lambda i: None if keys is None else keys[i]
-    B, K = s.next.shape[0], m.lookahead
-    resync = jnp.stack([s.last, s.next], 1)
-
-    def step(i, carry):
-        dc, drafts, qs = carry
-        d = jax.lax.dynamic_index_in_dim(drafts, jnp.maximum(i - 1, 0), 1, keepdims=False)
-        first = jnp.full((B,), i == 0)
-        logits, (k, v) = m.draft_forward(jnp.where(first[:, None], resync, d[:, None]), dc)
-        dc = kvcache.commit(dc, k, v, jnp.where(first, 2, 1))
-        d, q = draw(key(i), _pick(logits, first.astype(jnp.int32)), sampler)
-        return dc, drafts.at[:, i].set(d), None if qs is None else qs.at[:, i].set(q)
-
-    qs = None if sampler.greedy else jnp.zeros((B, K, m.draft_cfg.vocab_size), jnp.float32)
-    dc, drafts, qs = jax.lax.fori_loop(0, K, step, (s.draft_cache.replace(length=s.cache.length - 1),
-                                                    jnp.zeros((B, K), jnp.int32), qs))
-    return drafts, qs, dc
-
-
-def draft_ngram(m: Models, s: DecodeState, sampler: Sampler, keys):
-    """Prompt lookup over the history, any n-gram from 1 token up: a wrong copy costs only its slot
-    in the verify forward."""
-    drafts, _ = ngram.propose(s.history, s.cache.length + 1, m.lookahead, min_n=1)
-    return drafts, point_mass(drafts, m.target_cfg.vocab_size, sampler), s.draft_cache
-
-
-def draft_combined(m: Models, s: DecodeState, sampler: Sampler, keys):
-    """The n-gram copy where a row has a match of 2 tokens or more, the draft model's tokens elsewhere.
-
-    The draft model may have skipped earlier rounds, so its cache is resynced from the history: the
-    K + 2 positions up to `next` (everything since the last resync). Its K - 1 steps are skipped when
-    every row still running has a match.
-    """
-    K, length = m.lookahead, s.cache.length
-    copied, found = ngram.propose(s.history, length + 1, K, min_n=2)
-    start = jnp.maximum(length - K - 1, 0)
-    window = jnp.take_along_axis(s.history, start[:, None] + jnp.arange(K + 2), axis=1, mode="clip")
-    dc, logits = _resync(m, s.draft_cache.replace(length=start), window, length - start)
-    V = m.target_cfg.vocab_size
-    skip = lambda: (copied, None if sampler.greedy else jnp.zeros((*copied.shape, V), jnp.float32), dc)
-    drafted, q, dc = jax.lax.cond((found | s.done).all(), skip, lambda: _rollout(m, dc, logits, sampler, keys))
-    drafts = jnp.where(found[:, None], copied, drafted)
-    if q is not None:
-        q = jnp.where(found[:, None, None], point_mass(copied, V, sampler), q)
-    return drafts, q, dc
-
-
-def draft_head(m: Models, s: DecodeState, sampler: Sampler, keys):
-    """The head's K tokens: the last round's committed pairs first (s.head_feed, at positions cache.length - n
-    .. cache.length - 1; the slots past them may hold the head's rejected steps), then K - 1 steps on its own
-    features."""
-    f = s.head_feed
-    hc = s.draft_cache.replace(length=s.cache.length - f.n)
-    h, (k, v) = m.head_hidden(f.tokens, f.feats, hc)
-    hc = kvcache.commit(hc, k, v, f.n)
-    # the LM head runs on the pair ending at `next` only (n = 0: a finished row, nothing to draft)
-    h = _pick(h, jnp.maximum(f.n - 1, 0))
-    return _rollout(m, hc, h, sampler, keys, _head_step, h, functools.partial(draw_head, m), unroll=True)
-
-
-DRAFTERS = {"model": draft_model, "ngram": draft_ngram, "ngram+model": draft_combined, "head": draft_head}
 
 
 def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
@@ -406,7 +159,7 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
         a, nxt = accept(sampler, logits, drafts, q, accept_keys)
     n_commit = jnp.where(s.done, 0, a + 1)
     with jax.named_scope("commit"):  # next, d_1..d_a: rejected rows never reach the cache
-        cache = kvcache.commit(s.cache, k, v, n_commit)
+        cache = kvcache.commit(s.cache, k, v, n_commit, m.options)
     # emitted: d_1..d_a, then the target's token in slot a
     seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], jnp.concatenate([drafts, fed[:, :1]], 1))
     tokens, count, done = emit(s, seq, a + 1, max_new, eos_ids)
@@ -464,11 +217,12 @@ def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds,
 generate_program = jax.jit(_generate, donate_argnames=("cache", "draft_cache"))
 # The same work as two programs run back to back with no host sync between them: the prefill (start_program)
 # and the rounds from the state it leaves (rounds_program). On one device the Engine compiles them side by
-# side, each holding the target and the draft once (benchmarks/RESULTS.md, session 11).
+# side, each holding the target and the draft once.
 start_program = jax.jit(_start, donate_argnames=("cache", "draft_cache"))
 rounds_program = jax.jit(_rounds, donate_argnums=(4,))
 # With a draft model, the Engine runs the draft's prefill as a third part first and start_program on the models
-# without the draft: the three compile side by side (engine.part_names).
+# without the draft: the three compile side by side (runtime.parts.part_names).
 draft_prefill_program = jax.jit(draft_prefill, donate_argnums=(3,))
 # Streaming runs one round per call (a host sync per round).
 round_program = jax.jit(round_step, donate_argnums=(4,))
+

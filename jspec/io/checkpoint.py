@@ -20,7 +20,7 @@ class CheckpointError(ValueError):
     """A model directory whose weights do not match its config."""
 
 
-# jspec Layer field -> (its HF tensors under model.layers.{i}., transpose?). Fused fields (_fuse):
+# jspec Layer field -> (its HF tensors under model.layers.{i}., transpose?). Fused fields (fuse_field):
 # q/k/v into wqkv and bqkv, gate/up into w_gu.
 LAYER_NAMES = {
     "attn_norm": (("input_layernorm.weight",), False),
@@ -49,15 +49,15 @@ def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
     return shapes
 
 
-def _fuse(field: str, parts, cfg: ModelConfig):
+def fuse_field(field: str, parts, cfg: ModelConfig):
     """A Layer field from its HF tensors (transposed, numpy): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu)."""
     if field in ("wqkv", "bqkv"):
         return fuse_qkv(*parts, cfg, xp=np)
     return np.stack(parts, axis=-2) if field == "w_gu" else parts[0]
 
 
-def _unfuse(field: str, x, cfg: ModelConfig):
-    """_fuse's inverse: the HF tensors (transposed) of a Layer field."""
+def unfuse_field(field: str, x, cfg: ModelConfig):
+    """fuse_field's inverse: the HF tensors (transposed) of a Layer field."""
     if field in ("wqkv", "bqkv"):
         return unfuse_qkv(x, cfg)
     return (x[..., 0, :], x[..., 1, :]) if field == "w_gu" else (x,)
@@ -73,7 +73,7 @@ def _weight_map(index: Path) -> dict[str, str]:
     return weight_map
 
 
-def _open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
+def open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
     """Maps every tensor name to its shard, from the index when there is one."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
@@ -123,7 +123,7 @@ def _entry(name: str, info: dict, size: int):
     return dtype, shape, lo, hi
 
 
-def _reader(tensors: dict):
+def tensor_reader(tensors: dict):
     shards = {}
 
     def read(name: str, shape: tuple[int, ...], transpose: bool, dtype) -> np.ndarray:
@@ -148,7 +148,7 @@ def _reader(tensors: dict):
 
 def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
     """Reads HF safetensors (one file or index + shards) into jspec Params of numpy arrays in `dtype`."""
-    read = _reader(_open_tensors(Path(model_dir)))
+    read = tensor_reader(open_tensors(Path(model_dir)))
     dtype = np.dtype(dtype)  # jnp.bfloat16 is ml_dtypes' bfloat16
     layers = []
     for i in range(cfg.num_layers):
@@ -156,7 +156,7 @@ def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
         for field, shapes in _layer_shapes(cfg).items():
             names, t = LAYER_NAMES[field]
             parts = [read(f"model.layers.{i}.{name}", shape, t, dtype) for name, shape in zip(names, shapes)]
-            fields[field] = _fuse(field, parts, cfg)
+            fields[field] = fuse_field(field, parts, cfg)
         layers.append(Layer(**fields))
     E, V = cfg.hidden_size, cfg.vocab_size
     embed = read("model.embed_tokens.weight", (V, E), False, dtype)
@@ -242,7 +242,7 @@ def save_hf(model_dir: str | Path, params: Params, cfg: ModelConfig) -> None:
     for i, lp in enumerate(params.layers):
         for field in _layer_shapes(cfg):
             names, t = LAYER_NAMES[field]
-            for name, part in zip(names, _unfuse(field, getattr(lp, field), cfg)):
+            for name, part in zip(names, unfuse_field(field, getattr(lp, field), cfg)):
                 out[f"model.layers.{i}.{name}"] = bf16(part, t)
     out["model.embed_tokens.weight"] = bf16(params.embed, False)
     out["model.norm.weight"] = bf16(params.norm, False)

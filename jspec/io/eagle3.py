@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec.config import ConfigError, ModelConfig, model_config_from_hf
-from jspec.io.checkpoint import LAYER_NAMES, CheckpointError, _fuse, _open_tensors, _reader, _unfuse
+from jspec.io.checkpoint import LAYER_NAMES, CheckpointError, fuse_field, open_tensors, tensor_reader, unfuse_field
 from jspec.model.decoder import Layer
 from jspec.model.head import HeadConfig, HeadParams, check_fits, check_taps, default_taps
 
@@ -83,15 +83,15 @@ def host_head(head_dir: Path, hcfg: HeadConfig, dtype) -> HeadParams:
     cfg = hcfg.layer
     E, F, D, V, Vd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim, cfg.vocab_size, hcfg.draft_vocab
     Hq, Hkv = cfg.num_heads * D, cfg.num_kv_heads * D
-    tensors = _open_tensors(head_dir)
-    read = _reader(tensors)
+    tensors = open_tensors(head_dir)
+    read = tensor_reader(tensors)
     dtype = np.dtype(dtype)
     shapes = dict(attn_norm=((E,),), wqkv=((2 * E, Hq), (2 * E, Hkv), (2 * E, Hkv)), wo=((Hq, E),),
                   mlp_norm=((E,),), w_gu=((E, F), (E, F)), w_down=((F, E),))
     fields = {}
     for field, (names, t) in _MIDLAYER.items():
         parts = [read(f"midlayer.{name}", shape, t, dtype) for name, shape in zip(names, shapes[field])]
-        fields[field] = _fuse(field, parts, cfg)
+        fields[field] = fuse_field(field, parts, cfg)
     d2t = None
     if Vd != V or "d2t" in tensors:
         d2t = read("d2t", (Vd,), False, np.int64)
@@ -157,7 +157,7 @@ def save_head(head_dir: str | Path, hcfg: HeadConfig, hp: HeadParams, target: Mo
     bf16 = lambda x, t: np.asarray(jnp.asarray(x.T if t else x, jnp.bfloat16))
     out = {}
     for field, (names, t) in _MIDLAYER.items():
-        for name, part in zip(names, _unfuse(field, getattr(hp.layer, field), hcfg.layer)):
+        for name, part in zip(names, unfuse_field(field, getattr(hp.layer, field), hcfg.layer)):
             out[f"midlayer.{name}"] = bf16(part, t)
     out.update({"fc.weight": bf16(hp.fc, True), "midlayer.hidden_norm.weight": bf16(hp.hidden_norm, False),
                 "norm.weight": bf16(hp.norm, False), "lm_head.weight": bf16(hp.lm_head, True)})

@@ -25,6 +25,8 @@ from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE
 
+from jspec.config import ConfigError
+
 # transformers' SPECIAL_TOKENS_ATTRIBUTES, in its order
 NAMED = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 GENERIC = ("TokenizersBackend", "PreTrainedTokenizer", "PythonBackend")  # after removesuffix("Fast")
@@ -234,6 +236,9 @@ def _read_json(path: Path) -> dict:
 
 
 def _auto_tokenizer(model_dir: Path):
-    from transformers import AutoTokenizer  # imports torch where it is installed: only this case
-
+    try:
+        from transformers import AutoTokenizer  # imports torch where it is installed: only this case
+    except ImportError:
+        raise ConfigError(f"{model_dir}: its tokenizer has no tokenizer.json that jspec rebuilds, and reading it "
+                          "needs transformers: pip install 'jspec[hf]'") from None
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)

@@ -17,7 +17,7 @@ import numpy as np
 from jspec import struct
 from jspec.attention.rule import attend
 from jspec.cache.kvcache import KVCache
-from jspec.config import ModelConfig
+from jspec.config import FUSED_NORM_WIDTH, ModelConfig, Options
 from jspec.kernels.add_norm import add_norm, supported as add_norm_supported
 from jspec.numerics import logits_f32
 
@@ -164,14 +164,14 @@ def mlp(lp: Layer, x):
 
 
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
-            attn_impl: str = "reference"):
+            attn_impl: str = "reference", options: Options = Options()):
     """tokens [B, n] at positions cache.length + 0..n-1 (0..n-1 without a cache).
 
     Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
     [B, n, Hkv, D] (stacked layers: one [L, B, n, Hkv, D] array) in the cache's rotated basis, for
     kvcache.commit.
     """
-    logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl)
+    logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl, options=options)
     return logits, kv
 
 
@@ -203,7 +203,7 @@ def compile_options(*params: Params | None) -> dict | None:
 
 
 def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None, taps: tuple[int, ...], *,
-                 attn_impl: str = "reference"):
+                 attn_impl: str = "reference", options: Options = Options()):
     """forward, and the residual stream entering each layer j of taps (j = L: after the last layer, before
     the final norm), concatenated in taps' order: [B, n, len(taps) * E] (an EAGLE-3 head's input)."""
     B, n = tokens.shape
@@ -217,7 +217,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
-    fused = fused_norms(cfg.hidden_size)
+    fused = fused_norms(cfg.hidden_size, options.fused_norms)
     y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
     if is_stacked(params):
         def layer(carry, xs):
@@ -226,8 +226,8 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
             if layer_cache is not None:
                 layer_cache = layer_cache.replace(window_stacks=(cache.layers.k, cache.layers.v, i))
             norms = (params.layers.attn_norm, params.layers.mlp_norm, i)  # read in place by the fused norms
-            entering, x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, norms, cfg=cfg, kv=kv,
-                                          attn_impl=attn_impl, fused=fused)
+            entering, x, y, _, k, v = _block(lp, x, y, pos, rope, layer_cache, length, norms, cfg=cfg, kv=kv,
+                                          attn_impl=attn_impl, fused=fused, fused_window=options.fused_window)
             return (x, y, i + 1), (k, v, entering if taps else None)
 
         # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
@@ -239,8 +239,8 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
         for i, lp in enumerate(params.layers):
             with jax.named_scope(f"layer{i}"):
                 layer_cache = cache.layers[i] if cache is not None else None
-                tapped[i], x, y, k, v = _block(lp, x, y, pos, rope, layer_cache, length, cfg=cfg, kv=kv,
-                                               attn_impl=attn_impl, fused=fused)
+                tapped[i], x, y, _, k, v = _block(lp, x, y, pos, rope, layer_cache, length, cfg=cfg, kv=kv,
+                                               attn_impl=attn_impl, fused=fused, fused_window=options.fused_window)
                 new_k.append(k)
                 new_v.append(v)
     tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, fused)
@@ -251,12 +251,14 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
 
 
 def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, cfg: ModelConfig, kv,
-          attn_impl: str, fused: bool = False):
+          attn_impl: str, fused: bool = False, fused_window: bool | None = None):
     """One decoder layer over the residual x + y [B, n, E] at positions pos [B, n] (rope: their rope_tables). y is
     the last layer's MLP output, added here by the first norm. Returns the residual entering the
-    layer, the residual after its attention, its MLP's output (the next layer's y) and its new k and v rows.
+    layer, the residual after its attention, its MLP's output (the next layer's y), and its q (calibration reads
+    it; a forward drops it) and new k and v rows.
     fused: each residual add and the norm after it in one kernel (add_rms_norm). norm_stacks (stacked layers: the
     scan's body): the [L, E] stacks of both norms' weights and this layer's index, for the kernel to read in place.
+    fused_window: Options.fused_window, for the split attention path.
     """
     B, n, _ = x.shape
     attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
@@ -265,23 +267,19 @@ def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, 
     # commit's copy and rounded them again in a kernel of its own, H200 session 27)
     slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, pos, rope))
     q, k, v = split_slots(slots, cfg)
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv=slots).reshape(B, n, -1)
+    o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv=slots, fused_window=fused_window).reshape(B, n, -1)
     x, h = add_rms_norm(entering, o @ lp.wo, mlp_norm, cfg.rms_eps, fused, index)
-    return entering, x, mlp(lp, h), k, v
+    return entering, x, mlp(lp, h), q, k, v
 
 
-# The residual adds and the norms after them in one Pallas kernel each on GPUs (pallas/add_norm.py), where XLA runs
-# three (FUSED_NORMS: a switch for A/B runs), for models at least FUSED_WIDTH wide: measured at 4096 (the 8B shape,
-# session 23). Narrower models (the shipped pair: 384 and 256) stay in XLA, whose fusions the shipped autotuning
-# results cover; each kernel shape would add a Triton compile to their cold start, for a gain not measured.
-FUSED_NORMS, FUSED_WIDTH = True, 1024
-
-
-def fused_norms(width: int) -> bool:
-    """Whether forwards of a model this wide take add_rms_norm's kernel: on a GPU, without a mesh (a Pallas call takes
-    whole arrays: under GSPMD it would gather the sharded rows onto every device)."""
-    return (FUSED_NORMS and width >= FUSED_WIDTH and jax.default_backend() == "gpu"
-            and jax.sharding.get_abstract_mesh().empty)
+def fused_norms(width: int, switch: bool | None = None) -> bool:
+    """Whether forwards of a model this wide take add_rms_norm's kernel (switch: Options.fused_norms). Auto: on a
+    GPU, without a mesh (a Pallas call takes whole arrays: under GSPMD it would gather the sharded rows onto every
+    device), from FUSED_NORM_WIDTH: narrower models stay in XLA, whose fusions the shipped autotuning results
+    cover; each kernel shape would add a Triton compile to their cold start, for a gain not measured."""
+    if switch is not None:
+        return switch
+    return width >= FUSED_NORM_WIDTH and jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty
 
 
 def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):
@@ -318,7 +316,7 @@ _fused_add_norm.defvjp(_fused_add_norm_fwd, _fused_add_norm_bwd)
 
 # A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the
 # compiled program is unchanged); unrolled Python, the body was traced and lowered once per layer.
-_block = jax.jit(block, static_argnames=("cfg", "kv", "attn_impl", "fused"))
+_block = jax.jit(block, static_argnames=("cfg", "kv", "attn_impl", "fused", "fused_window"))
 
 
 def fuse_qkv(q, k, v, cfg: ModelConfig, xp=jnp):

@@ -8,11 +8,8 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import json
 import numbers
-import os
 import time
 from pathlib import Path
 
@@ -21,21 +18,47 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec.cache import kvcache
+from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig, ModelConfig,
+                          Options, SamplingConfig)
 from jspec.decode import loop as decode
+from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import checkpoint, eagle3
 from jspec.model import rotation
-from jspec.runtime import lookahead, programs, sharding
-from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig, ModelConfig,
-                          SamplingConfig)
-from jspec.decode.loop import ProgramArgs
 from jspec.model.decoder import Params, compile_options, is_stacked, stack_layers
-from jspec.model.head import HeadConfig, HeadParams
 from jspec.model.sampling import Sampler
+from jspec.paths import CHECKPOINTS
+from jspec.runtime import lookahead, programs, sharding
+from jspec.runtime.buckets import capacity_bucket, pad_rows
+from jspec.runtime.parts import back_to_back, lower_parts, part_names
 
-CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_TARGET = CHECKPOINTS / "code-target"
 DEFAULT_DRAFT = CHECKPOINTS / "code-draft"
 ROTATION_FILE = "rotations.safetensors"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """What one row of a generate call did, and the call it ran in."""
+
+    new_tokens: int
+    rounds: int  # speculative rounds (decode steps when lookahead is 0)
+    accepted: int  # draft tokens accepted
+    accept_length: float  # tokens emitted per round, the bonus token included
+    accept_rate: float  # accepted / proposed drafts
+    lookahead: int  # K, the drafts per round
+    draft_mode: str
+    kv_mode: str
+    batch_kv_bytes: int  # KV storage allocated for the whole batch the row ran in, target and draft
+    compile_s: float  # the call's compile (0 when its program was compiled before)
+    decode_s: float  # the call's device time, for the whole batch
+    batch_tokens_per_s: float
+    lookahead_auto: dict | None = None  # with lookahead "auto": the K chosen and why (lookahead.Choice.stats)
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        if d["lookahead_auto"] is None:
+            del d["lookahead_auto"]
+        return d
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +66,13 @@ class Result:
     prompt: str | list[int]
     text: str
     token_ids: list[int]
-    stats: dict
+    stats: Stats
 
 
 @dataclasses.dataclass
 class Engine:
-    """A loaded target (and optional draft model and/or n-gram drafter) plus the KV configuration they
-    decode with.
+    """A loaded target and its drafter (decode.state.Drafter: a draft model, n-gram lookup, both, or an EAGLE-3
+    head) plus the KV configuration they decode with and the options their programs are built with.
 
     jspec.load builds one from model directories; tests build one from params by keyword.
     """
@@ -58,14 +81,11 @@ class Engine:
     params: Params
     tokenizer: object
     kv: KVConfig
-    draft_cfg: ModelConfig | None = None
-    draft_params: Params | None = None
+    drafter: Drafter = Drafter()
     dtype: str = "bfloat16"
     attn_impl: str = "reference"
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.runtime.sharding
-    ngram: bool = False  # draft by prompt lookup (with the draft model, if any, where it finds no match)
-    head_cfg: HeadConfig | None = None  # an EAGLE-3 head drafting from the target's hidden states
-    head_params: HeadParams | None = None
+    options: Options = Options()
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
@@ -73,15 +93,11 @@ class Engine:
     @property
     def xla_options(self) -> dict | None:
         """XLA's compiler options for this engine's programs (model.compile_options: stacked layers)."""
-        return compile_options(self.params, self.draft_params)
+        return compile_options(self.params, self.drafter.model)
 
     @property
-    def draft_mode(self) -> str:
-        """"model", "ngram", "ngram+model", "head" (decode.DRAFTERS) or "none"."""
-        if self.head_params is not None:
-            return "head"
-        model = self.draft_params is not None
-        return ("ngram+model" if model else "ngram") if self.ngram else ("model" if model else "none")
+    def draft_mode(self) -> DraftMode:
+        return self.drafter.mode
 
     def encode(self, prompt: str) -> list[int]:
         return list(self.tokenizer.encode(prompt))
@@ -105,7 +121,7 @@ class Engine:
                 raise ConfigError(f"token ids must be integers in [0, {self.cfg.vocab_size}), got {bad[0]!r}")
             ids = [int(x) for x in ids]
         if not ids:
-            raise ConfigError("empty prompt: give at least one token")
+            raise ConfigError(EMPTY_PROMPT)
         return ids
 
     def generate(self, prompts, gen: GenerateConfig = GenerateConfig(),
@@ -138,7 +154,7 @@ class Engine:
     def lookahead(self, gen: GenerateConfig) -> int:
         """The lookahead a request must leave room for in the context: gen's K when there is a drafter;
         0 without one, and for "auto", which fits K into the room the request leaves."""
-        return gen.lookahead if self.draft_mode != "none" and gen.lookahead != "auto" else 0
+        return gen.lookahead if self.draft_mode != DraftMode.NONE and gen.lookahead != "auto" else 0
 
     def room(self, gen: GenerateConfig) -> int:
         """Prompt + new tokens one row may hold: the context (a sliding window's included) less the
@@ -162,7 +178,7 @@ class Engine:
             raise ConfigError(f"sink {self.kv.sink} + recent {self.kv.recent} exceed the model's context of "
                               f"{context} tokens")
         if any(n == 0 for n in lengths):
-            raise ConfigError("empty prompt: give at least one token")
+            raise ConfigError(EMPTY_PROMPT)
         if lengths:  # each row on its own: the cache holds the most demanding row (capacity)
             max_new = max_new or [gen.max_new_tokens] * len(lengths)
             need, n, m = max((n + m, n, m) for n, m in zip(lengths, max_new))
@@ -216,7 +232,7 @@ class Engine:
         need = max(n + m for n, m in zip(lengths, max_new))
         window = self.kv.recent - 1 if self.kv.int2 else MAX_LOOKAHEAD  # candidates are attended in BF16
         k_max = min(MAX_LOOKAHEAD, window, self.room(gen) - need)
-        if mode == "none" or k_max < 1:
+        if mode == DraftMode.NONE or k_max < 1:
             return dataclasses.replace(gen, lookahead=0), None
         # measured once per batch size and power of two of the largest capacity K may need (self._costs, and
         # on disk)
@@ -246,24 +262,18 @@ class Engine:
                                [s.top_p for s in rows])
         return self._program_args(prompts, ids, rows, max_new, capacity, self.lookahead(gen), sampler, gen)
 
-    def _models(self, K: int) -> decode.Models:
-        model = self.draft_params is not None and K > 0  # K = 0: plain decoding, no drafter at all
-        with_head = self.head_params is not None and K > 0
-        return decode.Models(self.params, self.draft_params if model else None, self.cfg,
-                             self.draft_cfg if model else None, K, self.attn_impl,
-                             self.draft_mode if K else "model", self.head_params if with_head else None,
-                             self.head_cfg if with_head else None)
+    def _models(self, K: int) -> Models:
+        return Models(self.params, self.drafter.at(K), self.cfg, K, self.attn_impl, self.options)
 
     def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
         B = len(ids)
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params))
-        draft_cache = None
-        if K and self.draft_params is not None:
-            draft_cache = kvcache.init_cache(self.draft_cfg, KVConfig("bf16"), B, capacity, dt,
-                                             stacked=is_stacked(self.draft_params))
-        if K and self.head_params is not None:
-            draft_cache = kvcache.init_cache(self.head_cfg.layer, KVConfig("bf16"), B, capacity, dt)
+        draft_cache, d = None, self.drafter
+        if K and d.model is not None:
+            draft_cache = kvcache.init_cache(d.model_cfg, KVConfig("bf16"), B, capacity, dt, stacked=is_stacked(d.model))
+        if K and d.head is not None:
+            draft_cache = kvcache.init_cache(d.head_cfg.layer, KVConfig("bf16"), B, capacity, dt)
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
         eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
         # made on the host and put on the device: a conversion or jnp.asarray there would each be a program
@@ -286,8 +296,8 @@ class Engine:
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
             if self.mesh is None:
                 keys = [(name, args) for name in part_names(args.models)]
-                compiled = _back_to_back(*programs.compiled_together(keys, lambda: lower_parts(args),
-                                                                     self.xla_options))
+                compiled = back_to_back(*programs.compiled_together(keys, lambda: lower_parts(args),
+                                                                    self.xla_options))
             else:
                 compiled = programs.compiled(decode.generate_program, *args, options=self.xla_options)
         self._compiled[key] = compiled
@@ -300,16 +310,15 @@ class Engine:
         out = []
         for b in range(len(count)):
             r = int(rounds[b])
-            stats = dict(
+            stats = Stats(
                 new_tokens=int(count[b]), rounds=r, accepted=int(accepted[b]),
                 accept_length=(int(count[b]) - 1) / r if r else 0.0,
                 accept_rate=int(accepted[b]) / (K * r) if K and r else 0.0,
-                lookahead=K, draft_mode=self.draft_mode, kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes),
+                lookahead=K, draft_mode=str(self.draft_mode), kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes),
                 compile_s=round(compile_s, 3), decode_s=round(decode_s, 4),
                 batch_tokens_per_s=round(total / decode_s, 1) if decode_s > 0 else 0.0,
+                lookahead_auto=None if choice is None else choice.stats(),
             )
-            if choice is not None:
-                stats["lookahead_auto"] = choice.stats()
             out.append((tokens[b, : count[b]].tolist(), stats))
         return out
 
@@ -328,44 +337,6 @@ def text_pieces(tokenizer, rounds):
             shown = text
 
 
-def part_names(m: decode.Models) -> list:
-    """The generate program's parts on one device (trace_parts), by name: the prefill and the rounds, and with a
-    draft model the draft's prefill, a part of its own so that the two prefills compile side by side."""
-    return ["start", "rounds"] + ["draft_prefill"] * (m.draft is not None)
-
-
-def trace_parts(args: ProgramArgs, start=decode.start_program, rounds=decode.rounds_program,
-                draft_prefill=decode.draft_prefill_program) -> list:
-    """The generate program's parts (part_names) traced for args, jitted as decode's: the prefill (start), the
-    rounds from the state it leaves (rounds) and the draft's prefill (draft_prefill: run first, start then
-    given the models without the draft)."""
-    m = args.models
-    split = "draft_prefill" in part_names(m)
-    first = start.trace(*args._replace(models=m.replace(draft=None))) if split else start.trace(*args)
-    parts = [first, rounds.trace(m, args.sampler, args.max_new, args.eos_ids, first.out_info)]
-    if split:
-        parts.append(draft_prefill.trace(m, args.prompts, args.prompt_lens, args.draft_cache))
-    return parts
-
-
-def lower_parts(args: ProgramArgs, *jitted) -> list:
-    """trace_parts, lowered."""
-    return [part.lower() for part in trace_parts(args, *jitted)]
-
-
-def _back_to_back(start, rounds, draft_prefill=None):
-    """The generate program as its compiled parts (trace_parts'), each enqueued on the results of the one
-    before."""
-    def run(*args):
-        a = ProgramArgs(*args)
-        models = a.models
-        if draft_prefill is not None:  # start was traced on the target alone
-            a = a._replace(models=models.replace(draft=None),
-                           draft_cache=draft_prefill(models, a.prompts, a.prompt_lens, a.draft_cache))
-        return rounds(models, a.sampler, a.max_new, a.eos_ids, start(*a))
-    return run
-
-
 def _per_row(name: str, value, n: int) -> list:
     """One value for all n rows, or a list of exactly n (ConfigError otherwise)."""
     if not isinstance(value, (list, tuple)):
@@ -373,92 +344,6 @@ def _per_row(name: str, value, n: int) -> list:
     if len(value) != n:
         raise ConfigError(f"{name} has {len(value)} entries for {n} prompts")
     return list(value)
-
-
-def capacity_bucket(n: int, limit: int) -> int:
-    """The cache capacity for a row of n tokens (prompt + new + K + 1): n rounded up on a grid of eight
-    steps per power of two (multiples of 2^(e-4) in (2^(e-1), 2^e], at least 16), at most `limit`.
-
-    The capacity and the batch size are all the shapes of a compiled program (the prompt array is as
-    wide as the cache; prompt lengths and max_new_tokens are arrays), so one program serves every
-    request in a bucket. The grid bounds what bucketing costs in cache memory: a bucket exceeds the
-    capacity it serves by less than 12.5% (from 128 tokens on; by at most 15 tokens below). A geometric
-    grid of ratio 1.125 would bound it alike with odd sizes; these are multiples of 16, and of 256 from
-    2048 tokens on (the BF16 window's alignment, kvcache.ALIGN), so the cache's tiles stay whole.
-    """
-    step = max(16, 1 << max((n - 1).bit_length() - 4, 0))
-    return min(-(-n // step) * step, limit)
-
-
-def pad_rows(ids: list, rows: list[SamplingConfig], max_new: list[int], size: int):
-    """Pads a batch to `size` rows with dummy rows (one token, max_new 0: done before the first round, so
-    they emit nothing); callers drop the results past the real rows."""
-    extra = size - len(ids)
-    return ids + [[0]] * extra, rows + rows[:1] * extra, max_new + [0] * extra
-
-
-def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
-    """Turns on JAX's persistent compilation cache in directory `path` for this process: a later process
-    that needs a program of the same shapes loads it from there instead of compiling it. Every program
-    is kept, the small ones too (the weight fold, the cache allocation), which would otherwise cost a
-    compile each (a tenth of a second on GPU) at every start. Past max_gib, JAX evicts the least recently
-    used programs.
-
-    Always with a size bound: JAX's evicting cache keeps an access-time file beside each entry and
-    fails every later write in a directory where an entry lacks one (as an unbounded cache writes
-    them), so every writer of a directory must bound it. Entries an unbounded cache left (earlier jspec
-    versions) get an access time now."""
-    path = Path(path)
-    _stamp_entries(path)
-    seed_autotune(path)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30))
-
-
-# XLA's GEMM autotuning results for the shipped pair's programs (the README command's) and the 8B-shaped
-# benchmark program (benchmarks/startup.py's "8b+draft") on an H200, the files XLA's per-fusion autotune cache
-# wrote (one small proto per fusion, in a subfolder per GPU kind, named by a hash of the fusion's HLO), packed
-# as one JSON of base64 contents per jaxlib version. Autotuning is most of a cold compile: with them in place
-# the cold README command took 22.1-22.6 s against 33.9 s, the 8B program's compile 14.9 s against 22.9 s (H200,
-# sessions 13 and 14, benchmarks/RESULTS.md). On another GPU or jaxlib no file matches and XLA autotunes as usual.
-AUTOTUNE_DIR = Path(__file__).parents[1] / "autotune"
-PER_FUSION = "xla_gpu_per_fusion_autotune_cache_dir"  # where JAX points XLA's autotune cache in its cache dir
-
-
-def seed_autotune(path: Path, source: Path | None = None) -> int:
-    """Writes the shipped autotuning results of this jaxlib (source: a JSON of relative path -> base64
-    contents) into the per-fusion autotune folder of the compilation cache at `path`, keeping files that
-    are there already. Returns the number of files written."""
-    import jaxlib
-
-    source = source or AUTOTUNE_DIR / f"jaxlib-{jaxlib.__version__}.json"
-    written = 0
-    try:
-        files = json.loads(source.read_text()) if source.is_file() else {}
-        for name, data in files.items():
-            dst = path / PER_FUSION / name
-            if not dst.exists():  # written whole, then renamed: XLA never reads half a file
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dst.with_name(f".{dst.name}.{os.getpid()}")
-                tmp.write_bytes(base64.b64decode(data))
-                tmp.replace(dst)
-                written += 1
-    except (OSError, ValueError):  # an unwritable cache or a damaged file: XLA autotunes as without them
-        pass
-    return written
-
-
-def _stamp_entries(path: Path) -> None:
-    """Gives each `<key>-cache` entry without a `<key>-atime` file one (now, as 8 little-endian bytes of
-    nanoseconds: the format of jax._src.lru_cache). Unwritable directories are left alone."""
-    try:
-        for entry in path.glob("*-cache"):
-            atime = entry.with_name(entry.name.removesuffix("-cache") + "-atime")
-            if not atime.exists():
-                atime.write_bytes(time.time_ns().to_bytes(8, "little"))
-    except OSError:
-        pass
 
 
 def _default_impl() -> str:
@@ -495,7 +380,8 @@ _apply_rotations = jax.jit(rotation.apply_rotations, static_argnums=1, donate_ar
 
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
-         attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False) -> Engine:
+         attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False,
+         options: Options = Options()) -> Engine:
     """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories.
 
     draft: a draft model's directory, or an EAGLE-3 head's (its config.json's architectures name
@@ -507,6 +393,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.runtime.sharding).
     scan_layers: the target's and draft's layers stacked (model.stack_layers), each forward one lax.scan: programs
     that compile ~4x and load ~17x faster, a decode step 0-6% slower in INT2 (BF16 11% at batch 1; H200, README).
+    options: how the programs are built (config.Options; the defaults are what runs).
     """
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
@@ -519,29 +406,35 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
     params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
-    ngram, draft = _split_draft(draft)
-    if draft == "auto":
-        draft = DEFAULT_DRAFT if model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir() else None
-    draft_cfg = draft_params = head_cfg = head_params = None
-    if draft not in (None, "none") and eagle3.is_head_dir(draft):
-        if ngram:
-            raise ConfigError("an EAGLE-3 head does not combine with ngram: give the head's directory alone")
-        head_cfg, head_params = eagle3.load_head(draft, cfg, jnp.dtype(dtype))
-    elif draft not in (None, "none"):
-        draft_cfg, draft_params, dtok = checkpoint.load_model(draft, jnp.dtype(dtype))
-        _check_same_tokenizer(tok, dtok, cfg, draft_cfg)
+    drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype))
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
     impl = _default_impl() if attn_impl == "auto" else attn_impl
     mesh = sharding.resolve_mesh(mesh, cfg)
     if scan_layers:
         params = stack_layers(params)
-        draft_params = None if draft_params is None else stack_layers(draft_params)
+        drafter = drafter.replace(model=None if drafter.model is None else stack_layers(drafter.model))
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
-        params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
-        head_params = sharding.replicate(head_params, mesh)
-    return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, draft_cfg=draft_cfg, draft_params=draft_params,
-                  dtype=dtype, attn_impl=impl, mesh=mesh, ngram=ngram, head_cfg=head_cfg, head_params=head_params)
+        params, drafter = sharding.shard_params(params, cfg, mesh), sharding.replicate(drafter, mesh)
+    return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, dtype=dtype, attn_impl=impl,
+                  mesh=mesh, options=options)
+
+
+def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:
+    """load's draft argument as a Drafter (see load)."""
+    ngram, draft = _split_draft(draft)
+    if draft == "auto":
+        draft = DEFAULT_DRAFT if model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir() else None
+    if draft in (None, "none"):
+        return Drafter(mode=DraftMode.NGRAM if ngram else DraftMode.NONE)
+    if eagle3.is_head_dir(draft):
+        if ngram:
+            raise ConfigError("an EAGLE-3 head does not combine with ngram: give the head's directory alone")
+        head_cfg, head = eagle3.load_head(draft, cfg, dtype)
+        return Drafter(head=head, mode=DraftMode.HEAD, head_cfg=head_cfg)
+    draft_cfg, model, dtok = checkpoint.load_model(draft, dtype)
+    _check_same_tokenizer(tok, dtok, cfg, draft_cfg)
+    return Drafter(model=model, mode=DraftMode.NGRAM_MODEL if ngram else DraftMode.MODEL, model_cfg=draft_cfg)
 
 
 def _split_draft(draft: str | Path | None) -> tuple[bool, str | Path | None]:

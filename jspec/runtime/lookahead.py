@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import statistics
 import time
 import typing
@@ -44,9 +43,12 @@ import numpy as np
 
 from jspec.cache import kvcache
 from jspec.config import KVConfig
-from jspec.decode import loop as decode, ngram
+from jspec.decode import drafters, loop, ngram
+from jspec.decode.state import DraftMode, Models
 from jspec.model.decoder import compile_options, is_stacked
 from jspec.model.sampling import Sampler
+from jspec.files import atomic_write
+from jspec.paths import AUTOTUNE_DIR, cache_root
 from jspec.runtime import programs, sharding
 
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # K tried by auto (<= config.MAX_LOOKAHEAD): few programs to compile
@@ -56,18 +58,19 @@ MIN_GAIN = 1.05  # speculate only if predicted at least this much faster than pl
 # (greedy, K = 4: model 0.39 at batch 1; ngram 0.52 and ngram+model 0.68 at batch 8).
 # "head": EAGLE-3's published chain acceptance (tau 2.8-3.5 at K = 7 on Llama-3.1-8B: alpha about 0.65-0.75),
 # taken lower for the short training runs a head gets here; the online estimate corrects it after one call.
-PRIOR_ALPHA = {"model": 0.4, "ngram": 0.45, "ngram+model": 0.55, "head": 0.6}
+PRIOR_ALPHA = {DraftMode.MODEL: 0.4, DraftMode.NGRAM: 0.45, DraftMode.NGRAM_MODEL: 0.55, DraftMode.HEAD: 0.6}
 PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
 # Spread of per-row alpha across prompts: the slowest of B rows sits about ROW_SPREAD * sqrt(2 ln B) below
 # the mean (the expected maximum of B normals). Fitted to the shipped pair at batch 32 on the H200 (mean
 # alpha 0.59-0.61, effective 0.27-0.37).
 ROW_SPREAD = 0.07
-_VERSION = 4  # bump when what is timed or stored changes: old files on disk are then ignored (2: the head step
-# got faster, session 6; 3: every part stores a list of times; 4: a draft step feeds two rows, session 11)
+# What the costs depend on besides their shapes: the code a timed loop runs (a cost file of other code is never
+# read back; nothing to bump by hand).
+TIMED_CODE = ("config.py", "numerics.py", "struct.py", "int2", "kernels", "cache", "attention", "model", "decode")
 # Cost files as cache_root()/lookahead holds them, measured on an H200 for the README command's shapes, shipped
-# beside XLA's autotuning results (engine.AUTOTUNE_DIR): a key names the device kind, JAX, the models and shapes,
+# beside XLA's autotuning results (paths.AUTOTUNE_DIR): a key names the device kind, JAX, the models and shapes,
 # so elsewhere none matches and the costs are measured.
-SHIPPED = Path(__file__).parents[1] / "autotune" / "lookahead"
+SHIPPED = AUTOTUNE_DIR / "lookahead"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +78,7 @@ class Costs:
     """Seconds per step, measured on one device, batch and capacity."""
 
     verify: tuple[tuple[int, float], ...]  # (n, target forward + commit over n tokens per row), ascending n
-    draft_step: float = 0.0  # one draft-model token per row: a forward of two rows, commit, draw (decode.draft_model)
+    draft_step: float = 0.0  # one draft-model token per row: a forward of two rows, commit, draw (drafters.model_token)
     ngram: float = 0.0  # one n-gram lookup over the history and its update
     head_step: float = 0.0  # one EAGLE-3 head token per row (forward + commit + draw)
 
@@ -84,16 +87,15 @@ class Costs:
         ns, ts = zip(*self.verify)
         return float(np.interp(n, ns, ts))
 
-    def draft(self, mode: str, K: int) -> float:
+    def draft(self, mode: DraftMode, K: int) -> float:
         """One round's drafting: K draft-model tokens (K forwards, the first also resyncs) and/or a lookup.
         ngram+model is costed as if the model ran every round (it skips its K - 1 steps when every row
         matches): an upper bound. A head round is its resync forward (K + 1 pairs, costed as one step: both
         read the same weights) and K - 1 steps; its features come with the verify forward (one fc matmul,
         not timed: the verify is timed without it)."""
-        if mode == "head":
+        if mode == DraftMode.HEAD:
             return K * self.head_step
-        model = K * self.draft_step if mode in ("model", "ngram+model") else 0.0
-        return model + (self.ngram if mode in ("ngram", "ngram+model") else 0.0)
+        return (K * self.draft_step if mode.uses_model else 0.0) + (self.ngram if mode.copies else 0.0)
 
     def as_ms(self) -> dict:
         return dict(verify={str(n): round(t * 1e3, 4) for n, t in self.verify},
@@ -106,7 +108,7 @@ def expected_tokens(alpha: float, K: int) -> float:
     return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
 
 
-def speedup(costs: Costs, mode: str, alpha: float, K: int) -> float:
+def speedup(costs: Costs, mode: DraftMode, alpha: float, K: int) -> float:
     """Predicted tokens/s with K drafts over tokens/s of plain decoding (1 at K = 0)."""
     if K == 0:
         return 1.0
@@ -131,7 +133,7 @@ class Choice:
                     measure_s=round(self.measure_s, 3))
 
 
-def choose(costs: Costs, mode: str, alpha: float, k_max: int) -> tuple[int, float]:
+def choose(costs: Costs, mode: DraftMode, alpha: float, k_max: int) -> tuple[int, float]:
     """(K, predicted speed-up): the best candidate K <= k_max, or (0, 1.0) if none gains MIN_GAIN."""
     best = max(((speedup(costs, mode, alpha, K), K) for K in CANDIDATES if K <= k_max), default=(1.0, 0))
     return (best[1], best[0]) if best[0] >= MIN_GAIN else (0, 1.0)
@@ -155,7 +157,7 @@ def batch_bucket(B: int) -> int:
     return 1 << max(B - 1, 0).bit_length()
 
 
-def prior(mode: str, B: int) -> float:
+def prior(mode: DraftMode, B: int) -> float:
     """PRIOR_ALPHA of the mode for one row, lowered to the expected slowest of B rows."""
     return max(PRIOR_ALPHA[mode] - ROW_SPREAD * float(np.sqrt(2 * np.log(B))), 0.0)
 
@@ -178,7 +180,7 @@ def observe(seen: tuple[float, float], K: int, rounds: int, accepted: int) -> tu
     return seen[0] + n, seen[1] + n * alpha_from_accepted(accepted / rounds, K)
 
 
-def estimate(mode: str, seen: tuple[float, float], B: int = 1) -> tuple[float, str]:
+def estimate(mode: DraftMode, seen: tuple[float, float], B: int = 1) -> tuple[float, str]:
     """(alpha, where it comes from): the prior at batch B, pulled towards the measured calls by their drafts."""
     n, weighted = seen
     alpha = (PRIOR_WEIGHT * prior(mode, B) + weighted) / (PRIOR_WEIGHT + n)
@@ -195,13 +197,13 @@ class _Loop:
     their carries (caches as large as the caller's) are alive one at a time."""
 
     lowered: jax.stages.Lowered
-    m: decode.Models
+    m: Models
     make: typing.Callable
     steps: int
     options: dict | None = None  # XLA's compiler options (model.compile_options)
 
 
-def _loop(step, m: decode.Models, make, steps: int) -> _Loop:
+def _loop(step, m: Models, make, steps: int) -> _Loop:
     run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), make())
     return _Loop(run.lower(m, shapes), m, make, steps, compile_options(m.target, m.draft))
@@ -220,22 +222,10 @@ def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
     return statistics.median(times[1:]) / loop.steps
 
 
-def _per_step(step, m: decode.Models, carry, steps: int) -> float:
+def _per_step(step, m: Models, carry, steps: int) -> float:
     """Median seconds of one step(m, carry) -> carry, timed as jitted loops of `steps` steps (one loop alone)."""
     loop = _loop(step, m, lambda: carry, steps)
     return _time(loop.lowered.compile(compiler_options=loop.options), loop)
-
-
-def _forward_step(forward):
-    """A forward over the carried tokens, the commit of nothing (the length, so the cost, stays) and the
-    argmax of every position, fed back as the next tokens."""
-    def step(m, carry):
-        tok, cache = carry
-        logits, (k, v) = forward(m, tok, cache)
-        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
-        return jnp.argmax(logits, -1).astype(jnp.int32), cache
-
-    return step
 
 
 def _at(cache, context: int, tok, mesh, heads: bool = True):
@@ -245,50 +235,65 @@ def _at(cache, context: int, tok, mesh, heads: bool = True):
     return tok, cache
 
 
-def _target_loop(m: decode.Models, kv: KVConfig, B, capacity, context, n: int, dtype, mesh, steps) -> _Loop:
+def _target_loop(m: Models, kv: KVConfig, B, capacity, context, n: int, dtype, mesh, steps) -> _Loop:
+    """The verify forward over n tokens per row, as a round runs it (Models.target_forward), and the commit of
+    nothing (the length, so the cost, stays); the argmax of every position fed back as the next tokens."""
+    def step(m, carry):
+        tok, cache = carry
+        logits, (k, v) = m.target_forward(tok, cache)
+        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length), m.options)
+        return jnp.argmax(logits, -1).astype(jnp.int32), cache
+
     cache = lambda: kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1, is_stacked(m.target))
     make = lambda: _at(cache(), context, jnp.zeros((B, n), jnp.int32), mesh)
-    step = _forward_step(lambda m, tok, cache: m.target_forward(tok, cache))
-    return _loop(step, m.replace(draft=None), make, steps)
+    return _loop(step, m.without_draft_model(), make, steps)
 
 
-def _draft_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
-    """One draft-model token: a forward of two rows, as decode.draft_model's steps."""
+def _draft_loop(m: Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    """One draft-model token: the drafter's own step (drafters.model_token: a forward of two rows, as a round's
+    first step, which also resyncs), its length put back (the cost stays)."""
+    greedy = Sampler.make(B)
+
+    def step(m, carry):
+        tok, cache = carry
+        dc, d, _ = drafters.model_token(m, cache, tok, jnp.full((B,), 2, jnp.int32), None, greedy)
+        return jnp.stack([d, d], 1), dc.replace(length=cache.length)
+
     cache = lambda: kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype, 0, is_stacked(m.draft))
     make = lambda: _at(cache(), context, jnp.zeros((B, 2), jnp.int32), mesh, heads=False)
-    step = _forward_step(lambda m, tok, cache: m.draft_forward(tok, cache))
     return _loop(step, m.replace(target=None), make, steps)
 
 
-def _head_loop(m: decode.Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
-    """One head token: a forward on the token and the head's own last feature, the commit, the greedy draw."""
+def _head_loop(m: Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    """One head token: the drafter's own step (drafters.head_token), its length put back."""
+    greedy = Sampler.make(B)
+
     def step(m, carry):
         tok, h, cache = carry
-        h, (k, v) = m.head_hidden(tok, h, cache)
-        cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
-        return decode.draw_head(m, None, h, Sampler.make(tok.shape[0]))[0], h, cache
+        hc, d, _, h = drafters.head_token(m, cache, tok, h, None, greedy)
+        return d, h, hc.replace(length=cache.length)
 
     def make():
         cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
-        tok, cache = _at(cache, context, jnp.zeros((B, 1), jnp.int32), mesh, heads=False)
-        h = jnp.zeros((B, 1, m.target_cfg.hidden_size), dtype)
+        tok, cache = _at(cache, context, jnp.zeros((B,), jnp.int32), mesh, heads=False)
+        h = jnp.zeros((B, m.target_cfg.hidden_size), dtype)
         return tok, h if mesh is None else sharding.shard_batch(h, mesh), cache
 
-    return _loop(step, m.replace(draft=None), make, steps)
+    return _loop(step, m.without_draft_model(), make, steps)
 
 
-def _ngram_loop(m: decode.Models, B, capacity, context, K: int, mesh, steps) -> _Loop:
+def _ngram_loop(m: Models, B, capacity, context, K: int, mesh, steps) -> _Loop:
     """One lookup of K drafts over a [B, capacity] history and their write into it."""
     def step(m, history):
         end = jnp.full((B,), context, jnp.int32)
-        drafts, _ = ngram.propose(history, end, K)
-        return decode.write_tokens(history, end - K, drafts, jnp.full((B,), K))  # the next lookup reads them
+        drafts, _ = ngram.propose(history, end, K, 1, m.drafter.ngram_max)
+        return loop.write_tokens(history, end - K, drafts, jnp.full((B,), K))  # the next lookup reads them
 
     def make():
         history = jax.random.randint(jax.random.key(0), (B, capacity), 0, 64, jnp.int32)
         return history if mesh is None else sharding.shard_batch(history, mesh)
 
-    return _loop(step, m.replace(target=None, draft=None), make, steps)
+    return _loop(step, m.replace(target=None).without_draft_model(), make, steps)
 
 
 def cost_shape(capacity: int, k_max: int) -> tuple[int, int]:
@@ -302,7 +307,7 @@ def cost_shape(capacity: int, k_max: int) -> tuple[int, int]:
     return cap, cap - k_max - 1
 
 
-def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int, k_max: int, dtype, mesh=None,
+def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max: int, dtype, mesh=None,
             memo: dict | None = None, steps: int = 8) -> Costs:
     """Times what a round of m.draft_mode costs at these shapes (see the module docstring). Each part is
     kept in memo and on disk by what it depends on: the verify times serve every draft mode. The parts not
@@ -332,13 +337,6 @@ def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int,
 # ----------------------------------------------------------------------------------- the disk cache
 
 
-def cache_root() -> Path:
-    """$JSPEC_CACHE_DIR, else $XDG_CACHE_HOME/jspec, else ~/.cache/jspec."""
-    if os.environ.get("JSPEC_CACHE_DIR"):
-        return Path(os.environ["JSPEC_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jspec"
-
-
 def _cached(memo: dict, parts: dict) -> dict:
     """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loops)} on this
     device and JAX: from memo, else from its file under cache_root()/lookahead or SHIPPED, else measured (then
@@ -348,7 +346,7 @@ def _cached(memo: dict, parts: dict) -> dict:
     out, missing = {}, []
     for name, (what, loops) in parts.items():
         record = dict(what, device=dev.device_kind, platform=dev.platform, devices=jax.device_count(),
-                      jax=jax.__version__, version=_VERSION)
+                      jax=jax.__version__, code=programs.source_digest(*TIMED_CODE))
         key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:32]
         path = cache_root() / "lookahead" / f"{name}-{key}.json"
         for file in (path, SHIPPED / path.name):
@@ -373,9 +371,6 @@ def _cached(memo: dict, parts: dict) -> dict:
 def _save(path: Path, record: dict) -> None:
     """Written atomically (another process may be reading); a cache that cannot be written is skipped."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record, default=str))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(record, default=str))
     except OSError:
         pass

@@ -7,7 +7,7 @@ H200 host, session 7), only to learn the key. This store keys the serialized exe
 the JAX and jaxlib versions, the devices, the XLA flags, and the arguments' tree (static fields
 included: configs, lookahead, attention path) with each leaf's shape, dtype and sharding. It lives
 beside JAX's cache, in `<jax_compilation_cache_dir>/jspec-programs` (so it is on when JAX's is, on GPUs:
-engine.use_compile_cache, the CLI's --compile-cache; see `directory`), bounded like it: past JAX's size
+compile_cache.use_compile_cache, the CLI's --compile-cache; see `directory`), bounded like it: past JAX's size
 limit the least recently used programs go. An entry that cannot be read back (a torn write, another
 jaxlib) is compiled again and replaced.
 """
@@ -25,7 +25,9 @@ import jax
 import jaxlib
 from jax.experimental import serialize_executable
 
+from jspec.files import atomic_write
 from jspec.kernels.hopper import cache_keys as mosaic_keys
+from jspec.paths import PACKAGE
 
 SUFFIX = ".program"
 
@@ -40,15 +42,15 @@ def directory() -> Path | None:
     return Path(root) / "jspec-programs" if root and jax.default_backend() == "gpu" else None
 
 
-PACKAGE = Path(__file__).resolve().parents[1]  # jspec/
-
-
 @functools.cache
-def source_digest() -> str:
-    """A digest of every jspec source file: a program compiled by other code is never read back."""
+def source_digest(*parts: str) -> str:
+    """A digest of jspec's source files (those of the package's top-level `parts`, files or folders, if given): a
+    program compiled by other code is never read back."""
     h = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*.py")):
-        h.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes())
+        name = path.relative_to(PACKAGE)
+        if not parts or name.parts[0] in parts:
+            h.update(name.as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
@@ -132,10 +134,7 @@ def _write(path: Path, blob: bytes) -> None:
     """Written atomically (another process may read it), then the oldest programs evicted past JAX's
     cache size limit; a store that cannot be written is skipped."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
+        atomic_write(path, blob)
         limit = jax.config.jax_compilation_cache_max_size
         entries = sorted(path.parent.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime, reverse=True)
         total = 0

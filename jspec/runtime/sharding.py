@@ -9,7 +9,7 @@ NamedShardings and GSPMD propagates them through the loop.
 - draft model or EAGLE-3 head: replicated. It is small, and every tp shard runs it for its own dp rows.
 - caches [B, Hkv, X, ...] (BF16 rows, INT2 codes, scales, zeros alike): rows over "dp", KV heads over
   "tp" for the target; the draft cache over "dp" only. Lengths and every other [B, ...] input over "dp".
-The batch must divide by dp: the engine pads it with dummy rows (engine.pad_rows).
+The batch must divide by dp: the engine pads it with dummy rows (buckets.pad_rows).
 
 The Pallas INT2 kernel is a custom call that GSPMD cannot split: attention_split.per_shard wraps the
 split attention in shard_map so that each device runs it on its own (dp, tp) block of rows and KV
@@ -24,10 +24,9 @@ import dataclasses
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from jspec.attention.split import DP, TP
 from jspec.cache.kvcache import KVCache
-from jspec.config import ConfigError, ModelConfig
-from jspec.decode.loop import ProgramArgs
+from jspec.config import DP, TP, ConfigError, ModelConfig
+from jspec.decode.state import ProgramArgs
 from jspec.model.decoder import Layer, Params, is_stacked
 
 # Layer fields split over tp (the rest are replicated): the projections into heads by KV head and
@@ -127,8 +126,7 @@ def shard_batch(tree, mesh: Mesh):
 def shard_program_args(mesh: Mesh, args: ProgramArgs) -> ProgramArgs:
     """decode.generate_program's arguments placed on the mesh."""
     m = args.models
-    m = m.replace(target=shard_params(m.target, m.target_cfg, mesh), draft=replicate(m.draft, mesh),
-                  head=replicate(m.head, mesh))
+    m = m.replace(target=shard_params(m.target, m.target_cfg, mesh), drafter=replicate(m.drafter, mesh))
     prompts, prompt_lens, max_new, sampler, seeds = shard_batch(
         (args.prompts, args.prompt_lens, args.max_new, args.sampler, args.seeds), mesh)
     draft_cache = None if args.draft_cache is None else shard_cache(args.draft_cache, mesh, heads=False)

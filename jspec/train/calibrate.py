@@ -27,21 +27,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec.attention.rule import attend_reference
 from jspec.config import ConfigError, ModelConfig
 from jspec.model import rotation
-from jspec.model.decoder import Layer, Params, mlp, qkv, rms_norm
+from jspec.model.decoder import Layer, Params, block, rope_tables
 
 
 @partial(jax.jit, static_argnums=1)
-def _layer_step(lp: Layer, cfg: ModelConfig, x):
-    """One plain causal layer in float32: x [B, n, E] -> (next x, post-RoPE q, k, v)."""
+def _layer_step(lp: Layer, cfg: ModelConfig, x, y):
+    """One decoder layer (model.block), plain causal in float32, over the residual x + y [B, n, E] (y: the last
+    layer's MLP output) -> (x, y for the next layer, post-RoPE q, k, v)."""
     B, n, _ = x.shape
     pos = jnp.broadcast_to(jnp.arange(n), (B, n))
-    q, k, v = qkv(lp, cfg, rms_norm(x, lp.attn_norm, cfg.rms_eps), pos)
-    o = attend_reference(q, k, v, None, jnp.zeros((B,), jnp.int32), None)
-    x = x + o.reshape(B, n, -1) @ lp.wo
-    return x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps)), q, k, v
+    _, x, y, q, k, v = block(lp, x, y, pos, rope_tables(cfg, pos), None, jnp.zeros((B,), jnp.int32), cfg=cfg,
+                             kv=None, attn_impl="reference")
+    return x, y, q, k, v
 
 
 def query_second_moment(q, Hkv: int) -> np.ndarray:
@@ -76,12 +75,13 @@ def collect_targets(params: Params, cfg: ModelConfig, batches) -> tuple[np.ndarr
     """Runs the model layer by layer over token batches [B, n] -> C_Q, C_S [L, Hkv, D, D] float64."""
     f32 = lambda t: jax.tree.map(lambda a: a.astype(jnp.float32), t)
     xs = [params.embed[jnp.asarray(t)].astype(jnp.float32) for t in batches]  # [B, n, E] each
+    ys = [jnp.zeros_like(x) for x in xs]
     cqs, css = [], []
     for lp in params.layers:
         lp = f32(lp)
         qs, ks, vs = [], [], []
-        for b, x in enumerate(xs):
-            xs[b], q, k, v = _layer_step(lp, cfg, x)
+        for b, (x, y) in enumerate(zip(xs, ys)):
+            xs[b], ys[b], q, k, v = _layer_step(lp, cfg, x, y)
             qs.append(np.asarray(q))
             ks.append(np.asarray(k))
             vs.append(np.asarray(v))

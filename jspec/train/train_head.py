@@ -33,6 +33,7 @@ import numpy as np
 import optax
 
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
+from jspec.decode.state import Drafter, DraftMode
 from jspec.io import eagle3
 from jspec.model import head
 from jspec.model.decoder import Params, forward_taps, qkv
@@ -194,16 +195,17 @@ def evaluate(eng: engine.Engine, hcfg: HeadConfig, hp: HeadParams, prompts: np.n
     verify forward over K + 1 tokens rounds differently from a one-token step; the draft model's rows
     differ at the same places); in float32 they are equal (tests/test_speculative.py)."""
     bf = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x, hp)
-    eh = dataclasses.replace(eng, head_cfg=hcfg, head_params=bf, _compiled={}, _costs={}, _seen={})
+    eh = dataclasses.replace(eng, drafter=Drafter(head=bf, mode=DraftMode.HEAD, head_cfg=hcfg), _compiled={}, _costs={},
+                             _seen={})
     out = {}
     for name, e, k in (("plain", eng, 0), ("head", eh, K)):
         gen = GenerateConfig(max_new_tokens=new, lookahead=k, stop_at_eos=False)
         call = lambda p: e.generate_ids([p.tolist()], [SamplingConfig()], [new], gen)[0]
         call(prompts[0])  # compile
         res = [call(p) for p in prompts]
-        decode_s = sum(st["new_tokens"] / st["batch_tokens_per_s"] for _, st in res)
-        out[name] = dict(tokens_per_s=round(sum(st["new_tokens"] for _, st in res) / decode_s, 1),
-                         accept_length=round(float(np.mean([st["accept_length"] for _, st in res])), 3),
+        decode_s = sum(st.new_tokens / st.batch_tokens_per_s for _, st in res)
+        out[name] = dict(tokens_per_s=round(sum(st.new_tokens for _, st in res) / decode_s, 1),
+                         accept_length=round(float(np.mean([st.accept_length for _, st in res])), 3),
                          tokens=[t for t, _ in res])
     out["rows_equal_bf16"] = [a == b for a, b in zip(out["plain"].pop("tokens"), out["head"].pop("tokens"))]
     out["speedup"] = round(out["head"]["tokens_per_s"] / out["plain"]["tokens_per_s"], 3)
