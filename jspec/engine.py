@@ -24,8 +24,8 @@ from jspec import checkpoint, decode, eagle3, kvcache, lookahead, programs, rota
 from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig, ModelConfig,
                           SamplingConfig, check_stops)
 from jspec.decode import ProgramArgs
-from jspec.io import chat
 from jspec.head import HeadConfig, HeadParams
+from jspec.io import chat
 from jspec.model import Params, compile_options, is_stacked, stack_layers
 from jspec.sampling import Sampler
 

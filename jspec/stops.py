@@ -233,7 +233,7 @@ def advance(st: StopState, seq, n_emit):
     against its stop strings -> (n_emit cut after the token that completes the first match, hit [B], state)."""
     x = st.stops
     B, n = seq.shape
-    W, (S, L) = x.table.shape[1], x.strings.shape[1:]
+    W, L = x.table.shape[1], x.strings.shape[2]
     live = jnp.arange(n) < n_emit[:, None]
     size = jnp.where(live, x.lens[seq], 0)  # [B, n]
     nonempty = size > 0
