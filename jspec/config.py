@@ -21,6 +21,10 @@ MAX_LOOKAHEAD = 16
 # Below this a temperature is greedy in effect, and logits / temperature could overflow float32.
 MIN_TEMPERATURE = 1e-4
 EMPTY_PROMPT = "empty prompt: give at least one token"  # the library, the CLI and jobs alike
+# Stop strings (GenerateConfig.stop, a job line's "stop"): each is matched on the device against every byte a
+# round emits, so their count and length bound the per-round work (decode.stops).
+MAX_STOPS = 16
+MAX_STOP_BYTES = 64  # UTF-8 bytes of one stop string
 
 
 # The device mesh's axes (jspec.runtime.sharding): batch rows over "dp", KV heads and MLP units over "tp".
@@ -256,13 +260,35 @@ class GenerateConfig:
     # per call from costs measured on the device and the acceptance expected (jspec.runtime.lookahead)
     lookahead: int | str = "auto"
     stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
+    # The text ends right before the first stop string generated (decode.stops); the row stops generating in the
+    # round that completes it. A tuple of non-empty str.
+    stop: tuple[str, ...] = ()
 
     def validate(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)
+        check_stops(self.stop)
         K = self.lookahead
         if K != "auto" and (isinstance(K, bool) or not isinstance(K, numbers.Integral) or not 0 <= K <= MAX_LOOKAHEAD):
             raise ConfigError(f"lookahead must be 'auto' or in [0, {MAX_LOOKAHEAD}], got {K!r}: compile time grows "
                               "with K and longer rounds never pay")
+
+
+def check_stops(stop) -> None:
+    """ConfigError unless stop is a tuple of at most MAX_STOPS non-empty str of at most MAX_STOP_BYTES UTF-8
+    bytes each."""
+    if not isinstance(stop, tuple) or not all(isinstance(s, str) for s in stop):
+        raise ConfigError(f"stop must be a tuple of strings, got {stop!r}")
+    if len(stop) > MAX_STOPS:
+        raise ConfigError(f"at most {MAX_STOPS} stop strings, got {len(stop)}")
+    for s in stop:
+        if not s:
+            raise ConfigError("a stop string must not be empty")
+        try:
+            size = len(s.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ConfigError(f"stop string {s!r} is not valid Unicode (a lone surrogate)") from None
+        if size > MAX_STOP_BYTES:
+            raise ConfigError(f"a stop string may have at most {MAX_STOP_BYTES} UTF-8 bytes, got {size}: {s[:20]!r}...")
 
 
 def check_int(name: str, x, low: int, high: int) -> None:

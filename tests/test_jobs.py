@@ -90,12 +90,13 @@ def test_bad_field_values_are_error_records_for_their_line(shipped, tmp_path, cl
         assert rc == 2 and err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
 
     class Refusing:  # an engine that refuses any batch holding the prompt [666]: the job goes on without it
-        def generate_ids(self, ids, rows, max_new, gen):
+        def generate_ids(self, ids, rows, max_new, gen, stop=None):
             if [666] in ids:
                 raise ConfigError("refused")
             return [(x, {}) for x in ids]
 
         tokenizer = type("Tok", (), {"decode": staticmethod(lambda t, **kw: "t")})
+        text = staticmethod(lambda t, stop=(): "t")
 
     jobs = [batch.Job(i, i + 1, "h", ids, 4, SAMPLING) for i, ids in enumerate([[5], [666], [7]])]
     recs = batch.answer(Refusing(), jobs, GEN, 4)

@@ -1,7 +1,7 @@
 """Offline batch jobs: JSONL in, JSONL out, resumable, one result or error record per input line.
 
 Input lines: {"id": ..., "prompt": str, optional "max_new_tokens", "temperature", "top_p", "top_k",
-"seed"}. Output lines: {"id", "line", "line_hash", "text", "token_ids", "stats"} or {"id", "line",
+"seed", "stop" (a string or a list of them)}. Output lines: {"id", "line", "line_hash", "text", "token_ids", "stats"} or {"id", "line",
 "line_hash", "error": message}, where line is the 1-based input line number and line_hash a fingerprint
 of that line's bytes: exactly one record per non-empty input line. Anything wrong with one line (bad
 JSON or UTF-8, an unknown field, a value out of range, a prompt that does not fit) is that line's error
@@ -9,6 +9,9 @@ record, never the end of the job. Results are appended and flushed batch by batc
 at most the batch in flight; a re-run skips every line already answered, after checking that those
 lines have not changed. The output is locked while a job writes it, and a file that is not a jspec
 results file is never written to.
+
+An input whose first valid line has "custom_id" and "body" is an OpenAI batch file, read and answered in
+OpenAI's format (jspec.cli.openai_batch: a Format); resume then keys lines by custom_id.
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
-from jspec.config import ConfigError, GenerateConfig, SamplingConfig
+from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
 from jspec.runtime.buckets import pad_rows
 from jspec.runtime.engine import Stats
 
 # optional per-line fields and the types they must have
-FIELDS = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int}
+FIELDS = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, float), "top_k": int, "seed": int,
+          "stop": (str, list)}
 KNOWN_FIELDS = ("id", "prompt", *FIELDS)
 RECORD_START = b'{"id": '  # every record the job writes starts so (json.dumps, "id" first)
 BOM = b"\xef\xbb\xbf"
@@ -47,6 +52,9 @@ class Job:
     ids: list[int]
     max_new: int
     sampling: SamplingConfig
+    stop: tuple[str, ...] = ()
+    key: object = None  # the line's resume key (Format.keys)
+    meta: dict = dataclasses.field(default_factory=dict)  # what the line's format answers with
 
 
 @dataclasses.dataclass
@@ -170,33 +178,59 @@ def parse_line(raw: bytes, engine, gen: GenerateConfig, base: SamplingConfig):
         return rid, error
     sampling = dataclasses.replace(base, **{k: rec[k] for k in ("temperature", "top_p", "top_k", "seed") if k in rec})
     max_new = rec.get("max_new_tokens", gen.max_new_tokens)
+    stop = stop_strings(rec["stop"]) if "stop" in rec else gen.stop
     try:
+        check_stops(stop)
         sampling.validate()
         ids = engine.prompt_ids(rec["prompt"])
         engine.check(dataclasses.replace(gen, max_new_tokens=max_new), [len(ids)])
     except ConfigError as e:
         return rid, str(e)
-    return rid, dict(ids=ids, max_new=max_new, sampling=sampling)
+    return rid, dict(ids=ids, max_new=max_new, sampling=sampling, stop=stop)
 
 
-def read_jobs(engine, lines: list[tuple[int, bytes]], done: dict[int, str], gen: GenerateConfig,
-              base: SamplingConfig):
+def stop_strings(value) -> tuple:
+    """A line's "stop": a string, a list of them, or null/absent -> a tuple (check_stops checks it)."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """How a job's lines are read and answered: jspec's own (JSPEC) or OpenAI's batch format
+    (jspec.cli.openai_batch.FORMAT)."""
+
+    name: str  # in messages: "a jspec results file"
+    owner: str  # the field that names a line: "id"
+    parse: Callable  # (raw, engine, gen, base) -> (owner or None, Job fields or an error message)
+    keys: Callable  # (lines) -> {line number: resume key}
+    record: Callable  # (engine, job, tokens, stats) -> the result record
+    error: Callable  # (job, message) -> the error record
+    answered: Callable  # (a record read back) -> (resume key, line fingerprint), None if not one of this format
+    where: Callable  # (resume key) -> how a message names the line: "line 3"
+
+
+def read_jobs(engine, lines: list[tuple[int, bytes]], done: dict, gen: GenerateConfig, base: SamplingConfig,
+              fmt: Format | None = None):
     """-> (jobs to run, error records to write, number of lines already done)."""
+    fmt = fmt or JSPEC
     jobs, errors, ids, skipped = [], [], set(), 0
+    keys = fmt.keys(lines)
     for n, raw in lines:
         if not raw.strip():
             continue
-        rid, job = parse_line(raw, engine, gen, base)
+        rid, job = fmt.parse(raw, engine, gen, base)
         if rid is not None and _key(rid) in ids:
-            job = f"duplicate id {rid!r}"  # the first line with an id owns it
+            job = f"duplicate {fmt.owner} {rid!r}"  # the first line with an id owns it
         elif rid is not None:
             ids.add(_key(rid))
-        if n in done:
+        if keys[n] in done:
             skipped += 1
         elif isinstance(job, dict):
-            jobs.append(Job(rid, n, fingerprint(raw), **job))
+            jobs.append(Job(rid, n, fingerprint(raw), key=keys[n], **job))
         else:
-            errors.append({"id": rid, "line": n, "line_hash": fingerprint(raw), "error": job})
+            errors.append(fmt.error(Job(rid, n, fingerprint(raw), [], 0, base, key=keys[n]), job))
     return jobs, errors, skipped
 
 
@@ -209,37 +243,44 @@ def check_paths(input_path: Path, output_path: Path) -> None:
         raise JobError(f"--output {str(output_path)!r} is the --input file: give another path for the results")
 
 
-def _result_record(line: bytes) -> dict | None:
-    """The record on one output line, or None if the line is not one a job writes."""
-    try:
-        rec = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
+def _result_record_of(rec: dict) -> dict | None:
+    """rec, if it is a record a jspec job writes, else None."""
     ok = (isinstance(rec, dict) and "id" in rec and isinstance(rec.get("line"), int)
           and isinstance(rec.get("line_hash"), str) and ("text" in rec or "error" in rec))
     return rec if ok else None
 
 
-def answered_lines(data: bytes, path: Path) -> tuple[dict[int, str], int]:
+def answered_lines(data: bytes, path: Path, fmt: Format | None = None) -> tuple[dict, int]:
     """({input line: its fingerprint}, bytes of whole records) of an output file's content; a torn last
     record (killed mid-write) is not counted. JobError if anything else is in it: a file that a job did not
     write is never written to."""
+    fmt = fmt or JSPEC
     complete, _, _ = data.rpartition(b"\n")
-    records = [_result_record(line) for line in complete.split(b"\n")] if complete else []
+    records = [_read_record(line, fmt) for line in complete.split(b"\n")] if complete else []
     if data and (not data.startswith(RECORD_START) or None in records):
         bad = records.index(None) + 1 if None in records else 1
-        raise JobError(f"{str(path)!r} is not a jspec results file (line {bad} is not a result record): "
+        raise JobError(f"{str(path)!r} is not {fmt.name} (line {bad} is not a result record): "
                        "refusing to write to it; give another --output")
-    return {rec["line"]: rec["line_hash"] for rec in records}, len(complete) + bool(complete)
+    return dict(records), len(complete) + bool(complete)
 
 
-def check_resume(done: dict[int, str], lines: list[tuple[int, bytes]], output_path: Path) -> None:
+def _read_record(line: bytes, fmt: Format):
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return fmt.answered(rec) if isinstance(rec, dict) else None
+
+
+def check_resume(done: dict, lines: list[tuple[int, bytes]], output_path: Path, fmt: Format | None = None) -> None:
     """The lines answered in the output must be the input's lines: else its results belong to another input."""
-    now = {n: fingerprint(raw) for n, raw in lines}
-    changed = [n for n, h in sorted(done.items()) if now.get(n) != h]
+    fmt = fmt or JSPEC
+    keys = fmt.keys(lines)
+    now = {keys[n]: fingerprint(raw) for n, raw in lines if n in keys}
+    changed = [k for k, h in sorted(done.items(), key=lambda kv: _key(kv[0])) if now.get(k) != h]
     if changed:
-        raise JobError(f"the input has changed since {str(output_path)!r} was written (line {changed[0]} differs "
-                       f"from the line answered there): run again with --restart to discard those results and "
+        raise JobError(f"the input has changed since {str(output_path)!r} was written ({fmt.where(changed[0])} "
+                       f"differs from the line answered there): run again with --restart to discard those results and "
                        f"start over, or give another --output")
 
 
@@ -252,7 +293,7 @@ def _lock(f, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def open_output(path: Path, restart: bool = False):
+def open_output(path: Path, restart: bool = False, fmt: Format | None = None):
     """Yields (the output opened for appending, {answered line: fingerprint}) and holds an exclusive lock on
     it meanwhile: a second job on the same output is refused, never interleaved. A torn last record is
     cut off, so that the file stays valid JSONL and the line is redone; restart empties the file."""
@@ -260,7 +301,7 @@ def open_output(path: Path, restart: bool = False):
         _lock(f, path)
         f.seek(0)
         data = f.read()
-        done, whole = answered_lines(data, path)
+        done, whole = answered_lines(data, path, fmt)
         if restart or whole < len(data):
             f.truncate(0 if restart else whole)
         yield f, {} if restart else done
@@ -270,11 +311,21 @@ def preflight(input_path: Path, output_path: Path, restart: bool = False) -> Non
     """run_job's checks of its files, writing nothing: the CLI runs them before it loads a model."""
     check_paths(input_path, output_path)
     if output_path.is_file():
+        lines = input_lines(input_path.read_bytes())
+        fmt = detect_format(lines)
         with output_path.open("rb") as f:
             _lock(f, output_path)
-            done, _ = answered_lines(f.read(), output_path)
+            done, _ = answered_lines(f.read(), output_path, fmt)
         if not restart:
-            check_resume(done, input_lines(input_path.read_bytes()), output_path)
+            check_resume(done, lines, output_path, fmt)
+
+
+def detect_format(lines: list[tuple[int, bytes]]) -> Format:
+    """OpenAI's batch format where the first line that is a JSON object has "custom_id" and "body", else
+    jspec's own."""
+    from jspec.cli import openai_batch  # it builds on this module
+
+    return openai_batch.FORMAT if openai_batch.is_openai(lines) else JSPEC
 
 
 def chunks(jobs: list[Job], size: int, capacity):
@@ -295,20 +346,27 @@ def run_chunk(engine, chunk: list[Job], gen: GenerateConfig, size: int):
     """Generates one batch, padded to `size` rows with dummy rows (max_new 0: done at once), so that every
     batch of a job, the last partial one included, runs a program of the same batch size."""
     padded = pad_rows([j.ids for j in chunk], [j.sampling for j in chunk], [j.max_new for j in chunk], size)
-    return engine.generate_ids(*padded, gen)[: len(chunk)]
+    stop = [j.stop for j in chunk] + [()] * (size - len(chunk))
+    return engine.generate_ids(*padded, gen, stop)[: len(chunk)]
 
 
-def answer(engine, chunk: list[Job], gen: GenerateConfig, size: int) -> list[dict]:
-    """The records of one batch (a row's stats as engine.Stats until written). A row the engine refuses for a reason parse_line did not foresee (a
+def answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Format | None = None) -> list[dict]:
+    """The records of one batch (a row's stats as engine.Stats until written). A row the engine refuses for a
+    reason parse_line did not foresee (a
     ConfigError, or a value that overflows a device dtype) costs only that row: the batch is retried
     row by row, and the row that fails alone gets an error record."""
+    return [rec for rec, _ in _answer(engine, chunk, gen, size, fmt or JSPEC)]
+
+
+def _answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Format) -> list[tuple[dict, Stats | None]]:
+    """answer's (record, the row's stats or None for an error) pairs."""
     try:
         results = run_chunk(engine, chunk, gen, size)
     except (ConfigError, OverflowError) as e:
         if len(chunk) == 1:
-            return [_error(chunk[0], str(e))]
-        return [r for j in chunk for r in answer(engine, [j], gen, size)]
-    return [_record(engine, j, t, st) for j, (t, st) in zip(chunk, results)]
+            return [(fmt.error(chunk[0], str(e)), None)]
+        return [r for j in chunk for r in _answer(engine, [j], gen, size, fmt)]
+    return [(fmt.record(engine, j, t, st), st) for j, (t, st) in zip(chunk, results)]
 
 
 def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,
@@ -321,19 +379,20 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
     engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
     check_paths(input_path, output_path)
     lines = input_lines(input_path.read_bytes())
-    with open_output(output_path, restart) as (out, done):
-        check_resume(done, lines, output_path)
-        jobs, errors, skipped = read_jobs(engine, lines, done, gen, base)
+    fmt = detect_format(lines)
+    with open_output(output_path, restart, fmt) as (out, done):
+        check_resume(done, lines, output_path, fmt)
+        jobs, errors, skipped = read_jobs(engine, lines, done, gen, base, fmt)
         summary = Summary(errors=len(errors), skipped=skipped)
         with tqdm(total=len(jobs), unit="row", disable=None if progress else True) as bar:  # None: off if no tty
             _write(out, errors)
             size = batch_rows(batch_size, len(jobs))
             capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
             for chunk in chunks(jobs, size, capacity):
-                records = answer(engine, chunk, gen, size)
-                _write(out, records)
-                summary.add([r["stats"] for r in records if "stats" in r])
-                summary.errors += sum("error" in r for r in records)
+                answered = _answer(engine, chunk, gen, size, fmt)
+                _write(out, [rec for rec, _ in answered])
+                summary.add([st for _, st in answered if st is not None])
+                summary.errors += sum(st is None for _, st in answered)
                 bar.update(len(chunk))
                 bar.set_postfix(tok_s=f"{summary.new_tokens / (time.perf_counter() - t0):.0f}")
     summary.wall_s = time.perf_counter() - t0
@@ -341,12 +400,22 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
 
 
 def _record(engine, job: Job, tokens, stats) -> dict:
-    return {"id": job.id, "line": job.line, "line_hash": job.line_hash,
-            "text": engine.tokenizer.decode(tokens, skip_special_tokens=True), "token_ids": tokens, "stats": stats}
+    return {"id": job.id, "line": job.line, "line_hash": job.line_hash, "text": engine.text(tokens, job.stop),
+            "token_ids": tokens, "stats": stats}
 
 
 def _error(job: Job, message: str) -> dict:
     return {"id": job.id, "line": job.line, "line_hash": job.line_hash, "error": message}
+
+
+def _answered(rec: dict):
+    """(line, fingerprint) of a jspec record, or None."""
+    rec = _result_record_of(rec)
+    return None if rec is None else (rec["line"], rec["line_hash"])
+
+
+JSPEC = Format("a jspec results file", "id", parse_line, lambda lines: {n: n for n, _ in lines}, _record, _error,
+               _answered, lambda n: f"line {n}")
 
 
 def _write(out, records) -> None:

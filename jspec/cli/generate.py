@@ -87,11 +87,15 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=SAMPLING.top_k, help="0 disables")
     g.add_argument("--top-p", type=float, default=SAMPLING.top_p, help="1 disables")
     g.add_argument("--seed", type=int, default=SAMPLING.seed, help="sampling seed (per row in jobs)")
+    g.add_argument("--stop", action="append", default=[], metavar="STR",
+                   help="stop string (repeatable): the text ends right before the first one generated, and the row "
+                        "stops in that round (a job line's own \"stop\" replaces these)")
     o = p.add_argument_group("output and jobs")
     o.add_argument("--json", action="store_true", help="one JSON object per prompt")
     o.add_argument("--stream", action="store_true",
                    help="print each speculative round's tokens as they come (one host sync per round)")
-    o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line")
+    o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line, or OpenAI's batch "
+                                              "format ({\"custom_id\", \"url\", \"body\"}), answered in kind")
     o.add_argument("--output", type=Path,
                    help="JSONL results (appended; a re-run skips the lines answered, if the input has not changed)")
     o.add_argument("--restart", action="store_true",
@@ -131,7 +135,7 @@ def _configs(a) -> tuple[KVConfig, GenerateConfig, SamplingConfig]:
     """The run's configs, every value checked (before the slow model load)."""
     kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
                   clip_v=a.clip_v, scale_dtype=a.scale_dtype)
-    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead)
+    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead, stop=tuple(a.stop))
     sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
     kv.check_values()
     gen.validate()

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jspec.cache import kvcache
-from jspec.decode import speculative
+from jspec.decode import speculative, stops
 from jspec.decode.drafters import DRAFTERS, draw, pick
 from jspec.decode.state import DecodeState, HeadFeed, Models
 from jspec.model import sampling
@@ -103,7 +103,8 @@ def draft_prefill(m: Models, prompts, prompt_lens, draft_cache):
 
 
 def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
-    """Writes seq[:, :n_emit] at each row's count; stops rows at EOS (dropping what follows) or max_new."""
+    """Writes seq[:, :n_emit] at each row's count; stops rows at EOS (dropping what follows), max_new or a stop
+    string (dropping the tokens after the one that completes it) -> (tokens, count, done, stop state)."""
     B, n = seq.shape
     j = jnp.arange(n)
     is_eos = jnp.isin(seq, eos_ids) & (j < n_emit[:, None])
@@ -112,11 +113,14 @@ def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
     n_emit = jnp.where(hit, first_eos + 1, n_emit)
     n_emit = jnp.minimum(n_emit, max_new - s.count)
     n_emit = jnp.where(s.done, 0, n_emit)
+    stop, stopped = s.stop, jnp.zeros_like(hit)
+    if stop is not None:
+        n_emit, stopped, stop = stops.advance(stop, seq, n_emit)
     idx = jnp.where(j < n_emit[:, None], s.count[:, None] + j, s.tokens.shape[1])
     tokens = s.tokens.at[jnp.arange(B)[:, None], idx].set(seq, mode="drop")
     count = s.count + n_emit
-    done = s.done | hit | (count >= max_new)
-    return tokens, count, done
+    done = s.done | hit | stopped | (count >= max_new)
+    return tokens, count, done, stop
 
 
 def accept(sampler: Sampler, logits, drafts, q, keys):
@@ -162,7 +166,7 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
         cache = kvcache.commit(s.cache, k, v, n_commit, m.options)
     # emitted: d_1..d_a, then the target's token in slot a
     seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], jnp.concatenate([drafts, fed[:, :1]], 1))
-    tokens, count, done = emit(s, seq, a + 1, max_new, eos_ids)
+    tokens, count, done, stop = emit(s, seq, a + 1, max_new, eos_ids)
     # the history gains what the cache gained, shifted by one: d_1..d_a and the new next
     history = None if s.history is None else write_tokens(s.history, s.cache.length + 1, seq, n_commit)
     # the head's next pairs: the feature at length + j with the token after it, seq[:, j] (d_{j+1}, or `nxt`
@@ -172,11 +176,12 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     return s.replace(
         tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
         done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
-        cache=cache, draft_cache=draft_cache, history=history, head_feed=head_feed,
+        cache=cache, draft_cache=draft_cache, history=history, head_feed=head_feed, stop=stop,
     )
 
 
-def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache, eos_ids):
+def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache, eos_ids,
+           stop_strings=None):
     """Prefill and the first emitted token: the state the rounds start from."""
     B = prompts.shape[0]
     N = cache.capacity  # output buffer: a row emits at most capacity - its prompt (max_new + K + 1) tokens
@@ -197,9 +202,10 @@ def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, ca
         tokens=jnp.zeros((B, N), jnp.int32), count=zeros, next=first, last=last,
         done=jnp.zeros((B,), bool), keys=keys, rounds=zeros, accepted=zeros,
         cache=cache, draft_cache=draft_cache, history=history, head_feed=head_feed,
+        stop=None if stop_strings is None else stops.start(stop_strings),
     )
-    tokens, count, done = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
-    return s.replace(tokens=tokens, count=count, done=done)
+    tokens, count, done, stop = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
+    return s.replace(tokens=tokens, count=count, done=done, stop=stop)
 
 
 def _rounds(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
@@ -209,8 +215,8 @@ def _rounds(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> De
 
 
 def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache,
-              eos_ids):
-    s = _start(m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos_ids)
+              eos_ids, stop_strings=None):
+    s = _start(m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos_ids, stop_strings)
     return _rounds(m, sampler, max_new, eos_ids, s)
 
 

@@ -11,7 +11,7 @@ import jax
 from jspec import struct
 from jspec.cache.kvcache import KVCache
 from jspec.config import ModelConfig, Options
-from jspec.decode import ngram
+from jspec.decode import ngram, stops
 from jspec.model import head
 from jspec.model.decoder import Params, forward, forward_taps
 from jspec.model.head import HeadConfig, HeadParams
@@ -137,6 +137,7 @@ class DecodeState:
     # <= cache.length, where `next` sits. Kept by the n-gram draft modes only.
     history: jax.Array | None = None
     head_feed: HeadFeed | None = None  # draft mode "head" only
+    stop: stops.StopState | None = None  # stop strings only (decode.stops): their bytes and each row's tail
 
 
 
@@ -152,3 +153,4 @@ class ProgramArgs(NamedTuple):
     cache: KVCache  # donated
     draft_cache: KVCache | None  # donated
     eos_ids: jax.Array  # [E] int32: a row stops at the first of these it emits
+    stops: stops.Stops | None = None  # stop strings (decode.stops); None: no stop strings, the program without them

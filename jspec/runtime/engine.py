@@ -18,11 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec.cache import kvcache
-from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig, ModelConfig,
-                          Options, SamplingConfig)
-from jspec.decode import loop as decode
+from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
+                          ModelConfig, Options, SamplingConfig, check_stops)
+from jspec.decode import loop as decode, stops
 from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
-from jspec.io import checkpoint, eagle3
+from jspec.io import chat, checkpoint, eagle3
 from jspec.model import rotation
 from jspec.model.decoder import Params, compile_options, is_stacked, stack_layers
 from jspec.model.sampling import Sampler
@@ -53,6 +53,7 @@ class Stats:
     decode_s: float  # the call's device time, for the whole batch
     batch_tokens_per_s: float
     lookahead_auto: dict | None = None  # with lookahead "auto": the K chosen and why (lookahead.Choice.stats)
+    finish_reason: str = "length"  # "stop" (EOS or a stop string) or "length" (max_new_tokens)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -86,9 +87,11 @@ class Engine:
     attn_impl: str = "reference"
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.runtime.sharding
     options: Options = Options()
+    chat_template: str | None = None  # the model's chat template (jspec.io.chat.template_of), for chat requests
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
+    _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
 
     @property
     def xla_options(self) -> dict | None:
@@ -148,8 +151,19 @@ class Engine:
         if not ids:
             return []
         out = self.generate_ids(ids, rows, max_new, gen)
-        return [Result(p, self.tokenizer.decode(t, skip_special_tokens=True), t, st)
-                for p, (t, st) in zip(prompts, out)]
+        return [Result(p, self.text(t, gen.stop), t, st) for p, (t, st) in zip(prompts, out)]
+
+    def text(self, token_ids: list[int], stop: tuple[str, ...] = ()) -> str:
+        """The text of generated tokens, special tokens skipped, cut right before the first stop string
+        (stops.truncate)."""
+        return stops.truncate(self.tokenizer.decode(token_ids, skip_special_tokens=True), stop)[0]
+
+    def token_bytes(self) -> stops.TokenBytes | None:
+        """The tokenizer's byte table for stop strings, built on first use (stops.token_bytes); None where its
+        decode is not concatenative: stop strings are then found on the host."""
+        if not self._token_bytes:
+            self._token_bytes.append(stops.token_bytes(self.tokenizer, self.cfg.vocab_size))
+        return self._token_bytes[0]
 
     def lookahead(self, gen: GenerateConfig) -> int:
         """The lookahead a request must leave room for in the context: gen's K when there is a drafter;
@@ -187,10 +201,14 @@ class Engine:
                                   f"model's context of {context} tokens")
 
     def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
-                     gen: GenerateConfig):
-        """Token-level generate: returns [(token_ids, stats)] per row."""
+                     gen: GenerateConfig, stop: list[tuple[str, ...]] | None = None):
+        """Token-level generate: returns [(token_ids, stats)] per row. stop: each row's stop strings (default
+        gen.stop for every row); a row's token ids then run through the token that completes its first stop
+        string (Engine.text cuts the text before it), and stats.finish_reason is "stop" (EOS or a stop
+        string) or "length"."""
+        stop = _per_row_stops(gen, stop, len(ids))
         gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
-        args = self.prepare(ids, rows, max_new, gen)
+        args = self.prepare(ids, rows, max_new, gen, stop)
         kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
         program, compile_s = self.compile(args)
         t0 = time.perf_counter()
@@ -199,15 +217,28 @@ class Engine:
         K, key = args.models.lookahead, (self.draft_mode, lookahead.batch_bucket(len(ids)))
         self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, np.asarray(state.rounds)[: len(ids)],
                                                   np.asarray(state.count)[: len(ids)])
-        return self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
+        out = self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
+        return [self._finish(t, st, s, gen) for (t, st), s in zip(out, stop)]
+
+    def _finish(self, tokens: list[int], stats: Stats, stop: tuple[str, ...], gen: GenerateConfig):
+        """(tokens, stats with finish_reason): "stop" where the text holds a stop string or the row ended at EOS,
+        else "length". Where stop strings are found on the host (no byte table), the ids are cut here."""
+        found = False
+        if stop:
+            decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=True)
+            found = stops.truncate(decode(tokens), stop)[1]
+            if found and self.token_bytes() is None:
+                tokens = stops.cut_ids(decode, tokens, stop)
+        eos = bool(tokens) and gen.stop_at_eos and tokens[-1] in self.cfg.eos_token_ids
+        return tokens, dataclasses.replace(stats, finish_reason="stop" if found or eos else "length")
 
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
         """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
         round; generate() keeps the whole loop on device). A character whose bytes are split between
         rounds is held back until it is complete."""
         sampling.validate()
-        args = self.prepare([self.prompt_ids(prompt)], [sampling], [gen.max_new_tokens], gen)
-        yield from text_pieces(self.tokenizer, self._rounds(args))
+        args = self.prepare([self.prompt_ids(prompt)], [sampling], [gen.max_new_tokens], gen, [gen.stop])
+        yield from text_pieces(self.tokenizer, self._rounds(args), gen.stop)
 
     def _rounds(self, args):
         """Yields (tokens so far, done) after the prefill and after each round of one row."""
@@ -247,12 +278,15 @@ class Engine:
         choice = lookahead.Choice(K, mode, alpha, source, gain, costs, time.perf_counter() - t0)
         return dataclasses.replace(gen, lookahead=K), choice
 
-    def prepare(self, ids, rows, max_new, gen) -> ProgramArgs:
+    def prepare(self, ids, rows, max_new, gen, stop: list[tuple[str, ...]] | None = None) -> ProgramArgs:
         """The program's arguments for a batch (caches included), checked, padded to its capacity bucket
-        and to the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan)."""
+        and to the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan). stop:
+        each row's stop strings (generate_ids)."""
+        stop = _per_row_stops(gen, stop, len(ids))
         gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
         dp = sharding.dp_size(self.mesh)
+        stop = stop + [()] * (-(-len(ids) // dp) * dp - len(ids))
         ids, rows, max_new = pad_rows(ids, rows, max_new, -(-len(ids) // dp) * dp)
         capacity = self.capacity(gen, [len(x) for x in ids], max_new)
         prompts = np.zeros((len(ids), capacity), np.int32)  # as wide as the cache: the prefill reads it in chunks
@@ -260,7 +294,18 @@ class Engine:
             prompts[b, : len(x)] = x
         sampler = Sampler.make(len(ids), [s.temperature for s in rows], [s.top_k for s in rows],
                                [s.top_p for s in rows])
-        return self._program_args(prompts, ids, rows, max_new, capacity, self.lookahead(gen), sampler, gen)
+        args = self._program_args(prompts, ids, rows, max_new, capacity, self.lookahead(gen), sampler, gen)
+        if any(stop) and self.token_bytes() is not None:  # else no stop strings in the program (or on the host)
+            on_device = self._stop_arrays(stops.pack(self.token_bytes(), stop))
+            args = args._replace(stops=on_device if self.mesh is None else sharding.shard_stops(self.mesh, on_device))
+        return args
+
+    def _stop_arrays(self, host: dict) -> stops.Stops:
+        """stops.pack's arrays on the device; the token tables are put there once and reused."""
+        if len(self._token_bytes) < 2:
+            self._token_bytes.append({k: jax.device_put(host[k]) for k in ("table", "lens", "lead")})
+        return stops.Stops(**self._token_bytes[1], strings=jax.device_put(host["strings"]),
+                           sizes=jax.device_put(host["sizes"]))
 
     def _models(self, K: int) -> Models:
         return Models(self.params, self.drafter.at(K), self.cfg, K, self.attn_impl, self.options)
@@ -323,18 +368,33 @@ class Engine:
         return out
 
 
-def text_pieces(tokenizer, rounds):
+def text_pieces(tokenizer, rounds, stop: tuple[str, ...] = ()):
     """The new text of each round, from (all tokens so far, done) per round. Text ending in U+FFFD (an
-    incomplete UTF-8 character at the end of the tokens) is held back until a later round completes it;
-    the last round flushes whatever is left."""
+    incomplete UTF-8 character at the end of the tokens) is held back until a later round completes it, and
+    so is an end that may be the start of a stop string; the text ends before the first stop string (no
+    round is asked for after it); the last round flushes whatever is left."""
     shown = ""
     for tokens, done in rounds:
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
-        if not done:
+        text, found = stops.truncate(tokenizer.decode(tokens, skip_special_tokens=True), stop)
+        if not (done or found):
             text = text.rstrip("\ufffd")
+            text = text[: len(text) - max((n for s in stop for n in range(1, len(s)) if text.endswith(s[:n])),
+                                          default=0)]
         if len(text) > len(shown):
             yield text[len(shown):]
             shown = text
+        if found:
+            return
+
+
+def _per_row_stops(gen: GenerateConfig, stop, n: int) -> list[tuple[str, ...]]:
+    """Each row's stop strings, checked (check_stops): stop per row, or gen.stop for every row."""
+    stop = [gen.stop] * n if stop is None else [tuple(s) for s in stop]
+    if len(stop) != n:
+        raise ConfigError(f"stop has {len(stop)} entries for {n} prompts")
+    for s in stop:
+        check_stops(s)
+    return stop
 
 
 def _per_row(name: str, value, n: int) -> list:
@@ -417,7 +477,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, drafter = sharding.shard_params(params, cfg, mesh), sharding.replicate(drafter, mesh)
     return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, dtype=dtype, attn_impl=impl,
-                  mesh=mesh, options=options)
+                  mesh=mesh, options=options, chat_template=chat.template_of(model_dir))
 
 
 def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:

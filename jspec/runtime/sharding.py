@@ -131,7 +131,14 @@ def shard_program_args(mesh: Mesh, args: ProgramArgs) -> ProgramArgs:
         (args.prompts, args.prompt_lens, args.max_new, args.sampler, args.seeds), mesh)
     draft_cache = None if args.draft_cache is None else shard_cache(args.draft_cache, mesh, heads=False)
     return ProgramArgs(m, prompts, prompt_lens, max_new, sampler, seeds, shard_cache(args.cache, mesh),
-                       draft_cache, replicate(args.eos_ids, mesh))
+                       draft_cache, replicate(args.eos_ids, mesh),
+                       None if args.stops is None else shard_stops(mesh, args.stops))
+
+
+def shard_stops(mesh: Mesh, stops):
+    """jspec.stops.Stops on the mesh: the token tables whole on every device, the rows' stop strings by row."""
+    return stops.replace(**replicate(dict(table=stops.table, lens=stops.lens, lead=stops.lead), mesh),
+                         **shard_batch(dict(strings=stops.strings, sizes=stops.sizes), mesh))
 
 
 def dp_size(mesh: Mesh | None) -> int:
