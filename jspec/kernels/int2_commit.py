@@ -10,8 +10,8 @@ its slots in its layer's buffers; a slot out of range stores nothing. The cache 
 the outputs.
 
 The default on a GPU outside a mesh (kvcache.FUSED_COMMIT): 0.34 ms off the 8B step at batch 1 / 128K
-(H200, benchmarks/NOTES.md). On the GPU its codes may differ from the jnp commit's where a value falls within rounding of
-a code boundary or a scale within one rounding of its dtype (0.4-0.5% of a float32 prefill's codes on the
+(H200, benchmarks/NOTES.md). On the GPU its codes may differ from the jnp commit's where a value falls within
+rounding of a code boundary or a scale within one rounding of its dtype (0.4-0.5% of a float32 prefill's codes on the
 H200; its GPU tests compare with a tolerance); on the CPU (interpret mode) the tests compare it
 with commit_layer bit for bit.
 """
@@ -41,7 +41,7 @@ def _code_row(x4, xf, clip_ratio: float, sdt):
     D = xf.shape[0]
     thr = jnp.float32(jnp.inf)
     if clip_ratio > 0:  # sort(|x|)[idx], by counting ranks as quant.order_statistic does for few rows
-        thr = jnp.min(quant._rank_candidates(jnp.abs(xf), min(int(clip_ratio * D), D - 1)))
+        thr = jnp.min(quant.rank_candidates(jnp.abs(xf), min(int(clip_ratio * D), D - 1)))
     mn = jnp.clip(jnp.min(xf), -thr, thr)
     mx = jnp.clip(jnp.max(xf), -thr, thr)
     scale = (jnp.maximum(mx - mn, 1e-8) / 3).astype(sdt).astype(jnp.float32)

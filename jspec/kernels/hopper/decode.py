@@ -311,7 +311,8 @@ def block(c_ref, p_ref, q_ref, tok, interior, qoff, qsum, lo, hi, acc, m, l, *, 
                                                                 c), ptx.imm(D // 2)))
                 qf = []
                 for k in range(D // 32):
-                    qf += ptx.asm_load(arith.addi(qaddr, ptx.imm(16 * k)), 4, "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
+                    qf += ptx.asm_load(arith.addi(qaddr, ptx.imm(16 * k)), 4,
+                                       "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];")
                 cq, cs = col["qoff"][nt][0], col["qsum"][nt][0]
                 s4 = _scores_s8(kregs, qf, cq, D)
                 s = [mul(ks[hr], sub(s4[2 * hr + e], mul(kz[hr], cs[e]))) for hr in range(2) for e in range(2)]
@@ -508,7 +509,8 @@ def _release(ref, code):
         addr = ptx.smem_addr(ref)
         llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr],
                         "{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [$0]; }", "r", has_side_effects=True)
-        wait = arith.andi(arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, wid, ptx.imm(0))), arith.shrui(x, ptx.imm(1)))
+        warp0 = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, wid, ptx.imm(0)))
+        wait = arith.andi(warp0, arith.shrui(x, ptx.imm(1)))
         llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr, wait, arith.andi(x, ptx.imm(1))],
                         "{ .reg .pred p, w; setp.ne.u32 w, $1, 0; @!w bra DONE; WAIT: "
                         "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $2; @!p bra WAIT; DONE: }",
