@@ -28,6 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from jspec.kernels import int2_triton as ia
+from jspec.kernels.reference import int2_attention_reference
 
 HQ, HKV, D = 32, 8, 128
 G = HQ // HKV
@@ -122,9 +123,10 @@ def time_int2(B, T, n, reps, words=False, interpret=False, words_in_jit=False, *
     lo = jnp.zeros((B, n * G), jnp.int32)
     hi = jnp.full((B, n * G), T, jnp.int32)
     view = ia.as_words if words_in_jit else (lambda c: c)
+    config = ia.config_for(n * G, **opts)  # TritonConfig fields: block_t, min_rows, num_warps, ...
 
     def attn(q, codes, qparams):
-        return ia.int2_attention(q, view(codes), qparams, lo, hi, words=words, interpret=interpret, **opts)
+        return ia.int2_attention(q, view(codes), qparams, lo, hi, config=config, words=words, interpret=interpret)
 
     return _time_calls(attn, qs, bufs, reps), nb
 
@@ -137,13 +139,14 @@ def time_bf16(B, T, n, reps, implementation):
     return _time_calls(attn, qs, bufs, reps), nb
 
 
-def check_int2(B, T, n, words, **opts):
+def check_int2(B, T, n, words, interpret=False, **opts):
     """Compiled kernel vs the f32 reference on one random input: relative error."""
     qs, bufs = int2_inputs(B, T, n, 1, words)
     lo = jnp.full((B, n * G), 64, jnp.int32)
     hi = jnp.full((B, n * G), T - 200, jnp.int32)
-    out, _ = ia.int2_attention(qs[0], *bufs[0], lo, hi, words=words, **opts)
-    ref, _ = ia.int2_attention_reference(qs[0], *bufs[0], lo, hi)
+    out, _ = ia.int2_attention(qs[0], *bufs[0], lo, hi, config=ia.config_for(n * G, **opts), words=words,
+                               interpret=interpret)
+    ref, _ = int2_attention_reference(qs[0], *bufs[0], lo, hi)
     return float(jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref))
 
 

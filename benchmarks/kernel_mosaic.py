@@ -24,20 +24,27 @@ import jax.numpy as jnp
 
 from jspec.kernels import int2_triton as ia
 from jspec.kernels.hopper import attention as im
+from jspec.kernels.hopper.verify import verify_splits
+from jspec.kernels.reference import int2_attention_reference
 
 POINTS = [(8, 32768, 1), (8, 32768, 5), (1, 131072, 1), (1, 131072, 5), (64, 32768, 1), (64, 32768, 5),
           (8, 131072, 1), (8, 131072, 5), (1, 32768, 1), (1, 32768, 5), (64, 131072, 1), (64, 131072, 5)]
-SWEEP = [dict(block_t=bt, approx=ap, stages=s, target=t) for bt, ap, s, t in [
-    (64, True, 4, 528), (128, True, 4, 528), (64, False, 4, 528), (128, True, 2, 528), (128, True, 4, 264),
-    (128, True, 4, 1056)]]
+SWEEP = [dict(block_t=bt, stages=s, target=t) for bt, s, t in [
+    (64, 4, 528), (128, 4, 528), (128, 2, 528), (128, 4, 264), (128, 4, 1056)]]
 
 
-def mosaic_call(B, T, n, stages=im.STAGES, target=528, block_t=im.BLOCK_T, approx=im.APPROX):
-    ns = im.default_splits(B, ab.HKV, T, block_t, target=target)
+def config(n, **fields):
+    """The body the entry picks for n positions (decode or verification), its fields set."""
+    body = im.DecodeConfig if n * ab.G <= im.DECODE_MAX_ROWS else im.VerifyConfig
+    return body(**fields)
+
+
+def mosaic_call(B, T, n, stages=4, target=528, block_t=64):
+    ns = verify_splits(B, ab.HKV, T, block_t, target=target, round_down=False)
     lo = jnp.zeros((B, n * ab.G), jnp.int32)
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
-    return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, num_splits=ns, stages=stages,
-                                                         block_t=block_t, approx=approx, merge=False)
+    cfg = config(n, block_t=block_t, stages=stages, num_splits=ns)
+    return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, config=cfg, merge=False)
 
 
 def triton_call(B, T, n):
@@ -46,13 +53,13 @@ def triton_call(B, T, n):
     return lambda q, codes, qp: ia.int2_attention(q, codes, qp, lo, hi, merge=False)
 
 
-def check(B, T, n, **opts):
+def check(B, T, n, block_t):
     """Mosaic vs the f32 reference on a masked, unaligned range: relative error of out, max |d lse|."""
     qs, bufs = ab.int2_inputs(B, T, n, 1, False)
     lo = jnp.full((B, n * ab.G), 64, jnp.int32)
     hi = jnp.full((B, n * ab.G), T - 200, jnp.int32)
-    out, lse = im.int2_attention_mosaic(qs[0], *bufs[0], lo, hi, **opts)
-    ref, ref_lse = ia.int2_attention_reference(qs[0], *bufs[0], lo, hi)
+    out, lse = im.int2_attention_mosaic(qs[0], *bufs[0], lo, hi, config=config(n, block_t=block_t))
+    ref, ref_lse = int2_attention_reference(qs[0], *bufs[0], lo, hi)
     return dict(rel=float(jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref)),
                 lse=float(jnp.max(jnp.abs(lse - ref_lse))))
 
@@ -104,11 +111,11 @@ def main(argv=None):
     if ok:  # the setting with the lowest mean time relative to the best at each point
         rel = {}
         for r in ok:
-            key = tuple(r[k] for k in ("block_t", "approx", "stages", "target"))
+            key = tuple(r[k] for k in ("block_t", "stages", "target"))
             rel.setdefault(key, []).append(r["ms"] / min(x["ms"] for x in ok if x["B"] == r["B"] and x["T"] == r["T"]))
         full = [(sum(v) / len(v), k) for k, v in rel.items() if len(v) == 2]
         if full:
-            best = dict(zip(("block_t", "approx", "stages", "target"), min(full)[1]))
+            best = dict(zip(("block_t", "stages", "target"), min(full)[1]))
     report["choice"] = best
     for B, T, n in POINTS:
         if time.time() - t0 > args.budget_s:

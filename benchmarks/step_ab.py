@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import time
@@ -28,11 +27,9 @@ import jax.numpy as jnp
 import jspec
 from jspec.attention import split as attention_split
 from jspec.cache import kvcache
-from jspec.kernels.hopper import attention as int2_mosaic
 from jspec.model import decoder as model
 
 from decode import LLAMA3_8B, copy_bandwidth, kv_modes, kv_read_bytes, time_step, weight_bytes  # noqa: E402
-from kernel_diag import splits_s14  # noqa: E402
 from profile_step import profile_case  # noqa: E402
 
 
@@ -59,12 +56,6 @@ def main():
                     "(pallas/window_merge.py)")
     ap.add_argument("--xla-norms", action="store_true", help="the residual adds and RMS norms in XLA (model."
                     "FUSED_NORMS = False), to time them against one Pallas kernel each (pallas/add_norm.py)")
-    ap.add_argument("--splits-s14", action="store_true", help="decode's kernel grid by session 14's rule "
-                    "(kernel_diag.splits_s14), to time it against decode_splits' whole waves")
-    ap.add_argument("--warp-stages", type=int, default=None, help="int2_mosaic.WARP_STAGES: the per-warp bodies' "
-                    "ring depth")
-    ap.add_argument("--early-values", action="store_true", help="the lean8 body unpacks its values before the "
-                    "scores (int2_attention_mosaic(late_values=False)), to time that against the default")
     args = ap.parse_args()
     for opt in args.scan_option:  # read by model.compile_options when each step is compiled
         name, value = opt.split("=", 1)
@@ -72,12 +63,6 @@ def main():
             model.SCAN_OPTIONS[name] = json.loads(value)
         except json.JSONDecodeError:
             model.SCAN_OPTIONS[name] = value
-    if args.early_values:  # attention_split reads the module attribute while tracing
-        int2_mosaic.int2_attention_mosaic = functools.partial(int2_mosaic.int2_attention_mosaic, late_values=False)
-    if args.warp_stages:
-        int2_mosaic.WARP_STAGES = args.warp_stages  # read while tracing
-    if args.splits_s14:
-        int2_mosaic.decode_splits = lambda B, H, T, BT: splits_s14(B, H, T, BT)  # read while tracing
     if args.xla_window:
         attention_split.FUSED_WINDOW = False  # read while tracing
     if args.xla_norms:
@@ -102,7 +87,6 @@ def main():
         modes = {k: (kv, impl, model.stack_layers(p)) for k, (kv, impl, p) in modes.items()}
     res = dict(tag=args.tag, jspec=jspec.__file__, gemm_products=args.gemm_products, jnp_commit=args.jnp_commit,
                commit_group=args.commit_group, xla_window=args.xla_window, xla_norms=args.xla_norms,
-               splits_s14=args.splits_s14, warp_stages=args.warp_stages,
                scan_layers=args.scan_layers, scan_options=dict(model.SCAN_OPTIONS) if args.scan_layers else None,
                xla_flags=os.environ.get("XLA_FLAGS", ""),
                device=str(jax.devices()[0]),

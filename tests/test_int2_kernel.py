@@ -10,7 +10,7 @@ import jspec
 from jspec.attention import rule as attention, split as attention_split
 from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
-from jspec.kernels import int2_triton as ia
+from jspec.kernels import common, int2_triton as ia, reference
 from jspec.runtime import engine
 
 
@@ -34,8 +34,9 @@ def _kernel_inputs(seed, B, H, M, D, T, scale_dtype, groups=1):
 
 
 def _check_kernel(args, *, words=False, interpret=True, **options):
-    ref_out, ref_lse = ia.int2_attention_reference(*args)
-    out, lse = ia.int2_attention(*args, words=words, interpret=interpret, **options)
+    ref_out, ref_lse = reference.int2_attention_reference(*args)
+    config = ia.config_for(args[0].shape[2], **options)
+    out, lse = ia.int2_attention(*args, config=config, words=words, interpret=interpret)
     out, lse, ref_lse = np.asarray(out), np.asarray(lse), np.asarray(ref_lse)
     empty = np.asarray(args[4] <= args[3])  # [B, M]
     assert np.all(np.isfinite(out))
@@ -68,7 +69,7 @@ def test_kernel_matches_reference(D, g, n, T, sdt, words, options):
 def test_group_smaller_than_row_falls_back_to_reference():
     args = _kernel_inputs(7, 1, 2, 4, 64, 40, jnp.bfloat16, groups=4)
     out, lse = ia.int2_attention(*args, interpret=True)
-    ref_out, ref_lse = ia.int2_attention_reference(*args)
+    ref_out, ref_lse = reference.int2_attention_reference(*args)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), rtol=1e-6, atol=1e-6)
 
 
@@ -76,10 +77,10 @@ def test_merge_lse_of_a_split_equals_the_whole():
     args = _kernel_inputs(3, 1, 1, 16, 64, 64, jnp.float32)
     lo, hi = args[3], args[4]
     mid = (lo + hi) // 2
-    first = ia.int2_attention_reference(*args[:3], lo, jnp.maximum(mid, lo))
-    second = ia.int2_attention_reference(*args[:3], jnp.maximum(mid, lo), hi)
-    whole = ia.int2_attention_reference(*args)
-    out, lse = ia.merge_lse(jnp.stack([first[0], second[0]], 2), jnp.stack([first[1], second[1]], 2), axis=2)
+    first = reference.int2_attention_reference(*args[:3], lo, jnp.maximum(mid, lo))
+    second = reference.int2_attention_reference(*args[:3], jnp.maximum(mid, lo), hi)
+    whole = reference.int2_attention_reference(*args)
+    out, lse = common.merge_lse(jnp.stack([first[0], second[0]], 2), jnp.stack([first[1], second[1]], 2), axis=2)
     np.testing.assert_allclose(np.asarray(out), np.asarray(whole[0]), rtol=1e-4, atol=1e-5)
 
 
@@ -138,10 +139,11 @@ def test_compiled_decode_tiles_match_reference(g, min_rows, num_warps):
 
 def test_unmerged_splits_merge_to_the_merged_result():
     args = _kernel_inputs(5, 2, 2, 20, 64, 200, jnp.float32)
-    out, lse = ia.int2_attention(*args, interpret=True, block_t=32, num_splits=3, block_m=8)
-    parts = ia.int2_attention(*args, interpret=True, block_t=32, num_splits=3, block_m=8, merge=False)
+    config = ia.config_for(20, block_t=32, num_splits=3, block_m=8)
+    out, lse = ia.int2_attention(*args, config=config, interpret=True)
+    parts = ia.int2_attention(*args, config=config, interpret=True, merge=False)
     assert parts[0].shape == (2, 2, 3, 20, 64) and parts[1].shape == (2, 2, 3, 20)
-    merged, merged_lse = ia.merge_lse(*parts, axis=2)
+    merged, merged_lse = common.merge_lse(*parts, axis=2)
     np.testing.assert_allclose(np.asarray(merged), np.asarray(out), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(merged_lse), np.asarray(lse))
 

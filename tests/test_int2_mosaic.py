@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec.kernels import int2_triton as ia
-from jspec.kernels.hopper import attention as im, decode as lean, ptx as mp, warp as iw, cache_keys as mosaic_keys
+from jspec.kernels import common, reference
+from jspec.kernels.hopper import attention as im, cache_keys as mosaic_keys, decode, prepare, verify
+from jspec.kernels.hopper.decode import DecodeConfig
+from jspec.kernels.hopper.verify import VerifyConfig
 
 
 def _rel(a, b):
@@ -88,25 +90,21 @@ def _codes(tile, D):
     return np.concatenate([(tile >> (2 * i)) & 3 for i in range(4)], axis=1).astype(np.float32)
 
 
-def _model_inputs(q, codes, qparams, lo, hi, splits, BT, warp=False, lean_body=False):
-    """What a model kernel reads (Q', row vectors, schedule; codes and scales padded by a block) and its
-    zeroed outputs (raw, stats)."""
+def _model_inputs(q, codes, qparams, lo, hi, splits, BT, body=verify):
+    """What a model kernel reads (the body's Q', row vectors, schedule; codes and scales padded by a block) and
+    its zeroed outputs (raw, stats)."""
     B, H, M, D = q.shape
     T = codes.shape[3]
-    prepare = lean.prepare if lean_body else mp.prepare
-    qp, colv, sched = (np.asarray(x, np.float32) for x in prepare(q, lo, hi, T, splits, BT))
-    if warp:  # the per-warp schedule also carries each batch row's mask-free range
-        sched = np.asarray(iw.prepare_warp(q, lo, hi, T, splits, BT)[2])
-    N = qp.shape[2]
+    qp, colv, sched = (np.asarray(x, np.float32) for x in body.prepare_queries(q, lo, hi, T, splits, BT))
+    N = -(-M // 8) * 8
     cod = np.pad(np.asarray(codes), ((0, 0),) * 3 + ((0, BT),) + ((0, 0),))
     par = np.pad(np.asarray(qparams, np.float32)[..., 0], ((0, 0),) * 3 + ((0, BT),))
     raw, stats = np.zeros((B, H, splits, D, N), np.float32), np.zeros((B, H, splits, 4, N), np.float32)
     return qp, colv, sched.astype(np.int64), cod, par, raw, stats
 
 
-def _model(q, codes, qparams, lo, hi, splits, BT, sm_scale=None, lazy=False):
-    """The kernel's per-CTA loop in numpy (f32, W rounded to bf16 as in the kernel), then im.finish. lazy: the
-    wgmma body's lazy max (lazy_max=True), the reference moved only in blocks where a score passes it by TAU."""
+def _model(q, codes, qparams, lo, hi, splits, BT, sm_scale=None):
+    """The verification body's per-CTA loop in numpy (f32, W rounded to bf16 as in the kernel), then im.finish."""
     B, H, M, D = q.shape
     qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT)
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
@@ -122,16 +120,15 @@ def _model(q, codes, qparams, lo, hi, splits, BT, sm_scale=None, lazy=False):
             sc = ks * sm_scale * 1.4426950408889634 * (ck @ qp[b, h].T - qoff - kz * qsum)
             tok = t0 + np.arange(BT)[:, None]
             sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
-            redo = not lazy or np.any(sc > m + mp.TAU)
-            m_new = np.maximum(m, sc.max(0)) if redo else m
+            m_new = np.maximum(m, sc.max(0))
             alpha, p = np.exp2(m - m_new), np.exp2(sc - m_new)
-            assert np.all(p <= 2**mp.TAU)
+            assert np.all(p <= 1.0)
             wv = (p * vs).astype(jnp.bfloat16).astype(np.float32)  # numpy bf16 (ml_dtypes)
             lt, wt, zt = lt * alpha + p, wt * alpha + wv, zt * alpha + wv * vz
             acc, m = acc * alpha + cv @ wv, m_new
         raw[b, h, s] = acc
         stats[b, h, s] = [m, np.sum(lt, 0), np.sum(wt, 0), np.sum(zt, 0)]
-    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M)
+    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, decode_layout=False)
 
 
 @pytest.mark.parametrize("D", [64, 128])
@@ -139,43 +136,25 @@ def test_register_slots_hold_the_advertised_codes(D):
     """key_slots/value_slots describe what the bit tricks leave in each register slot: 128 + f * code."""
     tile = np.random.default_rng(D).integers(0, 256, (64, D // 4)).astype(np.uint8)
     c = _codes(tile, D)
-    kdims, kf = mp.key_slots(D)
+    kdims, kf = verify.key_slots(D)
     np.testing.assert_array_equal(_model_keys(tile, D), 128 + kf * c[:, kdims])
-    vdims, vf = im.value_slots(D)
+    vdims, vf = verify.value_slots(D)
     np.testing.assert_array_equal(_model_values(tile, D), (128 + vf[:, None] * c[:, vdims].T))
     assert sorted(kdims) == list(range(D)) and sorted(vdims) == list(range(D))
 
 
-def _model_warp_values(tile, D):
-    """What the per-warp body's ldmatrix.trans leaves in C_V^T [D, 64] (rows as warp_value_slots): warp w,
-    thread (g, c), matrix (kh, h) -> 16-bit column g + 8 h of tokens t, t + 1 (t = 16 w + 8 kh + 2 c)."""
-    u16 = np.ascontiguousarray(tile).view("<u2").astype(np.uint32)  # [64, D/8]
-    out = np.zeros((D, 64), np.float32)
-    for w, g, c, kh, h in np.ndindex(4, 8, 4, 2, D // 64):
-        t = 16 * w + 8 * kh + 2 * c
-        x = u16[t, g + 8 * h] | (u16[t + 1, g + 8 * h] << 16)
-        for e in range(2):
-            for i in range(4):
-                mt, hr = (4 * e + i, h) if D == 128 else (i, e)
-                r = 16 * mt + 8 * hr + g
-                out[r, t], out[r, t + 1] = _bf16_lanes(_plane(x >> (8 * e), i))
-    return out
-
-
-def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_body=False):
-    """The per-warp body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the
-    range mask outside [max lo, min hi) only, the 4 warps merged at the end; then im.finish.
-    lean_body: the lean body's f16 keys, value split, -1024 sum(Q') start and value zeros as bf16 hi + lo;
-    "s8": with lean8's integer score product (u8 codes, Q digits decoded from prepare_imma's bytes)."""
+def _model_decode(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None):
+    """The decode body in numpy: each warp's 16 tokens per block, lazy max (vote over the warp), the range mask
+    outside [max lo, min hi) only, the 4 warps merged at the end; u8 key codes and the Q digits decoded from
+    prepare_queries' bytes, the value split, value zeros as bf16 hi + lo; then im.finish."""
     B, H, M, D = q.shape
-    qp, colv, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, True,
-                                                          bool(lean_body))
-    keys, values = (_model_lean_keys, _model_lean_values) if lean_body else (_model_keys, _model_warp_values)
-    if lean_body == "s8":
-        qbytes, colv, _ = lean.prepare_imma(q, lo, hi, codes.shape[3], splits, BT)
-        qp, colv, keys = _imma_fixed(qbytes, D).astype(np.float32), np.asarray(colv), _model_imma_keys
+    _, _, sched, cod, par, raw, stats = _model_inputs(q, codes, qparams, lo, hi, splits, BT, decode)
+    keys, values = _model_imma_keys, _model_decode_values
+    qbytes, colv, _ = decode.prepare_queries(q, lo, hi, codes.shape[3], splits, BT)
+    qp, colv = _imma_fixed(qbytes, D).astype(np.float32), np.asarray(colv)
     sm_scale = D**-0.5 if sm_scale is None else sm_scale
     N = qp.shape[2]
+    raw = np.zeros((B, H, splits, D, N), np.float32)
     for b, h, sp in np.ndindex(B, H, splits):
         qoff, qsum, rlo, rhi = colv[b, h]
         first, nb, lo_max, hi_min = sched[b, sp]
@@ -188,21 +167,17 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_bo
             for w in range(4):
                 rows = slice(16 * w, 16 * w + 16)
                 ks, kz, vs, vz = (par[b, h, i, t0:t0 + 64][rows, None] for i in range(4))
-                if lean_body == "s8":  # integer product, times the score scale s_n / 4 (qoff's place)
-                    vz = _bf16(vz) + _bf16(vz - _bf16(vz))
-                    sc = ks * sm_scale * 1.4426950408889634 * ((ck[rows] @ qp[b, h].T) * qoff - kz * qsum)
-                elif lean_body:  # the accumulator starts at qoff = -1024 sum(Q'); z in two bf16 parts
-                    vz = _bf16(vz) + _bf16(vz - _bf16(vz))
-                    sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T + qoff - kz * qsum)
-                else:
-                    sc = ks * sm_scale * 1.4426950408889634 * (ck[rows] @ qp[b, h].T - qoff - kz * qsum)
+                # integer product, times the score scale s_n / 4 (qoff's place); z in two bf16 parts
+                vz = _bf16(vz) + _bf16(vz - _bf16(vz))
+                sc = ks * sm_scale * 1.4426950408889634 * ((ck[rows] @ qp[b, h].T) * qoff - kz * qsum)
                 if not inner:
                     tok = t0 + np.arange(64)[rows, None]
                     sc = np.where((tok >= rlo) & (tok < rhi), sc, -np.inf)
-                if np.any(sc > m[w] + mp.TAU):
+                if np.any(sc > m[w] + decode.TAU):
                     m_new = np.maximum(m[w], sc.max(0))
                     alpha = np.exp2(m[w] - m_new)
-                    lt[w], wt[w], zt[w], acc[w], m[w] = lt[w] * alpha, wt[w] * alpha, zt[w] * alpha, acc[w] * alpha, m_new
+                    lt[w], wt[w], zt[w], acc[w] = lt[w] * alpha, wt[w] * alpha, zt[w] * alpha, acc[w] * alpha
+                    m[w] = m_new
                 p = np.exp2(sc - m[w])
                 wv = (p * vs).astype(jnp.bfloat16).astype(np.float32)
                 lt[w], wt[w], zt[w] = lt[w] + p.sum(0), wt[w] + wv.sum(0), zt[w] + (wv * vz).sum(0)
@@ -212,44 +187,24 @@ def _model_warp(q, codes, qparams, lo, hi, splits, BT=64, sm_scale=None, lean_bo
         raw[b, h, sp] = (acc * a[:, None]).sum(0)
         stats[b, h, sp] = [big, (lt * a).sum(0), (wt * a).sum(0), (zt * a).sum(0)]
     # warp_merge's thread d writes head dimension d: its warp_value_slots row, as the [N, D] tile finish takes
-    raw = np.swapaxes(raw[..., iw.warp_value_slot(np.arange(D), D), :], -1, -2)
-    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, "lean" if lean_body else True)
+    raw = np.swapaxes(raw[..., decode.warp_value_slot(np.arange(D), D), :], -1, -2)
+    return im.finish(jnp.asarray(raw), jnp.asarray(stats), M, decode_layout=True)
 
 
 def _bf16(x):
     return np.asarray(x, np.float32).astype(jnp.bfloat16).astype(np.float32)
 
 
-def _f16_lanes(v):
-    """uint32 holding two f16 -> (low, high) as float."""
-    as_f = lambda h: np.asarray(h, np.uint16).view(np.float16).astype(np.float32)
-    return as_f(v & 0xFFFF), as_f(v >> 16)
-
-
-def _model_lean_keys(tile, D):
-    """What the lean body's key unpack leaves in C_K [BT, D] (f16): as _model_keys, each bit pair of a byte
-    masked in place under 0x6400 (plane 3 unshifted)."""
-    BT = tile.shape[0]
-    out = np.zeros((BT, D), np.float32)
-    for c in range(4):
-        words = np.ascontiguousarray(tile[:, c * (D // 16):(c + 1) * (D // 16)]).view("<u4").astype(np.uint64)
-        for u in range(D // 64):
-            for q, y in enumerate((words[:, u], words[:, u] >> 8)):
-                for i in range(4):
-                    ct = 8 * u + 2 * i + q
-                    v = ((y & (0x00030003 << (2 * i))) | 0x64006400).astype(np.uint32)
-                    out[:, 8 * ct + 2 * c], out[:, 8 * ct + 2 * c + 1] = _f16_lanes(v)
-    return out
-
-
-def _model_lean_values(tile, D):
-    """As _model_warp_values, with the lean body's VALUE_SPLIT unpack of each ldmatrix register."""
+def _model_decode_values(tile, D):
+    """What the decode body's ldmatrix.trans and VALUE_SPLIT unpack leave in C_V^T [D, 64] (rows as
+    decode.value_slots): warp w, thread (g, c), matrix (kh, h) -> 16-bit column g + 8 h of tokens t, t + 1
+    (t = 16 w + 8 kh + 2 c), split per VALUE_SPLIT."""
     u16 = np.ascontiguousarray(tile).view("<u2").astype(np.uint32)  # [64, D/8]
     out = np.zeros((D, 64), np.float32)
     for w, g, c, kh, h in np.ndindex(4, 8, 4, 2, D // 64):
         t = 16 * w + 8 * kh + 2 * c
         x = u16[t, g + 8 * h] | (u16[t + 1, g + 8 * h] << 16)
-        for shift, mask, e, i, _ in lean.VALUE_SPLIT:
+        for shift, mask, e, i, _ in decode.VALUE_SPLIT:
             mt, hr = (4 * e + i, h) if D == 128 else (i, e)
             r = 16 * mt + 8 * hr + g
             out[r, t], out[r, t + 1] = _bf16_lanes(((x >> shift) & (mask * 0x10001)) | 0x43004300)
@@ -257,7 +212,7 @@ def _model_lean_values(tile, D):
 
 
 def _model_imma_keys(tile, D):
-    """What lean8's key unpack leaves in the u8 A operand [BT, D] (k slots of lean.imma_slots): thread column
+    """What the decode body's key unpack leaves in the u8 A operand [BT, D] (decode.imma_slots): thread column
     c's words shifted and masked per plane, bytes b -> slot 32 kc + 16 hf + 4 c + b."""
     BT = tile.shape[0]
     out = np.zeros((BT, D), np.float32)
@@ -265,29 +220,29 @@ def _model_imma_keys(tile, D):
         words = np.ascontiguousarray(tile[:, c * (D // 16):(c + 1) * (D // 16)]).view("<u4")  # [BT, D/64]
         for u, i in np.ndindex(D // 64, 4):
             kc, hf = (i, u) if D == 128 else (i // 2, i % 2)
-            sh = lean.IMMA_SHIFT[i]
+            sh = decode.IMMA_SHIFT[i]
             masked = ((words[:, u] >> sh) & np.uint32(0x03030303 << (2 * i - sh))).view(np.uint8).reshape(BT, 4)
             out[:, 32 * kc + 16 * hf + 4 * c:32 * kc + 16 * hf + 4 * c + 4] = masked
     return out
 
 
 def _imma_fixed(qbytes, D):
-    """prepare_imma's bytes [B, H, N, 2 D] -> the int16 fixed-point Q [B, H, N, D] in slot order."""
+    """decode.prepare_queries' bytes [B, H, N, 2 D] -> the int16 fixed-point Q [B, H, N, D] in slot order."""
     x = np.asarray(qbytes).reshape(*qbytes.shape[:3], 4, D // 32, 2, 2, 4)  # n, c, kc, digit, hf, b
     fixed = 256 * x[..., 0, :, :].view(np.int8).astype(np.int64) + x[..., 1, :, :]  # n, c, kc, hf, b
     return fixed.transpose(0, 1, 2, 4, 5, 3, 6).reshape(*qbytes.shape[:3], D)
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_lean8_key_operands(D):
-    """lean8: the u8 key registers hold factor x code in the slots lean.imma_slots says, and prepare_imma's
+def test_decode_key_operands(D):
+    """The decode body: the u8 key registers hold factor x code in the slots decode.imma_slots says, and its
     digits decode to q * 4 / factor / s_n within half a step (s_n = 4 x the score scale in colv[0])."""
     tile = np.random.default_rng(D + 3).integers(0, 256, (64, D // 4)).astype(np.uint8)
-    dims, f = lean.imma_slots(D)
+    dims, f = decode.imma_slots(D)
     np.testing.assert_array_equal(_model_imma_keys(tile, D), f * _codes(tile, D)[:, dims])
     assert sorted(dims) == list(range(D))
     q, _, _, lo, hi = _inputs(D, 2, 2, 5, D, 300, jnp.bfloat16)
-    qbytes, colv, _ = lean.prepare_imma(q, lo, hi, 300, 2, 64)
+    qbytes, colv, _ = decode.prepare_queries(q, lo, hi, 300, 2, 64)
     fixed, step = _imma_fixed(qbytes, D), 4 * np.asarray(colv)[:, :, 0, :5, None]  # s_n
     want = np.asarray(q, np.float32)[..., dims] * 4 / f / step
     assert np.abs(fixed[:, :, :5]).max() <= 32767 and np.all(fixed[:, :, 5:] == 0)  # padded rows: zero
@@ -295,67 +250,54 @@ def test_lean8_key_operands(D):
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_lean_slots_hold_the_advertised_codes(D):
-    """The lean body's key (f16, 1024 + f code) and value (bf16, 128 + f code) registers, as its slot maps say."""
+def test_decode_value_slots_hold_the_advertised_codes(D):
+    """The decode body's value registers (bf16, 128 + f code) as its slot map says, and warp_value_slot its inverse."""
     tile = np.random.default_rng(D + 2).integers(0, 256, (64, D // 4)).astype(np.uint8)
     c = _codes(tile, D)
-    kdims, kf = lean.key_slots(D)
-    np.testing.assert_array_equal(_model_lean_keys(tile, D), lean.KEY_OFFSET + kf * c[:, kdims])
-    vdims, vf = lean.value_slots(D)
-    np.testing.assert_array_equal(_model_lean_values(tile, D), 128 + vf[:, None] * c[:, vdims].T)
-    assert sorted(kdims) == list(range(D)) and sorted(vdims) == list(range(D))
-    assert max(kf) * 3 < 1024 and max(vf) * 3 < 128  # exact: every value has an ulp of 1
+    vdims, vf = decode.value_slots(D)
+    np.testing.assert_array_equal(_model_decode_values(tile, D), 128 + vf[:, None] * c[:, vdims].T)
+    assert sorted(vdims) == list(range(D))
+    assert max(vf) * 3 < 128  # exact: every value has an ulp of 1
+    np.testing.assert_array_equal(vdims[decode.warp_value_slot(np.arange(D), D)], np.arange(D))  # its inverse
 
 
 def _check_partials(partials, args):
     """A model's split partials, merged, against the reference: same live rows, out within 1%, lse close."""
-    out, lse = jax.jit(ia.merge_lse, static_argnames="axis")(*partials, axis=2)
-    ref_out, ref_lse = jax.jit(ia.int2_attention_reference)(*args)
+    out, lse = jax.jit(common.merge_lse, static_argnames="axis")(*partials, axis=2)
+    ref_out, ref_lse = jax.jit(reference.int2_attention_reference)(*args)
     live = np.isfinite(np.asarray(ref_lse))
     np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), live)
     assert _rel(out, ref_out) <= 1e-2
     np.testing.assert_allclose(np.asarray(lse)[live], np.asarray(ref_lse)[live], atol=2e-2, rtol=1e-3)
 
 
-@pytest.mark.parametrize("D", [64, 128])
-def test_warp_value_slots_hold_the_advertised_codes(D):
-    tile = np.random.default_rng(D + 1).integers(0, 256, (64, D // 4)).astype(np.uint8)
-    vdims, vf = mp.warp_value_slots(D)
-    np.testing.assert_array_equal(_model_warp_values(tile, D), 128 + vf[:, None] * _codes(tile, D)[:, vdims].T)
-    assert sorted(vdims) == list(range(D))
-    np.testing.assert_array_equal(vdims[iw.warp_value_slot(np.arange(D), D)], np.arange(D))  # its inverse
-
-
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [(2, 1, 4, 128, 300, jnp.bfloat16, 2, 64),
                                                      (1, 1, 20, 64, 150, jnp.float32, 3, 128),
                                                      (1, 1, 4, 128, 700, jnp.bfloat16, 1, 128)])
-@pytest.mark.parametrize("lean_body", [False, True, "s8"])
-def test_warp_model_matches_reference(B, H, M, D, T, sdt, splits, BT, lean_body):
-    """The per-warp body's algebra: lazy max, mask-free interior blocks, fragment-order Q', warp merge; and
-    the lean body's (f16 Q', its offset and slots, the value zeros in bf16 parts)."""
+def test_decode_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
+    """The decode body's algebra: lazy max, mask-free interior blocks, the Q digits, warp merge, the value zeros
+    in bf16 parts."""
     args = _inputs(B + M + D + T + 1, B, H, M, D, T, sdt, empty_rows=B > 1)
     if T == 700:  # one row's range ends early: interior and boundary blocks in one split
         args = (*args[:3], jnp.zeros_like(args[3]), jnp.asarray([[700, 700, 300, 700]], jnp.int32))
-    _check_partials(_model_warp(*args, splits, BT, lean_body=lean_body), args)
+    _check_partials(_model_decode(*args, splits, BT), args)
 
 
 # (B, H, M, D, T, scale dtype, splits, tokens per block)
 MODEL_CASES = [(2, 1, 4, 128, 200, jnp.bfloat16, 2, 64), (1, 1, 20, 64, 150, jnp.float32, 3, 128)]
 
 
-@pytest.mark.parametrize("lazy", [False, True])
 @pytest.mark.parametrize("B,H,M,D,T,sdt,splits,BT", [*MODEL_CASES, (1, 2, 20, 128, 1500, jnp.bfloat16, 2, 64)])
-def test_kernel_model_matches_reference(B, H, M, D, T, sdt, splits, BT, lazy):
-    """The kernel's algebra (offset 128, plane factors, folded scale/zero, slot order, split schedule), with the
-    max kept per block or lazily (sums and output against a reference max that trails the running one by <= TAU)."""
+def test_kernel_model_matches_reference(B, H, M, D, T, sdt, splits, BT):
+    """The verification body's algebra (offset 128, plane factors, folded scale/zero, slot order, split schedule)."""
     args = _inputs(B + M + D + T, B, H, M, D, T, sdt)
-    _check_partials(_model(*args, splits, BT, lazy=lazy), args)
+    _check_partials(_model(*args, splits, BT), args)
 
 
 def test_schedule_covers_the_union_of_ranges_once():
     lo = jnp.asarray([[5, 100, 7], [0, 0, 0]], jnp.int32)
     hi = jnp.asarray([[300, 120, 7], [0, 0, 0]], jnp.int32)  # row 1: all empty
-    sched = np.asarray(mp.schedule(lo, hi, 400, 3, 64))
+    sched = np.asarray(prepare.schedule(lo, hi, 400, 3, 64))
     blocks = [set(range(f, f + 64 * n, 64)) for f, n in sched[0]]
     assert set().union(*blocks) == set(range(0, 300, 64)) and sum(map(len, blocks)) == 5
     assert sched[1, :, 1].sum() == 0
@@ -363,10 +305,10 @@ def test_schedule_covers_the_union_of_ranges_once():
 
 @pytest.mark.parametrize("B", [1, 4, 8, 16, 64, 128])
 def test_default_splits_round_down_to_one_wave_where_heads_allow(B):
-    """Rounded down, the grid stays within the target CTAs unless the heads alone pass it; rounded up (the
-    per-warp bodies' rule), it reaches the target. Each split keeps at least 4 blocks."""
+    """Rounded down, the grid stays within the target CTAs unless the heads alone pass it; rounded up, it
+    reaches the target. Each split keeps at least 4 blocks."""
     H, T, BT, target = 8, 32768, 64, 528
-    down, up = (im.default_splits(B, H, T, BT, target, round_down=r) for r in (True, False))
+    down, up = (verify.verify_splits(B, H, T, BT, target, round_down=r) for r in (True, False))
     assert B * H * down <= max(target, B * H) and B * H * up >= min(target, B * H * (T // (4 * BT)))
     assert down <= up and min(down, up) >= 1 and T // BT // up >= 4
 
@@ -377,18 +319,18 @@ def test_decode_splits_fill_whole_waves(B, T):
     """Decode's grid: k waves of an H200's 396 CTAs filled to at least 90%, k the fewest that leave splits of
     at most DECODE_CTA_TOKENS tokens; no split under DECODE_MIN_BLOCKS blocks (that cap may leave a wave
     part-filled)."""
-    H, BT, wave = 8, im.WARP_BLOCK_T, 396
-    ns = im.decode_splits(B, H, T, BT, wave)
-    most = T // (im.DECODE_MIN_BLOCKS * BT)
+    H, BT, wave = 8, DecodeConfig().block_t, 396
+    ns = decode.decode_splits(B, H, T, BT, wave)
+    most = T // (decode.DECODE_MIN_BLOCKS * BT)
     k = -(-B * H * ns // wave)  # waves the grid takes
     assert 1 <= ns <= max(1, most)
     if ns < most:
-        assert B * H * ns >= 0.9 * k * wave and T / ns <= im.DECODE_CTA_TOKENS
+        assert B * H * ns >= 0.9 * k * wave and T / ns <= decode.DECODE_CTA_TOKENS
         fewer = [(j, j * wave // (B * H)) for j in range(1, k)]  # no fewer waves would do
-        assert all(s == 0 or T / s > im.DECODE_CTA_TOKENS or B * H * s < 0.9 * j * wave for j, s in fewer)
-    measured = {(1, 1 << 20): 99, (1, 131072): 49, (1, 32768): 32, (8, 32768): 6}  # NOTES.md, session 15
-    assert all(im.decode_splits(b, 8, t, BT, wave) == s for (b, t), s in measured.items())
-    assert im.decode_wave() == (396 if jax.default_backend() != "gpu" else 3 * jax.devices()[0].core_count)
+        assert all(s == 0 or T / s > decode.DECODE_CTA_TOKENS or B * H * s < 0.9 * j * wave for j, s in fewer)
+    measured = {(1, 1 << 20): 99, (1, 131072): 49, (1, 32768): 32, (8, 32768): 6}  # benchmarks/NOTES.md
+    assert all(decode.decode_splits(b, 8, t, BT, wave) == s for (b, t), s in measured.items())
+    assert decode.decode_wave() == (396 if jax.default_backend() != "gpu" else 3 * jax.devices()[0].core_count)
 
 
 @pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
@@ -459,108 +401,67 @@ def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
 
 
 @pytest.mark.skipif(im.plgpu is None, reason="needs jax's Mosaic GPU")
-@pytest.mark.parametrize("M,D,sdt,BT,body,release", [(8, 128, jnp.bfloat16, 128, "lean", False),
-                                                     (20, 64, jnp.float32, 64, "lean", False),
-                                                     (8, 128, jnp.bfloat16, 128, "lean", True),
-                                                     (4, 64, jnp.float32, 64, "warp", True),
-                                                     (8, 128, jnp.bfloat16, 128, "lean8", False),
-                                                     (20, 64, jnp.float32, 64, "lean8", True),
-                                                     (8, 128, jnp.bfloat16, 128, "lean8+late_values", True),
-                                                     (20, 64, jnp.float32, 64, "lean+late_values", False),
-                                                     (8, 128, jnp.bfloat16, 128, "warp+lop3", False),
-                                                     (20, 64, jnp.float32, 64, "wgmma+lop3", False),
-                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask", False),
-                                                     (20, 64, jnp.float32, 64, "wgmma+lazy_max", False),
-                                                     (20, 128, jnp.bfloat16, 64, "wgmma+lop3+edge_mask+late_values",
-                                                      False),
-                                                     (20, 64, jnp.float32, 64, "wgmma+lazy_max+late_values", False)])
-def test_lean_body_lowers_for_cuda(M, D, sdt, BT, body, release):
-    """The lean body's inline code and the mbarrier release build (register maps, tiles of sums, both scale
-    dtypes): lowered for CUDA on any host, which runs every inline_mgpu body (no PTX: that needs the GPU
-    toolchain)."""
+@pytest.mark.parametrize("M,D,sdt,config", [(8, 128, jnp.bfloat16, DecodeConfig()),
+                                            (20, 64, jnp.float32, DecodeConfig(block_t=64)),
+                                            (4, 64, jnp.float32, DecodeConfig(block_t=64, stages=2)),
+                                            (8, 128, jnp.bfloat16, VerifyConfig(block_t=128)),
+                                            (20, 64, jnp.float32, VerifyConfig()),
+                                            (20, 128, jnp.bfloat16, VerifyConfig())], ids=str)
+def test_bodies_lower_for_cuda(M, D, sdt, config):
+    """Both bodies' inline code, the decode body's mbarrier release and the verification body's edge mask build
+    (register maps, tiles of sums, both scale dtypes): lowered for CUDA on any host, which runs every
+    inline_mgpu body (no PTX: that needs the GPU toolchain)."""
     shapes = [((1, 2, M, D), jnp.bfloat16), ((1, 2, 2, 300, D // 4), jnp.uint8), ((1, 2, 4, 300, 1), sdt),
               ((1, M), jnp.int32), ((1, M), jnp.int32)]
-    body, *opts = body.split("+")
-    kw = dict(block_t=BT, release=release, lop3="lop3" in opts, edge_mask="edge_mask" in opts,
-              late_values="late_values" in opts, lazy_max="lazy_max" in opts)
-    f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, body=body, **kw))
+    f = jax.jit(lambda *a: im.int2_attention_mosaic(*a, merge=False, config=config))
     assert "mosaic_gpu" in f.trace(*[jax.ShapeDtypeStruct(*s) for s in shapes]).lower(
         lowering_platforms=("cuda",)).as_text()
 
 
+@pytest.mark.parametrize("make", [lambda: DecodeConfig(block_t=32), lambda: VerifyConfig(stages=0),
+                                  lambda: DecodeConfig(num_splits=0)])
+def test_configs_are_checked_once_when_made(make):
+    with pytest.raises(ValueError):
+        make()
+
+
 # --- compiled kernel (Hopper) -----------------------------------------------------------------------
 
-GPU_CASES = [  # (B, H, M, D, T, scale dtype, splits, options): partial blocks, empty ranges, M = 4/8/20,
-    # D = 64/128, both block sizes, exact and approximate exp2
-    (2, 8, 4, 128, 5000, jnp.bfloat16, None, {}), (2, 8, 8, 128, 4099, jnp.float32, 4, dict(block_t=128)),
-    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(approx=False)), (3, 2, 4, 64, 777, jnp.float32, 2, {}),
-    (2, 2, 20, 64, 2048, jnp.bfloat16, None, dict(block_t=128)), (1, 8, 8, 64, 100, jnp.bfloat16, 1, {}),
-    (1, 2, 4, 128, 40, jnp.float32, None, dict(block_t=128)), (2, 4, 20, 128, 1500, jnp.bfloat16, 2,
-                                                                  dict(block_t=128, stages=2)),
-    (2, 4, 4, 128, 3001, jnp.bfloat16, 3, dict(block_t=64, approx=False, stages=2)),
-    # the wgmma body where auto picks the per-warp one (block_t 64, up to 24 rows)
-    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="wgmma")), (2, 2, 20, 64, 777, jnp.float32, 2,
-                                                                     dict(body="wgmma")),
-    (1, 8, 4, 128, 70000, jnp.bfloat16, None, {}),  # many blocks per split: lazy rescales, interior blocks
-    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(block_t=128, body="warp")),  # two 64-token halves per block
-    (3, 2, 8, 64, 777, jnp.float32, 2, dict(block_t=128, body="warp")),
-    # the lean per-warp body (int2_mosaic_lean): D 64/128, M 4/8/20, bf16/f32 scales, partial and short
-    # blocks, both block sizes, many blocks per split
-    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean")),
-    (2, 8, 8, 128, 4099, jnp.float32, 4, dict(body="lean")),
-    (3, 2, 4, 64, 777, jnp.float32, 2, dict(body="lean", block_t=64)),
-    (1, 8, 8, 64, 100, jnp.bfloat16, 1, dict(body="lean", block_t=64)),
-    (1, 2, 4, 128, 40, jnp.bfloat16, None, dict(body="lean")),
-    (2, 4, 20, 128, 1500, jnp.bfloat16, 2, dict(body="lean", block_t=64)),
-    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean")),
-    # lean8 (8-bit integer score product): D 64/128, M 4/8/20, bf16/f32 scales, partial blocks
-    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean8")),
-    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="lean8", block_t=64)),
-    (2, 4, 20, 128, 1500, jnp.float32, 2, dict(body="lean8")),
-    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean8", release=True)),
-    # the value fragments unpacked after the scores (opt-in): lean8 and lean, D 128 / 64, M 4 / 20
-    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean8", release=True, late_values=True)),
-    (2, 4, 20, 64, 1500, jnp.float32, 2, dict(body="lean8", late_values=True, block_t=64)),
-    (2, 8, 8, 128, 4099, jnp.float32, 4, dict(body="lean", late_values=True)),
-    # ring slots released through mbarriers (no block barrier; warps 1-3 run ahead): many blocks per split
-    # (the mbarrier phases wrap), 2 stages, both per-warp bodies
-    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="lean", release=True)),
-    (1, 8, 4, 128, 70000, jnp.bfloat16, None, dict(body="lean", release=True)),
-    (2, 4, 8, 128, 3001, jnp.float32, 3, dict(body="lean", release=True, stages=2)),
-    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", release=True, block_t=64)),
-    # the per-warp body with its unpack as explicit lop3s
-    (2, 8, 4, 128, 5000, jnp.bfloat16, None, dict(body="warp", lop3=True)),
-    (3, 2, 8, 64, 777, jnp.float32, 2, dict(body="warp", lop3=True, block_t=64)),
-    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True)),  # verification, D 128 / 64
-    (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lop3=True)),
-    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True)),  # edge blocks only
-    # the wgmma body's lazy max (votes alternate between two rows of flags: many blocks per split), D 128 / 64
-    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True)),
-    (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", lazy_max=True)),
-    (1, 8, 8, 128, 70000, jnp.bfloat16, None, dict(body="wgmma", lop3=True, lazy_max=True)),
-    # the wgmma body's late values (values unpacked after W's barrier, row vectors read where used): with and
-    # without the edge mask and the lazy max, D 128 / 64
-    (2, 4, 20, 128, 3001, jnp.bfloat16, 3, dict(body="wgmma", lop3=True, edge_mask=True, late_values=True)),
-    (2, 2, 20, 64, 777, jnp.float32, 2, dict(body="wgmma", late_values=True)),
-    (1, 8, 8, 128, 70000, jnp.bfloat16, None, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True,
-                                                   late_values=True)),
+GPU_CASES = [  # (B, H, M, D, T, scale dtype, config): partial blocks, empty ranges, M = 4/8/20, D = 64/128, both
+    # block sizes, both bodies, each body also at the other's row counts; None: the entry's choice
+    (2, 8, 4, 128, 5000, jnp.bfloat16, None), (2, 8, 8, 128, 4099, jnp.float32, DecodeConfig(num_splits=4)),
+    (2, 4, 20, 128, 3001, jnp.bfloat16, VerifyConfig(num_splits=3)),
+    (3, 2, 4, 64, 777, jnp.float32, DecodeConfig(num_splits=2)),
+    (2, 2, 20, 64, 2048, jnp.bfloat16, VerifyConfig(block_t=128)),
+    (1, 8, 8, 64, 100, jnp.bfloat16, DecodeConfig(num_splits=1)),
+    (1, 2, 4, 128, 40, jnp.float32, DecodeConfig(block_t=128)),
+    (2, 4, 20, 128, 1500, jnp.bfloat16, VerifyConfig(block_t=128, stages=2, num_splits=2)),
+    (2, 4, 4, 128, 3001, jnp.bfloat16, DecodeConfig(block_t=64, stages=2, num_splits=3)),
+    # the verification body where the entry picks the decode one
+    (2, 8, 4, 128, 5000, jnp.bfloat16, VerifyConfig()), (2, 2, 20, 64, 777, jnp.float32, VerifyConfig(num_splits=2)),
+    (1, 8, 4, 128, 70000, jnp.bfloat16, None),  # many blocks per split: lazy rescales, interior blocks
+    # the decode body: D 64/128, M 4/8/20, bf16/f32 scales, partial blocks, both block sizes
+    (3, 2, 8, 64, 777, jnp.float32, DecodeConfig(block_t=64, num_splits=2)),
+    (2, 4, 20, 128, 1500, jnp.float32, DecodeConfig(num_splits=2)),
+    (2, 4, 20, 64, 1500, jnp.float32, DecodeConfig(block_t=64, num_splits=2)),
+    (2, 4, 8, 128, 3001, jnp.float32, DecodeConfig(stages=2, num_splits=3)),  # the ring's release at 2 stages
+    (1, 8, 8, 128, 70000, jnp.bfloat16, VerifyConfig()),  # many blocks per split, D 128
 ]
 
 
 def _case_id(case):
-    """B-H-M-D-T, scale dtype, and the options (k=v, True options by name): '-k lean' selects by body."""
-    B, H, M, D, T, sdt, splits, options = case
-    opts = [k if v is True else f"{k}={v}" for k, v in options.items()]
-    return "-".join([f"{B}x{H}x{M}x{D}x{T}", jnp.dtype(sdt).name, f"splits={splits}", *opts])
+    """B-H-M-D-T, scale dtype, and the config."""
+    B, H, M, D, T, sdt, config = case
+    return "-".join([f"{B}x{H}x{M}x{D}x{T}", jnp.dtype(sdt).name, str(config)])
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
-@pytest.mark.parametrize("B,H,M,D,T,sdt,splits,options", GPU_CASES, ids=[_case_id(c) for c in GPU_CASES])
-def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
+@pytest.mark.parametrize("B,H,M,D,T,sdt,config", GPU_CASES, ids=[_case_id(c) for c in GPU_CASES])
+def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, config):
     args = _inputs(B * 7 + M + D + T, B, H, M, D, T, sdt)
-    ref_out, ref_lse = (np.asarray(x) for x in ia.int2_attention_reference(*args))
-    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, num_splits=splits, **options))
+    ref_out, ref_lse = (np.asarray(x) for x in reference.int2_attention_reference(*args))
+    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, config=config))
     empty = np.broadcast_to(np.asarray(args[4] <= args[3])[:, None], lse.shape)
     assert np.all(np.isfinite(out))
     assert np.all(lse[empty] == -np.inf) and np.all(out[empty] == 0)
@@ -572,23 +473,17 @@ def test_compiled_kernel_matches_reference(B, H, M, D, T, sdt, splits, options):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
-@pytest.mark.parametrize("M,options", [(4, dict(body="warp")), (4, dict(body="lean")), (8, dict(body="lean8")),
-                                       (4, dict(body="lean8", release=True)),
-                                       (20, dict(body="wgmma", lop3=True, edge_mask=True)),
-                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True)),
-                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, late_values=True)),
-                                       (20, dict(body="wgmma", lop3=True, edge_mask=True, lazy_max=True,
-                                                 late_values=True))],
-                         ids=lambda x: x if isinstance(x, int) else "-".join(f"{k}={v}" for k, v in x.items()))
-def test_compiled_interior_and_edge_blocks(M, options):
+@pytest.mark.parametrize("M,config", [(8, DecodeConfig(num_splits=3)), (4, DecodeConfig(num_splits=3)),
+                                      (20, VerifyConfig(num_splits=3))], ids=str)
+def test_compiled_interior_and_edge_blocks(M, config):
     """Every row's range covers [0, 3000) and one row's ends there: mask-free interior blocks and masked edge
     blocks (and a partial last block) in the same splits, against the reference."""
     q, codes, qparams, _, _ = _inputs(11 + M, 2, 4, M, 128, 5000, jnp.bfloat16)
     lo = jnp.zeros((2, M), jnp.int32)
     hi = jnp.full((2, M), 4999, jnp.int32).at[:, 1].set(3000)
     args = (q, codes, qparams, lo, hi)
-    ref_out, ref_lse = (np.asarray(x) for x in ia.int2_attention_reference(*args))
-    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, num_splits=3, **options))
+    ref_out, ref_lse = (np.asarray(x) for x in reference.int2_attention_reference(*args))
+    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, config=config))
     assert _rel(out, ref_out) <= 1e-2
     np.testing.assert_allclose(lse, ref_lse, atol=2e-2, rtol=1e-3)
 
@@ -597,10 +492,10 @@ def test_compiled_interior_and_edge_blocks(M, options):
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 def test_compiled_unmerged_partials_merge_to_the_merged_result():
     args = _inputs(5, 2, 2, 20, 128, 2000, jnp.float32)
-    out, lse = im.int2_attention_mosaic(*args, num_splits=3)
-    parts = im.int2_attention_mosaic(*args, num_splits=3, merge=False)
+    out, lse = im.int2_attention_mosaic(*args, config=VerifyConfig(num_splits=3))
+    parts = im.int2_attention_mosaic(*args, config=VerifyConfig(num_splits=3), merge=False)
     assert parts[0].shape == (2, 2, 3, 20, 128) and parts[1].shape == (2, 2, 3, 20)
-    merged, merged_lse = ia.merge_lse(*parts, axis=2)
+    merged, merged_lse = common.merge_lse(*parts, axis=2)
     np.testing.assert_allclose(np.asarray(merged), np.asarray(out), rtol=1e-6, atol=1e-6)
 
 
@@ -657,8 +552,8 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
     partials) against the reference attention's, and the cache the fused commit writes (one kernel for both
     layers) against the jnp commit's from the same rows. Not compared: whole runs, where the commits' codes
     differing at rounding boundaries (0.4-0.5% of the prefill's) carry on to logits 0.10-0.17 apart (H200,
-    session 18, logs18/call2.txt). The logit bound is measured: on the H200 the two attentions part by up to
-    4.3e-2 at a prefill and 7e-3 at the steps (sessions 17-18, logs17/call4, logs18/call2: likely TF32 in
+    benchmarks/NOTES.md). The logit bound is measured: on the H200 the two attentions part by up to
+    4.3e-2 at a prefill and 7e-3 at the steps (benchmarks/NOTES.md: likely TF32 in
     XLA's f32 GEMMs and the kernels' dots)."""
     from jspec.cache import kvcache
     from jspec.config import KVConfig, ModelConfig, Options

@@ -16,7 +16,7 @@ from jspec.attention import split as attention_split
 from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
 from jspec.kernels import window_merge as wm
-from jspec.kernels.hopper import attention as int2_mosaic
+from jspec.kernels.hopper import attention as int2_mosaic, decode
 
 CFG = ModelConfig(model_type="llama", vocab_size=32, hidden_size=256, intermediate_size=64, num_layers=1,
                   num_heads=8, num_kv_heads=2, head_dim=64, max_position=512)
@@ -92,10 +92,9 @@ def test_stacked_windows_lower_for_cuda():
     assert "window_parts" in text and "triton" in text
 
 
-@pytest.mark.parametrize("body", ["lean", True])  # the per-warp bodies' value factors
 @pytest.mark.parametrize("n", [1, 5])
-def test_raw_mosaic_partials_match_finished_ones(body, n, ns=20):
-    """window_merge finishing the Mosaic per-warp kernel's raw partials itself (merge="raw") equals it merging
+def test_raw_mosaic_partials_match_finished_ones(n, ns=20):
+    """window_merge finishing the Mosaic decode body's raw partials itself (merge="raw") equals it merging
     what int2_mosaic.finish makes of them: random raw tiles and stats, empty splits (l = 0, max -1e30) included."""
     kv, (q, k, v, layer, length) = _inputs(8, 70, n, jnp.float32)
     B, H, D, M = 3, 2, 64, n * 4
@@ -109,14 +108,14 @@ def test_raw_mosaic_partials_match_finished_ones(body, n, ns=20):
     qkv = wm.join_slots(q, k, v)
     merge = lambda splits: wm.window_merge(qkv, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
                                            pinned=layer.pinned_slots, interpret=True)
-    want = merge(int2_mosaic.finish(raw, stats, M, body))
-    got = merge((raw, stats, int2_mosaic.value_factors(D, body)))
+    want = merge(int2_mosaic.finish(raw, stats, M, decode_layout=True))
+    got = merge((raw, stats, decode.value_factors(D)))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_raw_partials_lower_for_cuda():
     kv, (q, k, v, layer, length) = _inputs(8, 70, 1, jnp.bfloat16)
-    splits = (jnp.zeros((3, 2, 20, 8, 64)), jnp.zeros((3, 2, 20, 4, 8)), int2_mosaic.value_factors(64, "lean"))
+    splits = (jnp.zeros((3, 2, 20, 8, 64)), jnp.zeros((3, 2, 20, 4, 8)), decode.value_factors(64))
     fn = lambda *a: wm.window_merge(*a, sink=kv.sink, recent=kv.recent, pinned=layer.pinned_slots)
     text = jax.jit(fn).trace(wm.join_slots(q, k, v), layer.k, layer.v, length, splits).lower(
         lowering_platforms=("cuda",)).as_text()

@@ -30,7 +30,7 @@ from jspec.numerics import einsum_f32
 # Imported with the module, not while tracing: with the lazy import (153682c, untimed then) the warm README
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (session 10; cause not established).
 from jspec.kernels.hopper import attention as int2_mosaic
-from jspec.kernels.int2_triton import int2_attention
+from jspec.kernels.int2_triton import config_for as triton_config, int2_attention
 from jspec.kernels.window_merge import join_slots, supported as window_merge_supported, window_merge
 
 
@@ -40,9 +40,10 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
-    has wgmma and D is 64 or 128). kernel_options go to the Triton int2_attention (block sizes, splits).
-    fused_window (Options.fused_window): the BF16 parts and the merge in kernels/window_merge.py where it
-    takes the shapes (None: on GPUs; True: also in interpret mode), else in XLA. qkv: q, k and v as the one [B, n, Hkv, g + 2, D] array
+    has wgmma and D is 64 or 128). kernel_options: fields of the Triton kernel's TritonConfig (block sizes, splits).
+    fused_window (Options.fused_window): the BF16 parts and the merge in kernels/window_merge.py where it takes
+    the shapes (None: on GPUs; True: also in interpret mode), else in XLA. qkv: q, k and v as the one
+    [B, n, Hkv, g + 2, D] array
     they are slices of (model.qkv_slots), for window_merge (None: joined here, a copy).
     """
     B, n, Hq, D = q.shape
@@ -87,7 +88,8 @@ def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel,
     if small and (kernel == "mosaic" or auto):
         merge = "raw" if raw else False
         return int2_mosaic.int2_attention_mosaic(rows, layer.codes, layer.qparams, lo, hi, merge=merge)
-    return int2_attention(rows, layer.codes, layer.qparams, lo, hi, merge=False, interpret=interpret, **kernel_options)
+    config = triton_config(M, **kernel_options)
+    return int2_attention(rows, layer.codes, layer.qparams, lo, hi, config=config, merge=False, interpret=interpret)
 
 
 def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_k, lse_k):

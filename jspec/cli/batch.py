@@ -19,15 +19,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import os
 import time
 from pathlib import Path
-from typing import Callable
 
 from tqdm import tqdm
 
+from jspec.cli import openai_batch
+from jspec.cli.job_lines import Format, Job, JobError, fingerprint, resume_key, stop_strings
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
 from jspec.runtime.buckets import pad_rows
 from jspec.runtime.engine import Stats
@@ -38,23 +38,6 @@ FIELDS = {"max_new_tokens": int, "temperature": (int, float), "top_p": (int, flo
 KNOWN_FIELDS = ("id", "prompt", *FIELDS)
 RECORD_START = b'{"id": '  # every record the job writes starts so (json.dumps, "id" first)
 BOM = b"\xef\xbb\xbf"
-
-
-class JobError(ValueError):
-    """A job that cannot run without damaging a file or mixing two inputs' results."""
-
-
-@dataclasses.dataclass
-class Job:
-    id: object
-    line: int
-    line_hash: str
-    ids: list[int]
-    max_new: int
-    sampling: SamplingConfig
-    stop: tuple[str, ...] = ()
-    key: object = None  # the line's resume key (Format.keys)
-    meta: dict = dataclasses.field(default_factory=dict)  # what the line's format answers with
 
 
 @dataclasses.dataclass
@@ -112,10 +95,6 @@ def _ratio(a, b) -> float:
     return a / b if b else 0.0
 
 
-def fingerprint(line: bytes) -> str:
-    return hashlib.sha256(line).hexdigest()[:16]
-
-
 def input_lines(data: bytes) -> list[tuple[int, bytes]]:
     """(1-based number, bytes) of each input line. Split on newlines only: JSON strings may hold U+2028,
     U+0085 and other characters that str.splitlines() would also split at. A CR before the newline
@@ -124,10 +103,6 @@ def input_lines(data: bytes) -> list[tuple[int, bytes]]:
     if lines[-1] == b"":
         lines.pop()
     return [(n, line.removesuffix(b"\r")) for n, line in enumerate(lines, 1)]
-
-
-def _key(x):
-    return json.dumps(x, sort_keys=True)
 
 
 def _json(text: str):
@@ -189,28 +164,6 @@ def parse_line(raw: bytes, engine, gen: GenerateConfig, base: SamplingConfig):
     return rid, dict(ids=ids, max_new=max_new, sampling=sampling, stop=stop)
 
 
-def stop_strings(value) -> tuple:
-    """A line's "stop": a string, a list of them, or null/absent -> a tuple (check_stops checks it)."""
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else value
-
-
-@dataclasses.dataclass(frozen=True)
-class Format:
-    """How a job's lines are read and answered: jspec's own (JSPEC) or OpenAI's batch format
-    (jspec.cli.openai_batch.FORMAT)."""
-
-    name: str  # in messages: "a jspec results file"
-    owner: str  # the field that names a line: "id"
-    parse: Callable  # (raw, engine, gen, base) -> (owner or None, Job fields or an error message)
-    keys: Callable  # (lines) -> {line number: resume key}
-    record: Callable  # (engine, job, tokens, stats) -> the result record
-    error: Callable  # (job, message) -> the error record
-    answered: Callable  # (a record read back) -> (resume key, line fingerprint), None if not one of this format
-    where: Callable  # (resume key) -> how a message names the line: "line 3"
-
-
 def read_jobs(engine, lines: list[tuple[int, bytes]], done: dict, gen: GenerateConfig, base: SamplingConfig,
               fmt: Format | None = None):
     """-> (jobs to run, error records to write, number of lines already done)."""
@@ -221,10 +174,10 @@ def read_jobs(engine, lines: list[tuple[int, bytes]], done: dict, gen: GenerateC
         if not raw.strip():
             continue
         rid, job = fmt.parse(raw, engine, gen, base)
-        if rid is not None and _key(rid) in ids:
+        if rid is not None and resume_key(rid) in ids:
             job = f"duplicate {fmt.owner} {rid!r}"  # the first line with an id owns it
         elif rid is not None:
-            ids.add(_key(rid))
+            ids.add(resume_key(rid))
         if keys[n] in done:
             skipped += 1
         elif isinstance(job, dict):
@@ -277,7 +230,7 @@ def check_resume(done: dict, lines: list[tuple[int, bytes]], output_path: Path, 
     fmt = fmt or JSPEC
     keys = fmt.keys(lines)
     now = {keys[n]: fingerprint(raw) for n, raw in lines if n in keys}
-    changed = [k for k, h in sorted(done.items(), key=lambda kv: _key(kv[0])) if now.get(k) != h]
+    changed = [k for k, h in sorted(done.items(), key=lambda kv: resume_key(kv[0])) if now.get(k) != h]
     if changed:
         raise JobError(f"the input has changed since {str(output_path)!r} was written ({fmt.where(changed[0])} "
                        f"differs from the line answered there): run again with --restart to discard those results and "
@@ -323,7 +276,6 @@ def preflight(input_path: Path, output_path: Path, restart: bool = False) -> Non
 def detect_format(lines: list[tuple[int, bytes]]) -> Format:
     """OpenAI's batch format where the first line that is a JSON object has "custom_id" and "body", else
     jspec's own."""
-    from jspec.cli import openai_batch  # it builds on this module
 
     return openai_batch.FORMAT if openai_batch.is_openai(lines) else JSPEC
 

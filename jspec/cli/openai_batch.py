@@ -1,4 +1,4 @@
-"""OpenAI's batch JSONL as a jspec job format (jspec.cli.batch.Format): requests in, responses out.
+"""OpenAI's batch JSONL as a jspec job format (jspec.cli.job_lines.Format): requests in, responses out.
 
 Input lines: {"custom_id": str, "method": "POST", "url": "/v1/completions" or "/v1/chat/completions",
 "body": {...}}. A completions body has "prompt" (a string or a list of token ids); a chat body has
@@ -21,7 +21,7 @@ import dataclasses
 import json
 import time
 
-from jspec.cli import batch
+from jspec.cli import job_lines
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
 from jspec.io import chat
 
@@ -95,7 +95,7 @@ def _request(rec, engine, gen: GenerateConfig, base: SamplingConfig) -> dict:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (k in ("top_k", "seed") and not isinstance(v, int)):
             raise LineError("invalid_request", f"{k} has the wrong type ({type(v).__name__})")
     sampling = dataclasses.replace(base, **overrides)
-    stop = batch.stop_strings(body["stop"]) if "stop" in body else gen.stop
+    stop = job_lines.stop_strings(body["stop"]) if "stop" in body else gen.stop
     check_stops(stop)
     sampling.validate()
     engine.check(dataclasses.replace(gen, max_new_tokens=max_new), [len(ids)])
@@ -179,7 +179,7 @@ def keys(lines: list[tuple[int, bytes]]) -> dict:
             cid = rec.get("custom_id") if isinstance(rec, dict) else None
         except (json.JSONDecodeError, UnicodeDecodeError):
             cid = None
-        key = (batch._key(cid), batch.fingerprint(raw))
+        key = (job_lines.resume_key(cid), job_lines.fingerprint(raw))
         seen[key] = seen.get(key, 0) + 1
         out[n] = (*key, seen[key])
     return out
@@ -221,8 +221,8 @@ def answered(rec: dict):
             and "response" in rec):
         return None
     h, _, k = rid.removeprefix("batch_req_").partition("_")
-    return (batch._key(rec["custom_id"]), h, int(k) if k.isdigit() else 1), h
+    return (job_lines.resume_key(rec["custom_id"]), h, int(k) if k.isdigit() else 1), h
 
 
-FORMAT = batch.Format("an OpenAI batch output file written by jspec", "custom_id", parse, keys, record, error,
+FORMAT = job_lines.Format("an OpenAI batch output file written by jspec", "custom_id", parse, keys, record, error,
                       answered, lambda key: f"the line of custom_id {key[0]}")

@@ -48,10 +48,10 @@ def order_statistic(a, idx):
     """
     if a.size // a.shape[-1] > RANK_ROWS:
         return jnp.take_along_axis(jnp.sort(a, axis=-1), jnp.broadcast_to(idx, a.shape[:-1] + (1,)), axis=-1)
-    return jnp.min(_rank_candidates(a, idx), axis=-1, keepdims=True)
+    return jnp.min(rank_candidates(a, idx), axis=-1, keepdims=True)
 
 
-def _rank_candidates(a, idx):
+def rank_candidates(a, idx):
     """a where more than idx entries of its row are <= it, else inf: the row's minimum is sort(a)[idx]."""
     le = (a[..., None, :] <= a[..., :, None]).sum(-1, dtype=jnp.int32)  # [..., D]
     return jnp.where(le > idx, a, jnp.inf)
@@ -74,7 +74,7 @@ def _threshold_and_range(x, group: int, ratio):
         return thr, xg.min(-1), xg.max(-1)
     inf = jnp.asarray(jnp.inf, x.dtype)
     min_min_max = lambda p, q: (jnp.minimum(p[0], q[0]), jnp.minimum(p[1], q[1]), jnp.maximum(p[2], q[2]))
-    thr, mn, mx = jax.lax.reduce((_rank_candidates(jnp.abs(x), idx), x, x), (inf, inf, -inf), min_min_max,
+    thr, mn, mx = jax.lax.reduce((rank_candidates(jnp.abs(x), idx), x, x), (inf, inf, -inf), min_min_max,
                                   (x.ndim - 1,))
     return jnp.where(idx >= 0, thr[..., None], jnp.inf), mn[..., None], mx[..., None]
 

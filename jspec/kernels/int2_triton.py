@@ -19,6 +19,7 @@ j + i D/4) or viewed as uint32 words [.., D/16] (four bytes at once: two bf16 la
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -27,6 +28,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from jspec.int2.planes import code_plane, qparam_plane
+from jspec.kernels.common import LN2, LOG2E, NEG, merge_lse
+from jspec.kernels.reference import int2_attention_reference
 
 try:  # the Triton backend module; absent or renamed in some jax builds
     from jax.experimental.pallas import triton as pltriton
@@ -35,9 +38,6 @@ except ImportError:  # pragma: no cover
 
 _MAGIC = 0x4080  # bf16 bits of 4.0; with code c in mantissa bits 5-6 the value is 4 + c
 _OFFSET = 4.0
-_NEG = -1e30  # finite start for the running max: fully masked rows stay NaN-free
-_LOG2E = 1.4426950408889634
-_LN2 = 0.6931471805599453
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def _kernel(q_ref, kc_ref, ks_ref, kz_ref, vc_ref, vs_ref, vz_ref, lo_ref, hi_re
     f32 = jnp.float32
     plane = _plane_u8 if kc_ref.dtype == jnp.uint8 else _plane_u32
     lo, hi = lo_ref[...], hi_ref[...]
-    scale2 = sm_scale * _LOG2E  # scores in the log2 domain: exp2 is the native instruction
+    scale2 = sm_scale * LOG2E  # scores in the log2 domain: exp2 is the native instruction
 
     # This split's share of the union of the rows' ranges, in whole blocks.
     nonempty = hi > lo
@@ -134,42 +134,70 @@ def _kernel(q_ref, kc_ref, ks_ref, kz_ref, vc_ref, vs_ref, vz_ref, lo_ref, hi_re
         acc = [alpha[:, None] * acc[i] + jnp.dot(ps, plane(vc, i), preferred_element_type=f32) for i in range(4)]
         return (m_new, alpha * l + p.sum(axis=1), zacc, *acc)
 
-    init = (jnp.full((M,), _NEG, f32), jnp.zeros((M,), f32), jnp.zeros((M,), f32))
+    init = (jnp.full((M,), NEG, f32), jnp.zeros((M,), f32), jnp.zeros((M,), f32))
     init += tuple(jnp.zeros((M, D4), f32) for _ in range(4))
     m, l, zacc, *acc = lax.fori_loop(0, n_blocks, body, init)
 
     inv = 1.0 / jnp.where(l > 0, l, 1.0)
     for i in range(4):
         o_ref[:, pl.ds(i * D4, D4)] = (acc[i] - zacc[:, None]) * inv[:, None]
-    lse_ref[...] = jnp.where(l > 0, (m + jnp.log2(jnp.where(l > 0, l, 1.0))) * _LN2, -jnp.inf)
+    lse_ref[...] = jnp.where(l > 0, (m + jnp.log2(jnp.where(l > 0, l, 1.0))) * LN2, -jnp.inf)
 
 
 # ----------------------------------------------------------------------------------------------
 # Wrapper
 # ----------------------------------------------------------------------------------------------
 
-# Measured on the H200 (benchmarks/NOTES.md, v3: sweep at B=8, T=32K; splits at B=1, 32K/128K;
-# repeats at B=8/32). Keyed by the query rows per KV head M: decode (M <= 8: GQA group x 1 position)
-# and verification (K=4: 20 rows). block_t: tokens per loop step; rows: pad M up to this (a power of
-# two; Triton accepts tiles under the 16-row mma shape, and 4 rows + 1 warp beat 16 rows + 4 warps by
-# 1.36x at n=1); warps, stages: Triton launch; programs: grid size default_splits aims for (B x Hkv x
-# row tiles x splits; 1056 vs 528: 1.3-1.5x at B=1, equal within 3% at B >= 8); min_blocks: fewest
-# loop steps per split.
-DECODE = dict(block_t=64, rows=4, warps=1, stages=3, programs=1056, min_blocks=4)
-VERIFY = dict(block_t=64, rows=16, warps=2, stages=3, programs=1056, min_blocks=4)
-BLOCK_M = 64  # rows per program at most
+@dataclasses.dataclass(frozen=True)
+class TritonConfig:
+    """The kernel's tunables (a static argument of int2_attention: part of its compile key).
+
+    block_t: tokens per loop step; min_rows: pad M up to this (a power of two; Triton accepts tiles under the
+    16-row mma shape, and 4 rows + 1 warp beat 16 rows + 4 warps by 1.36x at n=1); block_m: rows per program at
+    most; num_warps, num_stages: Triton launch; num_splits: splits of the history (None: splits_for_programs
+    aims at about target_programs programs, B x Hkv x row tiles x splits), min_blocks: fewest loop steps per
+    split."""
+
+    block_t: int = 64
+    min_rows: int = 4
+    block_m: int = 64
+    num_warps: int = 1
+    num_stages: int = 3
+    num_splits: int | None = None
+    target_programs: int = 1056
+    min_blocks: int = 4
+
+    def __post_init__(self):
+        pow2 = lambda x: x >= 1 and x & (x - 1) == 0
+        if not (pow2(self.block_t) and self.block_t >= 16):
+            raise ValueError(f"block_t {self.block_t}: a power of two >= 16 (Triton blocks)")
+        if not (pow2(self.min_rows) and pow2(self.block_m)):
+            raise ValueError(f"min_rows {self.min_rows}, block_m {self.block_m}: powers of two")
+        if min(self.num_warps, self.num_stages, self.target_programs, self.min_blocks) < 1:
+            raise ValueError(f"{self}: warps, stages, target programs and min blocks must be >= 1")
+        if self.num_splits is not None and self.num_splits < 1:
+            raise ValueError(f"num_splits {self.num_splits}: None or >= 1")
 
 
-def defaults_for(M: int) -> dict:
-    return DECODE if M <= 8 else VERIFY
+# Measured on the H200 (benchmarks/NOTES.md, v3: sweep at B=8, T=32K; splits at B=1, 32K/128K; repeats at
+# B=8/32). Keyed by the query rows per KV head M: decode (M <= 8: GQA group x 1 position) and verification
+# (K=4: 20 rows). target_programs 1056 vs 528: 1.3-1.5x at B=1, equal within 3% at B >= 8.
+DECODE = TritonConfig()
+VERIFY = TritonConfig(min_rows=16, num_warps=2)
+
+
+def config_for(M: int, **overrides) -> TritonConfig:
+    """The measured config for M query rows per KV head (DECODE up to 8 rows, else VERIFY), fields overridden."""
+    return dataclasses.replace(DECODE if M <= 8 else VERIFY, **overrides)
 
 
 def _pow2_at_least(x: int, floor: int = 1) -> int:
     return max(floor, 1 << max(0, (x - 1).bit_length()))
 
 
-def default_splits(B: int, programs: int, T: int, block_t: int, target: int = 1056, min_blocks: int = 4) -> int:
-    """Enough splits for about `target` programs, but at least min_blocks blocks of history per split."""
+def splits_for_programs(B: int, programs: int, T: int, block_t: int, target: int = 1056, min_blocks: int = 4) -> int:
+    """Splits of the history for about `target` programs in all (B x `programs` per batch row x splits, rounded
+    up to a power of two), but at least min_blocks blocks of history per split."""
     want = _pow2_at_least(-(-target // max(1, B * programs)))
     return max(1, min(want, T // (min_blocks * block_t)))
 
@@ -184,14 +212,9 @@ def as_words(codes):
     return lax.bitcast_convert_type(codes.reshape(*codes.shape[:-1], -1, 4), jnp.uint32)
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("sm_scale", "block_t", "block_m", "min_rows", "num_splits", "num_warps", "num_stages",
-                     "target_programs", "min_blocks", "words", "merge", "interpret"),
-)
-def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, block_m=BLOCK_M, min_rows=None,
-                   num_splits=None, num_warps=None, num_stages=None, target_programs=None, min_blocks=None,
-                   words=True, merge=True, interpret=False):
+@functools.partial(jax.jit, static_argnames=("config", "sm_scale", "words", "merge", "interpret"))
+def int2_attention(q, codes, qparams, lo, hi, *, config: TritonConfig | None = None, sm_scale=None, words=True,
+                   merge=True, interpret=False):
     """Attention of each query row over its INT2 key range.
 
     q: [B, Hkv, M, D] rotated queries (cast to bf16); codes: [B, Hkv, 2, T, D/4] uint8 (or [.., D/16]
@@ -200,7 +223,7 @@ def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, bl
     int32, row m reads keys lo <= p < hi. Returns out [B, Hkv, M, D] f32 (normalised over the range; 0
     where empty) and lse [B, Hkv, M] f32 (-inf where empty). G < D falls back to
     int2_attention_reference. words: view uint8 codes as uint32 inside the jit (measured free on the
-    H200) and unpack two codes per 32-bit op. Options left None take defaults_for(M) (DECODE or VERIFY).
+    H200) and unpack two codes per 32-bit op. config: the tunables (None: config_for(M), DECODE or VERIFY).
     merge=False returns the splits' partials unmerged, out [B, Hkv, splits, M, D] and lse [B, Hkv,
     splits, M], for a caller that merges them with partials of its own (merge_lse) in one pass.
     """
@@ -220,29 +243,24 @@ def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, bl
         out, lse = int2_attention_reference(q, codes, qparams, lo, hi, sm_scale=sm_scale)
         return (out, lse) if merge else (out[:, :, None], lse[:, :, None])
 
-    cfg = defaults_for(M)
-    block_t = cfg["block_t"] if block_t is None else block_t
-    min_rows = cfg["rows"] if min_rows is None else min_rows
-    num_warps = cfg["warps"] if num_warps is None else num_warps
-    num_stages = cfg["stages"] if num_stages is None else num_stages
+    cfg = config_for(M) if config is None else config
     # Rows: pad M to a power of two >= min_rows, then tile by block_m.
-    Mp = _pow2_at_least(M, min_rows)
-    bm = min(block_m, Mp)
+    Mp = _pow2_at_least(M, cfg.min_rows)
+    bm = min(cfg.block_m, Mp)
     Mb = Mp // bm
     qp = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, Mp - M), (0, 0))).reshape(B, H * Mb, bm, D)
     lo_p = jnp.pad(lo.astype(jnp.int32), ((0, 0), (0, Mp - M))).reshape(B, Mb, bm)
     hi_p = jnp.pad(hi.astype(jnp.int32), ((0, 0), (0, Mp - M))).reshape(B, Mb, bm)  # padded rows: empty
 
     # Keys: a block never reads past T (see the kernel); tiny histories are padded up to one block.
-    bt = block_t
+    bt = cfg.block_t
     while bt > 16 and bt > T:
         bt //= 2
     if T < bt:
         padT = lambda x: jnp.pad(x, ((0, 0),) * 3 + ((0, bt - T),) + ((0, 0),) * (x.ndim - 4))
         codes, qparams = padT(codes), padT(qparams)
     Tp = codes.shape[3]
-    ns = num_splits or default_splits(B, H * Mb, Tp, bt, target_programs or cfg["programs"],
-                                      min_blocks or cfg["min_blocks"])
+    ns = cfg.num_splits or splits_for_programs(B, H * Mb, Tp, bt, cfg.target_programs, cfg.min_blocks)
 
     kernel = functools.partial(_kernel, block_t=bt, num_splits=ns, sm_scale=float(sm_scale),
                                aligned=Tp % bt == 0)
@@ -264,7 +282,7 @@ def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, bl
                    pl.BlockSpec((None, None, None, bm), lambda b, h, s: (b, h, s, 0))],
         out_shape=[jax.ShapeDtypeStruct((B, H * Mb, ns, bm, D), jnp.float32),
                    jax.ShapeDtypeStruct((B, H * Mb, ns, bm), jnp.float32)],
-        compiler_params=None if interpret else _compiler_params(num_warps, num_stages),
+        compiler_params=None if interpret else _compiler_params(cfg.num_warps, cfg.num_stages),
         interpret=interpret,
         name="int2_attention",
     )(qp, codes, qv, qv, codes, qv, qv, lo_p, hi_p)
@@ -274,49 +292,3 @@ def int2_attention(q, codes, qparams, lo, hi, *, sm_scale=None, block_t=None, bl
         return split_rows(out), split_rows(lse)
     out, lse = merge_lse(out, lse, axis=2)  # [B, H*Mb, bm, D], [B, H*Mb, bm]
     return out.reshape(B, H, Mp, D)[:, :, :M], lse.reshape(B, H, Mp)[:, :, :M]
-
-
-def merge_lse(out, lse, axis: int):
-    """Merges softmax partials along `axis`: out [..., X, M, D] normalised, lse [..., X, M].
-
-    Partials with lse = -inf (empty) get weight 0; a row empty everywhere gives out 0, lse -inf.
-    """
-    m = lse.max(axis=axis, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0.0)
-    w = jnp.exp(lse - m)  # [..., X, M]
-    den = w.sum(axis=axis)
-    o = (jnp.expand_dims(w, -1) * out).sum(axis=axis) / jnp.where(den > 0, den, 1.0)[..., None]
-    lse = jnp.where(den > 0, jnp.squeeze(m, axis) + jnp.log(jnp.where(den > 0, den, 1.0)), -jnp.inf)
-    return o, lse
-
-
-# ----------------------------------------------------------------------------------------------
-# Reference
-# ----------------------------------------------------------------------------------------------
-
-
-def _dequant(codes, scale, zero):
-    """[B, H, T, D/4] uint8 (or [.., D/16] uint32) + per-group scale/zero -> [B, H, T, D] f32."""
-    if codes.dtype == jnp.uint32:
-        codes = lax.bitcast_convert_type(codes, jnp.uint8).reshape(*codes.shape[:-1], -1)
-    c = jnp.concatenate([(codes >> (2 * i)) & 3 for i in range(4)], axis=-1).astype(jnp.float32)
-    D, ng = c.shape[-1], scale.shape[-1]
-    cg = c.reshape(*c.shape[:-1], ng, D // ng)
-    x = (cg - zero.astype(jnp.float32)[..., None]) * scale.astype(jnp.float32)[..., None]
-    return x.reshape(c.shape)
-
-
-def int2_attention_reference(q, codes, qparams, lo, hi, *, sm_scale=None):
-    """Pure-jnp int2_attention: dequantise everything, masked softmax over [lo, hi) per row, in f32."""
-    D = q.shape[-1]
-    sm_scale = D**-0.5 if sm_scale is None else sm_scale
-    k, v = (_dequant(codes[:, :, code_plane(kind)], qparams[:, :, qparam_plane(f"scale_{kind}")],
-                     qparams[:, :, qparam_plane(f"zero_{kind}")]) for kind in "kv")
-    s = jnp.einsum("bhmd,bhtd->bhmt", q.astype(jnp.float32), k, precision=lax.Precision.HIGHEST) * sm_scale
-    pos = jnp.arange(k.shape[2])
-    valid = (pos >= lo[:, None, :, None]) & (pos < hi[:, None, :, None])  # [B, 1, M, T]
-    s = jnp.where(valid, s, -jnp.inf)
-    lse = jax.nn.logsumexp(s, axis=-1)
-    p = jnp.where(valid, jnp.exp(s - jnp.where(jnp.isfinite(lse), lse, 0.0)[..., None]), 0.0)
-    out = jnp.einsum("bhmt,bhtd->bhmd", p, v, precision=lax.Precision.HIGHEST)
-    return out, jnp.where(jnp.isfinite(lse), lse, -jnp.inf)

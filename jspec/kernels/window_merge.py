@@ -2,10 +2,10 @@
 kernels per layer, where XLA ran about nine (issue 16 item 3).
 
 For decode and verification chunks (n <= MAX_CHUNK new rows, none of them old enough to be read as INT2),
-the same result as attention_split._bf16_parts_merged. Every (batch row, KV head, query position t =
+the same result as attention.split._bf16_parts_merged. Every (batch row, KV head, query position t =
 length + i) has its g query rows of one GQA group and U units of work, each a program of `window_parts`:
 - a block of BLOCK_SPLITS history splits: their normalised partials (out, lse) weighted by exp(lse - max), or
-  the per-warp Mosaic kernel's raw ones (int2_mosaic's merge="raw"), finished here: two XLA kernels fewer;
+  the Mosaic decode body's raw ones (hopper.attention's merge="raw"), finished here: two XLA kernels fewer;
 - a block of BLOCK_SLOTS window slots as they lie in the cache: pinned slot p holds position p (read iff
   p < length), ring slot S + r the latest position p < length with p = r mod W (read iff p >= max(sink,
   t - R + 1));
@@ -13,7 +13,7 @@ length + i) has its g query rows of one GQA group and U units of work, each a pr
 each written as a softmax part (max, sum of exponentials, weighted sum of values). `window_merge` joins
 the U parts of each row under their common max and writes out [B, n, Hq, D] in the queries' layout.
 Units, not one program looping over all of it: at batch 1 there are only Hkv (8) rows of programs, and
-one loop of ten dependent loads per program measured as slow as XLA's kernels (H200, session 13).
+one loop of ten dependent loads per program measured as slow as XLA's kernels (H200, benchmarks/NOTES.md).
 Blocks that do not divide their count are shifted back to end at the last element, what they repeat
 masked out, so no load leaves its array. f32 throughout; dots of f32 operands in full precision (Triton
 would use TF32).
@@ -29,7 +29,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from jspec.kernels.hopper.ptx import LN2, OFFSET
+from jspec.kernels.common import LN2, RAW_OFFSET
 
 MAX_CHUNK = 8  # new rows per call at most (decode: 1, verification: K + 1); longer chunks stay in XLA
 BLOCK_SLOTS = 64  # window slots per program
@@ -62,7 +62,7 @@ def _parts_kernel(len_ref, layer_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *re
     # window, or with stacked the whole [L, B, Hkv, S + W, D] stacks, of which this row's is (layer, b, h) |
     # kn_ref, vn_ref [n, D] chunk rows (qkv's k and v slots)
     # refs: the history splits, normalised (os_ref [ns, g, D] f32, ls_ref [ns, g] f32) or raw (raw_ref [ns, g, D],
-    # st_ref [ns, 4, g] f32, inv_ref [D] f32: int2_mosaic's merge="raw"), then
+    # st_ref [ns, 4, g] f32, inv_ref [D] f32: hopper.attention's merge="raw"), then
     # m_ref, l_ref [g], acc_ref [g, D]: this unit's part
     f32 = jnp.float32
     split_refs, (m_ref, l_ref, acc_ref) = refs[:-3], refs[-3:]
@@ -93,15 +93,15 @@ def _parts_kernel(len_ref, layer_ref, q_ref, kw_ref, vw_ref, kn_ref, vn_ref, *re
         return m, w.sum(axis=0), (w[:, :, None] * os_ref[pl.ds(a, bs), :, :]).sum(axis=0)
 
     def raw_splits(blk, fresh, raw_ref, st_ref, inv_ref):
-        # int2_mosaic.finish's work on the way: split s holds l_s = sum 2^(x - m_s) over its keys (log2 units) and
-        # values times their plane factors (1 / inv) plus OFFSET sum(w) (sw) and less sum(w z) (zw). Weighted by
+        # hopper.attention.finish's work on the way: split s holds l_s = sum 2^(x - m_s) over its keys (log2 units) and
+        # values times their plane factors (1 / inv) plus RAW_OFFSET sum(w) (sw) and less sum(w z) (zw). Weighted by
         # 2^(m_s - max), the offsets and factors are linear in the splits: applied once, after the sum.
         m2 = jnp.where(fresh, st_ref[blk, 0, :], -jnp.inf)  # [bs, g]; an empty split's max is -1e30: weight 0
         mx = m2.max(axis=0)
         w = jnp.exp((m2 - jnp.where(mx == -jnp.inf, 0.0, mx)[None, :]) * LN2)
         wsum = lambda x: (w * x).sum(axis=0)[:, None]  # [bs, g] -> [g, 1]
         acc = (w[:, :, None] * raw_ref[blk, :, :]).sum(axis=0)  # [g, D]
-        c = (acc - OFFSET * wsum(st_ref[blk, 2, :])) * inv_ref[...][None, :] - wsum(st_ref[blk, 3, :])
+        c = (acc - RAW_OFFSET * wsum(st_ref[blk, 2, :])) * inv_ref[...][None, :] - wsum(st_ref[blk, 3, :])
         return mx * LN2, wsum(st_ref[blk, 1, :])[:, 0], c
 
     def window():  # the other units: bw window slots each
@@ -173,9 +173,9 @@ def window_merge(qkv, win_k, win_v, length, splits, layer=None, *, sink: int, re
     0..n-1, then the chunk's k row and v row, read in place (slices of it would each be copied for the call);
     win_k, win_v [B, Hkv, S + W, D] the window (S = pinned slots), or with layer (an int32 scalar) the [L, B, Hkv,
     S + W, D] stacks of a stacked cache, read in place at that layer (XLA copied a slice for the call: 0.27 ms per
-    8B step at B 8, session 22); splits: the INT2 kernel's split partials (row i * g + head in group), normalised
-    (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as the Mosaic per-warp kernel leaves them
-    (int2_mosaic's merge="raw": raw [B, Hkv, ns, N, D], stats [B, Hkv, ns, 4, N], value factors [D]; N >= n * g).
+    8B step at B 8, H200); splits: the INT2 kernel's split partials (row i * g + head in group), normalised
+    (out [B, Hkv, ns, n * g, D] f32, lse [B, Hkv, ns, n * g]) or as the Mosaic decode body leaves them
+    (hopper.attention's merge="raw": raw [B, Hkv, ns, N, D], stats [B, Hkv, ns, 4, N], value factors [D]; N >= n * g).
     Returns [B, n, Hq, D] in qkv.dtype."""
     B, n, H, slots, D = qkv.shape
     g, X, ns = slots - 2, win_k.shape[-2], splits[0].shape[2]

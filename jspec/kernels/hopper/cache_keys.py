@@ -15,12 +15,13 @@ options lock with options of its own, so it waits until no XLA compile in the pr
 with the generate program's parts compiled side by side, the kernel in one part waited for the others (one
 build of 16.2 s against 0.5 s; compiled beside the parts it still waited, 14.3 s). A kernel compiled before
 the programs is found in jaxlib's in-process cache: the 8B + draft cold compile took 30-33 s against 48-52 s
-on one H200 host (session 25, benchmarks/NOTES.md).
+on one H200 host (benchmarks/NOTES.md).
+
+The lowering is reached through jax_patch, the one module that patches JAX (it says why).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import warnings
@@ -30,26 +31,12 @@ _lowered: dict = {}  # digest -> (input avals, module, params) of each kernel lo
 _primed: set = set()
 
 
-def install() -> None:
-    """Wraps JAX's lowering of a Mosaic GPU kernel (the one Pallas calls) so that it names the kernel
-    first. Once per process; nothing where this JAX has no such lowering."""
-    try:
-        from jax.experimental.mosaic.gpu import core
-    except ImportError:  # pragma: no cover
-        return
-    rule = getattr(core, "_mosaic_gpu_lowering_rule", None)
-    if rule is None or getattr(rule, "names_kernels", False):
-        return
-
-    @functools.wraps(rule)
-    def lowering_rule(ctx, *args, module, **params):
-        digest = name_kernel(module)
-        if digest not in _primed:
-            _lowered[digest] = (tuple(ctx.avals_in), module, params)
-        return rule(ctx, *args, module=module, **params)
-
-    lowering_rule.names_kernels = True
-    core._mosaic_gpu_lowering_rule = lowering_rule
+def note(avals, module, params) -> None:
+    """Names a kernel module being lowered (name_kernel) and notes it, with its input avals and lowering params,
+    for prime unless it was primed before. Called by jax_patch's wrapper of JAX's lowering rule."""
+    digest = name_kernel(module)
+    if digest not in _primed:
+        _lowered[digest] = (avals, module, params)
 
 
 def name_kernel(module) -> str:

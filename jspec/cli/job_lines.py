@@ -1,0 +1,59 @@
+"""What every job format shares: a job's row, the line fingerprint and resume key, and the Format that reads and
+answers lines (jspec's own in cli.batch, OpenAI's in cli.openai_batch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Callable
+
+from jspec.config import SamplingConfig
+
+
+class JobError(ValueError):
+    """A job that cannot run without damaging a file or mixing two inputs' results."""
+
+
+@dataclasses.dataclass
+class Job:
+    id: object
+    line: int
+    line_hash: str
+    ids: list[int]
+    max_new: int
+    sampling: SamplingConfig
+    stop: tuple[str, ...] = ()
+    key: object = None  # the line's resume key (Format.keys)
+    meta: dict = dataclasses.field(default_factory=dict)  # what the line's format answers with
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """How a job's lines are read and answered: jspec's own (JSPEC) or OpenAI's batch format
+    (jspec.cli.openai_batch.FORMAT)."""
+
+    name: str  # in messages: "a jspec results file"
+    owner: str  # the field that names a line: "id"
+    parse: Callable  # (raw, engine, gen, base) -> (owner or None, Job fields or an error message)
+    keys: Callable  # (lines) -> {line number: resume key}
+    record: Callable  # (engine, job, tokens, stats) -> the result record
+    error: Callable  # (job, message) -> the error record
+    answered: Callable  # (a record read back) -> (resume key, line fingerprint), None if not one of this format
+    where: Callable  # (resume key) -> how a message names the line: "line 3"
+
+
+def fingerprint(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()[:16]
+
+
+def resume_key(x):
+    """A JSON value (a line's id) as a hashable, order-independent key."""
+    return json.dumps(x, sort_keys=True)
+
+
+def stop_strings(value) -> tuple:
+    """A line's "stop": a string, a list of them, or null/absent -> a tuple (check_stops checks it)."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else value
