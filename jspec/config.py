@@ -26,6 +26,17 @@ class ConfigError(ValueError):
     """A configuration that jspec cannot run (bad value, unsupported architecture)."""
 
 
+def _plain_numbers(cfg) -> None:
+    """Replaces numpy scalars in a frozen config's fields by Python ones (np.int64(2) -> 2), so that a value
+    that passes validation behaves as an int or float everywhere after it (arithmetic, hashing, JSON)."""
+    for field in dataclasses.fields(cfg):  # numpy registers its scalars with the numbers ABCs
+        x = getattr(cfg, field.name)
+        if isinstance(x, numbers.Integral) and type(x) not in (int, bool):
+            object.__setattr__(cfg, field.name, int(x))
+        elif isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) and type(x) is not float:
+            object.__setattr__(cfg, field.name, float(x))
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Shape and numerics of one Llama-family decoder."""
@@ -184,6 +195,9 @@ class KVConfig:
     clip_v: float = 0.92
     scale_dtype: str = "bfloat16"  # "bfloat16" | "float32"
 
+    def __post_init__(self):
+        _plain_numbers(self)
+
     @property
     def int2(self) -> bool:
         return self.mode == "int2"
@@ -229,6 +243,9 @@ class SamplingConfig:
     top_p: float = 1.0  # 1: off
     seed: int = 0
 
+    def __post_init__(self):
+        _plain_numbers(self)
+
     def validate(self) -> None:
         check_number("temperature", self.temperature, 0.0, FLOAT32_MAX)
         if 0 < self.temperature < MIN_TEMPERATURE:
@@ -247,6 +264,9 @@ class GenerateConfig:
     # per call from costs measured on the device and the acceptance expected (jspec.lookahead)
     lookahead: int | str = "auto"
     stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
+
+    def __post_init__(self):
+        _plain_numbers(self)
 
     def validate(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)
