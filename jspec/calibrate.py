@@ -30,7 +30,7 @@ import numpy as np
 from jspec import rotation
 from jspec.attention import attend_reference
 from jspec.config import ConfigError, ModelConfig
-from jspec.model import Layer, Params, mlp, qkv, rms_norm
+from jspec.model import Layer, Params, attn_out, mlp, qkv, rms_norm
 
 
 @partial(jax.jit, static_argnums=1)
@@ -40,7 +40,7 @@ def _layer_step(lp: Layer, cfg: ModelConfig, x):
     pos = jnp.broadcast_to(jnp.arange(n), (B, n))
     q, k, v = qkv(lp, cfg, rms_norm(x, lp.attn_norm, cfg.rms_eps), pos)
     o = attend_reference(q, k, v, None, jnp.zeros((B,), jnp.int32), None)
-    x = x + o.reshape(B, n, -1) @ lp.wo
+    x = x + attn_out(lp, o.reshape(B, n, -1))
     return x + mlp(lp, rms_norm(x, lp.mlp_norm, cfg.rms_eps)), q, k, v
 
 

@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from jspec import tokenizer
-from jspec.config import ModelConfig, load_model_config
+from jspec.config import ConfigError, ModelConfig, load_model_config
 from jspec.model import Layer, Params, fuse_qkv, unfuse_qkv
 
 
@@ -30,6 +30,9 @@ LAYER_NAMES = {
     "w_gu": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), True),
     "w_down": (("mlp.down_proj.weight",), True),
     "bqkv": (("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"), False),
+    "bo": (("self_attn.o_proj.bias",), False),
+    "b_gu": (("mlp.gate_proj.bias", "mlp.up_proj.bias"), False),
+    "b_down": (("mlp.down_proj.bias",), False),
     "q_norm": (("self_attn.q_norm.weight",), False),
     "k_norm": (("self_attn.k_norm.weight",), False),
 }
@@ -44,23 +47,27 @@ def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
                   w_gu=((E, F), (E, F)), w_down=((F, E),))
     if cfg.qkv_bias:
         shapes.update(bqkv=((Hq,), (Hkv,), (Hkv,)))
+    if cfg.o_bias:
+        shapes.update(bo=((E,),))
+    if cfg.mlp_bias:
+        shapes.update(b_gu=((F,), (F,)), b_down=((E,),))
     if cfg.qk_norm:
         shapes.update(q_norm=((D,),), k_norm=((D,),))
     return shapes
 
 
 def _fuse(field: str, parts, cfg: ModelConfig):
-    """A Layer field from its HF tensors (transposed, numpy): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu)."""
+    """A Layer field from its HF tensors (transposed, numpy): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu, b_gu)."""
     if field in ("wqkv", "bqkv"):
         return fuse_qkv(*parts, cfg, xp=np)
-    return np.stack(parts, axis=-2) if field == "w_gu" else parts[0]
+    return np.stack(parts, axis=-2) if field in ("w_gu", "b_gu") else parts[0]
 
 
 def _unfuse(field: str, x, cfg: ModelConfig):
     """_fuse's inverse: the HF tensors (transposed) of a Layer field."""
     if field in ("wqkv", "bqkv"):
         return unfuse_qkv(x, cfg)
-    return (x[..., 0, :], x[..., 1, :]) if field == "w_gu" else (x,)
+    return (x[..., 0, :], x[..., 1, :]) if field in ("w_gu", "b_gu") else (x,)
 
 
 def _weight_map(index: Path) -> dict[str, str]:
@@ -148,7 +155,8 @@ def _reader(tensors: dict):
 
 def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
     """Reads HF safetensors (one file or index + shards) into jspec Params of numpy arrays in `dtype`."""
-    read = _reader(_open_tensors(Path(model_dir)))
+    tensors = _open_tensors(Path(model_dir))
+    read = _reader(tensors)
     dtype = np.dtype(dtype)  # jnp.bfloat16 is ml_dtypes' bfloat16
     layers = []
     for i in range(cfg.num_layers):
@@ -160,8 +168,19 @@ def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
         layers.append(Layer(**fields))
     E, V = cfg.hidden_size, cfg.vocab_size
     embed = read("model.embed_tokens.weight", (V, E), False, dtype)
+    if cfg.tie_embeddings and "lm_head.weight" in tensors:
+        _check_tied(read, V, E, dtype)
     lm_head = None if cfg.tie_embeddings else read("lm_head.weight", (E, V), True, dtype)
     return Params(embed, tuple(layers), read("model.norm.weight", (E,), False, dtype), lm_head)
+
+
+def _check_tied(read, V: int, E: int, dtype) -> None:
+    """A tied model whose file also holds a different lm_head.weight: transformers then unties them and uses it,
+    jspec would use the embedding; refused rather than run another model."""
+    embed, head = (read(name, (V, E), False, dtype) for name in ("model.embed_tokens.weight", "lm_head.weight"))
+    if not np.array_equal(embed, head):
+        raise CheckpointError("config.json sets tie_word_embeddings but the checkpoint's lm_head.weight differs from "
+                              "model.embed_tokens.weight (jspec does not untie them): set tie_word_embeddings to false")
 
 
 def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
@@ -202,6 +221,11 @@ def hf_config(cfg: ModelConfig) -> dict:
     arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM"}[cfg.model_type]
     eos = list(cfg.eos_token_ids)
+    if cfg.model_type in ("llama", "qwen3") and cfg.qkv_bias != cfg.o_bias:
+        raise ConfigError(f"a {cfg.model_type} config.json biases q, k, v and o together (attention_bias): "
+                          f"qkv_bias={cfg.qkv_bias} with o_bias={cfg.o_bias} cannot be saved")
+    if cfg.mlp_bias and cfg.model_type != "llama":
+        raise ConfigError(f"a {cfg.model_type} config.json has no mlp_bias")
     rope = {}
     if cfg.rope_llama3 is not None:
         # the 4.x spelling, which transformers 5 still reads (and so does config._rope_params)
@@ -223,7 +247,8 @@ def hf_config(cfg: ModelConfig) -> dict:
         **rope,
         "max_position_embeddings": cfg.max_position,
         "tie_word_embeddings": cfg.tie_embeddings,
-        "attention_bias": cfg.qkv_bias,
+        "attention_bias": cfg.o_bias if cfg.model_type in ("llama", "qwen3") else cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
         "hidden_act": "silu",
         "bos_token_id": cfg.bos_token_id,
         "eos_token_id": eos[0] if len(eos) == 1 else eos,

@@ -55,7 +55,9 @@ class ModelConfig:
     rope_llama3: tuple[float, float, float, int] | None = None
     max_position: int = 2048
     tie_embeddings: bool = False
-    qkv_bias: bool = False  # Qwen2
+    qkv_bias: bool = False  # Qwen2; Llama and Qwen3 with attention_bias
+    o_bias: bool = False  # Llama and Qwen3 with attention_bias
+    mlp_bias: bool = False  # Llama with mlp_bias: gate, up and down
     qk_norm: bool = False  # Qwen3
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -88,6 +90,13 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
     head_dim = _positive(hf, "head_dim", None) or hidden // heads
     if head_dim < 1:
         raise ConfigError(f"hidden_size {hidden} is smaller than num_attention_heads {heads}")
+    act = hf.get("hidden_act", "silu")
+    if act not in SUPPORTED_ACTIVATIONS:
+        raise ConfigError(f"field 'hidden_act' is {act!r}: jspec implements silu only")
+    # transformers reads attention_bias (q, k, v and o) in Llama and Qwen3 and mlp_bias in Llama only; Qwen2 has
+    # q, k, v biases always and Mistral none, whatever the config says
+    attention_bias = _flag(hf, "attention_bias") and model_type in ("llama", "qwen3")
+    mlp_bias = _flag(hf, "mlp_bias") and model_type == "llama"
     return ModelConfig(
         model_type=model_type,
         vocab_size=_positive(hf, "vocab_size"),
@@ -101,8 +110,10 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
         rope_theta=_rope_theta(hf),
         rope_llama3=_rope_llama3(hf),
         max_position=_positive(hf, "max_position_embeddings", 2048),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+        tie_embeddings=_flag(hf, "tie_word_embeddings"),
+        qkv_bias=model_type == "qwen2" or attention_bias,
+        o_bias=attention_bias,
+        mlp_bias=mlp_bias,
         qk_norm=model_type == "qwen3",
         bos_token_id=_token_ids(hf, "bos_token_id")[0] if hf.get("bos_token_id") is not None else None,
         eos_token_ids=_token_ids(hf, "eos_token_id"),
@@ -111,6 +122,17 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
 
 
 _REQUIRED = object()
+SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function in transformers' ACT2FN
+
+
+def _flag(d: dict, name: str) -> bool:
+    """d[name] as a bool, False when absent or null; a ConfigError names the field when it is not a bool."""
+    x = d.get(name)
+    if x is None:
+        return False
+    if not isinstance(x, bool):
+        raise ConfigError(f"field {name!r} must be true or false, got {x!r}")
+    return x
 
 
 def _positive(d: dict, name: str, default=_REQUIRED, where: str = "", integer: bool = True):

@@ -133,12 +133,15 @@ def hadamard_rotations(cfg: ModelConfig):
 HASHED_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                  "num_kv_heads", "head_dim", "rms_eps", "rope_theta", "rope_llama3", "tie_embeddings",
                  "qkv_bias", "qk_norm")
+# Fields added since: hashed only when set, so that the files of models without them keep their hash.
+HASHED_WHEN_SET = ("o_bias", "mlp_bias")
 
 
 def config_hash(cfg: ModelConfig) -> str:
     """A short stable hash of the architecture fields of a ModelConfig: ties a rotation file to its model."""
     fields = dataclasses.asdict(cfg)
-    text = json.dumps({k: fields[k] for k in HASHED_FIELDS}, sort_keys=True)
+    hashed = {k: fields[k] for k in HASHED_FIELDS} | {k: fields[k] for k in HASHED_WHEN_SET if fields[k]}
+    text = json.dumps(hashed, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -7,9 +7,19 @@ Tiny models (conftest.hf_model_dir) and no compiled decoding loop: these run in 
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
+import json
+from pathlib import Path
 
-from jspec.config import GenerateConfig, KVConfig, SamplingConfig
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import _BASE, VOCAB, _randomize, tiny_tokenizer
+from safetensors.numpy import load_file, save_file
+
+from jspec import checkpoint, model
+from jspec.checkpoint import CheckpointError
+from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig, model_config_from_hf
 from jspec.engine import capacity_bucket
 
 
@@ -25,3 +35,63 @@ def test_numpy_scalars_in_run_configs_become_python_numbers():
     gen.validate(), sampling.validate(), kv.validate(head_dim=16, lookahead=2)
     assert capacity_bucket(gen.max_new_tokens + gen.lookahead + 1, 256) == 16
     assert hash(gen) == hash(GenerateConfig(max_new_tokens=8, lookahead=2))
+
+
+def _save_llama(path: Path, seed: int = 0, **kwargs):
+    """A tiny random transformers Llama (float32) with config kwargs, saved with the tiny tokenizer at path."""
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(**_BASE | dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2,
+                                                  num_hidden_layers=2) | kwargs)
+    torch.manual_seed(seed)
+    hf = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    _randomize(hf, seed)
+    hf.save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return hf
+
+
+def _hf_logits(hf, ids):
+    import torch
+
+    with torch.no_grad():
+        return hf(torch.tensor(ids)).logits.numpy()
+
+
+def _edit_config(path: Path, **fields) -> Path:
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | fields))
+    return path
+
+
+def test_configs_jspec_does_not_compute_are_refused_and_biases_are_computed(tmp_path, f32_matmul):
+    """Class 2: attention_bias (q, k, v and o) and mlp_bias give transformers' logits; another hidden_act, or a
+    tied model whose file holds a different lm_head.weight, is one error naming the field."""
+    hf = _save_llama(tmp_path / "biased", attention_bias=True, mlp_bias=True)
+    cfg, params, _ = checkpoint.load_model(tmp_path / "biased", jnp.float32, tokenizer=False)
+    assert cfg.qkv_bias and cfg.o_bias and cfg.mlp_bias and params.layers[0].b_gu.shape == (2, 64)
+    ids = np.random.default_rng(0).integers(4, VOCAB, (2, 12))
+    got, _ = model.forward(params, cfg, jnp.asarray(ids))
+    np.testing.assert_allclose(np.asarray(got), _hf_logits(hf, ids), atol=1e-4, rtol=0)
+    saved = tmp_path / "saved"  # and back: save_hf writes what transformers reads as the same model
+    checkpoint.save_hf(saved, params, cfg)
+    assert checkpoint.load_model_config(saved) == cfg
+    with pytest.raises(ConfigError, match="biases q, k, v and o together"):  # not expressible in config.json
+        checkpoint.hf_config(dataclasses.replace(cfg, o_bias=False))
+
+    for act in ("gelu", "relu", 3):
+        with pytest.raises(ConfigError, match=f"field 'hidden_act' is {act!r}: jspec implements silu only"):
+            model_config_from_hf(json.loads((tmp_path / "biased" / "config.json").read_text()) | {"hidden_act": act})
+    with pytest.raises(ConfigError, match="field 'mlp_bias' must be true or false"):
+        model_config_from_hf(json.loads((tmp_path / "biased" / "config.json").read_text()) | {"mlp_bias": "yes"})
+
+    tied = tmp_path / "tied"
+    _save_llama(tied, tie_word_embeddings=True)
+    checkpoint.load_model(tied, jnp.float32, tokenizer=False)  # the file has no lm_head.weight: fine
+    weights = load_file(tied / "model.safetensors")
+    save_file(weights | {"lm_head.weight": weights["model.embed_tokens.weight"]}, tied / "model.safetensors")
+    checkpoint.load_model(tied, jnp.float32, tokenizer=False)  # the same tensor twice: fine
+    save_file(weights | {"lm_head.weight": weights["model.embed_tokens.weight"] + 1}, tied / "model.safetensors")
+    with pytest.raises(CheckpointError, match="tie_word_embeddings but the checkpoint's lm_head.weight differs"):
+        checkpoint.load_model(tied, jnp.float32, tokenizer=False)
