@@ -232,6 +232,8 @@ def hf_config(cfg: ModelConfig) -> dict:
         factor, low, high, orig = cfg.rope_llama3
         rope = {"rope_scaling": {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
                                  "high_freq_factor": high, "original_max_position_embeddings": orig}}
+    elif cfg.rope_linear is not None:
+        rope = {"rope_scaling": {"rope_type": "linear", "factor": cfg.rope_linear}}
     return {
         "architectures": [arch],
         "model_type": cfg.model_type,

@@ -53,6 +53,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     # llama3 rope scaling as a hashable tuple: (factor, low_freq_factor, high_freq_factor, original_max_pos)
     rope_llama3: tuple[float, float, float, int] | None = None
+    rope_linear: float | None = None  # linear rope scaling's factor: positions / factor
     max_position: int = 2048
     tie_embeddings: bool = False
     qkv_bias: bool = False  # Qwen2; Llama and Qwen3 with attention_bias
@@ -109,6 +110,7 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
         rms_eps=_positive(hf, "rms_norm_eps", 1e-6, integer=False),
         rope_theta=_rope_theta(hf),
         rope_llama3=_rope_llama3(hf),
+        rope_linear=_rope_linear(hf),
         max_position=_positive(hf, "max_position_embeddings", 2048),
         tie_embeddings=_flag(hf, "tie_word_embeddings"),
         qkv_bias=model_type == "qwen2" or attention_bias,
@@ -157,13 +159,42 @@ def _token_ids(hf: dict, name: str) -> tuple[int, ...]:
     return ids
 
 
+ROPE_KINDS = ("default", "linear", "llama3")  # transformers' rope_type values that jspec computes
+
+
 def _rope_params(hf: dict) -> tuple[str, dict]:
-    # transformers 5 moved rope settings into `rope_parameters`; 4.x used rope_theta/rope_scaling.
-    key = "rope_parameters" if hf.get("rope_parameters") else "rope_scaling"
-    rp = hf.get(key) or {}
-    if not isinstance(rp, dict):
-        raise ConfigError(f"field {key!r} must be an object, got {rp!r}")
-    return key, rp
+    """(the key it came from, the rope block): transformers 5 writes `rope_parameters` into every config it saves,
+    4.x wrote `rope_scaling`, and transformers reads `rope_scaling` first when both are there. Both present must
+    agree on every setting they both name (the rope type included), else jspec cannot tell which one runs."""
+    if hf.get("partial_rotary_factor", 1.0) != 1.0:  # transformers moves it into the rope block
+        raise ConfigError(f"field 'partial_rotary_factor' is {hf['partial_rotary_factor']!r}: jspec rotates the "
+                          "whole head")
+    blocks = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        rp = hf.get(key)
+        if rp is not None and not isinstance(rp, dict):
+            raise ConfigError(f"field {key!r} must be an object, got {rp!r}")
+        if rp:
+            blocks[key] = dict(rp, rope_type=_rope_kind(key, rp))
+    if len(blocks) == 2:
+        a, b = blocks.values()
+        differ = sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
+        if differ:
+            raise ConfigError(f"fields 'rope_scaling' and 'rope_parameters' disagree on {', '.join(differ)}: "
+                              "keep one of them")
+        return "rope_scaling", b | a
+    return next(iter(blocks.items()), ("rope_parameters", {}))
+
+
+def _rope_kind(key: str, rp: dict) -> str:
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind not in ROPE_KINDS:
+        raise ConfigError(f"field '{key}' asks for rope scaling {kind!r}, which jspec does not implement "
+                          f"(it implements {', '.join(ROPE_KINDS)})")
+    factor = rp.get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        raise ConfigError(f"field '{key}.partial_rotary_factor' is {factor!r}: jspec rotates the whole head")
+    return kind
 
 
 def _rope_theta(hf: dict) -> float:
@@ -175,11 +206,8 @@ def _rope_theta(hf: dict) -> float:
 
 def _rope_llama3(hf: dict):
     key, rp = _rope_params(hf)
-    kind = rp.get("rope_type", rp.get("type", "default"))
-    if kind in (None, "default"):
+    if rp.get("rope_type") != "llama3":
         return None
-    if kind != "llama3":
-        raise ConfigError(f"unsupported rope scaling type {kind!r} (jspec supports default and llama3)")
     where = f"{key}."
     return (
         _positive(rp, "factor", where=where, integer=False),
@@ -187,6 +215,11 @@ def _rope_llama3(hf: dict):
         _positive(rp, "high_freq_factor", where=where, integer=False),
         _positive(rp, "original_max_position_embeddings", where=where),
     )
+
+
+def _rope_linear(hf: dict) -> float | None:
+    key, rp = _rope_params(hf)
+    return _positive(rp, "factor", where=f"{key}.", integer=False) if rp.get("rope_type") == "linear" else None
 
 
 def load_model_config(model_dir: str | Path) -> ModelConfig:

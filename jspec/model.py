@@ -56,9 +56,11 @@ def rms_norm(x, w, eps):
 
 
 def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
-    """Inverse frequencies [D/2] in float64, with llama3 scaling when the config asks for it."""
+    """Inverse frequencies [D/2] in float64, with linear or llama3 scaling when the config asks for it."""
     D = cfg.head_dim
     inv = 1.0 / cfg.rope_theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    if cfg.rope_linear is not None:  # angles at positions / factor
+        inv = inv / cfg.rope_linear
     if cfg.rope_llama3 is None:
         return inv
     factor, low, high, orig = cfg.rope_llama3

@@ -134,7 +134,7 @@ HASHED_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size",
                  "num_kv_heads", "head_dim", "rms_eps", "rope_theta", "rope_llama3", "tie_embeddings",
                  "qkv_bias", "qk_norm")
 # Fields added since: hashed only when set, so that the files of models without them keep their hash.
-HASHED_WHEN_SET = ("o_bias", "mlp_bias")
+HASHED_WHEN_SET = ("o_bias", "mlp_bias", "rope_linear")
 
 
 def config_hash(cfg: ModelConfig) -> str:

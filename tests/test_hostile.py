@@ -95,3 +95,44 @@ def test_configs_jspec_does_not_compute_are_refused_and_biases_are_computed(tmp_
     save_file(weights | {"lm_head.weight": weights["model.embed_tokens.weight"] + 1}, tied / "model.safetensors")
     with pytest.raises(CheckpointError, match="tie_word_embeddings but the checkpoint's lm_head.weight differs"):
         checkpoint.load_model(tied, jnp.float32, tokenizer=False)
+
+
+def test_rope_scaling_is_applied_or_refused_whichever_key_holds_it(tmp_path, f32_matmul):
+    """Class 3: linear rope scaling gives transformers' logits under either key; yarn, dynamic, longrope, su and
+    mrope are refused naming the kind, wherever the block sits (transformers 5 writes a default rope_parameters
+    into every config, beside which a rope_scaling was ignored); two blocks that disagree are refused."""
+    hf = _save_llama(tmp_path / "linear", rope_scaling={"rope_type": "linear", "factor": 4.0})
+    saved = json.loads((tmp_path / "linear" / "config.json").read_text())
+    ids = np.random.default_rng(1).integers(4, VOCAB, (2, 40))
+    ref = _hf_logits(hf, ids)
+    theta = saved["rope_parameters"]["rope_theta"]
+    spellings = {"rope_parameters": saved["rope_parameters"],  # as transformers 5 saved it
+                 "rope_scaling": {"type": "linear", "factor": 4.0},  # 4.x, alone
+                 "both": {"type": "linear", "factor": 4.0, "rope_theta": theta}}  # two blocks that agree
+    for name, block in spellings.items():
+        beside = {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": theta}} if name == "both" \
+            else {"rope_parameters": None} if name == "rope_scaling" else {}
+        _edit_config(tmp_path / "linear", **{"rope_scaling": block if name != "rope_parameters" else None} | beside)
+        cfg, params, _ = checkpoint.load_model(tmp_path / "linear", jnp.float32, tokenizer=False)
+        assert cfg.rope_linear == 4.0, name
+        got, _ = model.forward(params, cfg, jnp.asarray(ids))
+        np.testing.assert_allclose(np.asarray(got), ref, atol=1e-4, rtol=0, err_msg=name)
+
+    default = {"rope_type": "default", "rope_theta": 10000.0}
+    for kind in ("yarn", "dynamic", "longrope", "su", "mrope"):
+        block = {"factor": 4.0, "original_max_position_embeddings": 64}
+        for key, other in (("rope_scaling", default), ("rope_parameters", None), ("rope_scaling", None)):
+            for spelling in ("type", "rope_type"):
+                hf_cfg = saved | {key: block | {spelling: kind}}
+                hf_cfg |= {"rope_parameters" if key == "rope_scaling" else "rope_scaling": other}
+                with pytest.raises(ConfigError, match=f"field '{key}' asks for rope scaling '{kind}', which jspec "
+                                                      "does not implement"):
+                    model_config_from_hf(hf_cfg)
+    with pytest.raises(ConfigError, match="'rope_scaling' and 'rope_parameters' disagree on rope_type"):
+        model_config_from_hf(saved | {"rope_parameters": default, "rope_scaling": {"type": "linear", "factor": 2.0}})
+    with pytest.raises(ConfigError, match="disagree on factor"):
+        model_config_from_hf(saved | {"rope_scaling": saved["rope_parameters"] | {"factor": 2.0}})
+    with pytest.raises(ConfigError, match="'rope_parameters.partial_rotary_factor' is 0.5"):
+        model_config_from_hf(saved | {"rope_parameters": default | {"partial_rotary_factor": 0.5}})
+    with pytest.raises(ConfigError, match="'partial_rotary_factor' is 0.25"):
+        model_config_from_hf(saved | {"partial_rotary_factor": 0.25})
