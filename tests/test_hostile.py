@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -17,9 +18,9 @@ import pytest
 from conftest import _BASE, VOCAB, _randomize, tiny_tokenizer
 from safetensors.numpy import load_file, save_file
 
-from jspec import checkpoint, model
+from jspec import checkpoint, model, rotation
 from jspec.checkpoint import CheckpointError
-from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig, model_config_from_hf
+from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig, model_config_from_hf
 from jspec.engine import capacity_bucket
 
 
@@ -136,3 +137,33 @@ def test_rope_scaling_is_applied_or_refused_whichever_key_holds_it(tmp_path, f32
         model_config_from_hf(saved | {"rope_parameters": default | {"partial_rotary_factor": 0.5}})
     with pytest.raises(ConfigError, match="'partial_rotary_factor' is 0.25"):
         model_config_from_hf(saved | {"partial_rotary_factor": 0.25})
+
+
+TINY = ModelConfig("llama", VOCAB, 32, 64, 2, 4, 2, 8)
+
+
+def test_rotation_files_are_checked_at_load(tmp_path):
+    """Class 5: a --rotations file that is garbage, truncated, or holds NaN, all-zero or non-orthogonal matrices
+    is one error naming the file and the problem."""
+    rot_k, rot_v = rotation.data_free_rotations(TINY, "hadamard")
+    meta = rotation.make_meta(TINY, "hadamard", True, 0)
+    good = tmp_path / "good.safetensors"
+    rotation.save_rotations(good, rot_k, rot_v, meta)
+    assert len(rotation.load_rotations(good, TINY)[0]) == 2
+    blob = good.read_bytes()
+    skewed = rot_k[1].copy()
+    skewed[0, 0] *= 1.01
+    cases = {"garbage": (b"not a safetensors file" * 9, "not a readable rotation file"),
+             "truncated": (blob[: len(blob) // 2], "not a readable rotation file"),
+             "empty": (b"", "not a readable rotation file"),
+             "nan": ([r.copy() for r in rot_k[:1]] + [np.full_like(rot_k[1], np.nan)], "rot_k.1 holds NaN"),
+             "zero": ([np.zeros_like(rot_k[0]), rot_k[1]], r"rot_k.0 is not orthogonal \(max \|R R\^T - I\| = 1 "),
+             "skewed": ([rot_k[0], skewed], "rot_k.1 is not orthogonal")}
+    for name, (content, message) in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            rotation.save_rotations(path, content, rot_v, meta)
+        with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: {message}"):
+            rotation.load_rotations(path, TINY)
