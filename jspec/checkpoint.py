@@ -206,14 +206,27 @@ def load_tokenizer(model_dir: str | Path):
         raise FileNotFoundError(f"no usable tokenizer in {str(model_dir)!r}: {first}") from None
 
 
+def check_vocabulary(tok, cfg: ModelConfig, model_dir: Path) -> None:
+    """ConfigError when the tokenizer has ids past the model's embedding (an added token beyond it): the model
+    would be run on, and could emit, rows it does not have."""
+    vocab = tok.get_vocab()
+    top = max(vocab.values(), default=-1)
+    if top >= cfg.vocab_size:
+        token = next(t for t, i in vocab.items() if i == top)
+        raise ConfigError(f"{model_dir}: the tokenizer's largest token id is {top} ({token!r}), past the model's "
+                          f"vocabulary (vocab_size {cfg.vocab_size} in config.json)")
+
+
 def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):
     """Loads (ModelConfig, Params, tokenizer or None) from a local Hugging Face directory."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
     cfg = load_model_config(model_dir)
-    params = load_params(model_dir, cfg, dtype)
-    return cfg, params, load_tokenizer(model_dir) if tokenizer else None
+    tok = load_tokenizer(model_dir) if tokenizer else None
+    if tok is not None:  # before the weights: a mismatch is reported at once
+        check_vocabulary(tok, cfg, model_dir)
+    return cfg, load_params(model_dir, cfg, dtype), tok
 
 
 def hf_config(cfg: ModelConfig) -> dict:

@@ -98,9 +98,14 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
     # q, k, v biases always and Mistral none, whatever the config says
     attention_bias = _flag(hf, "attention_bias") and model_type in ("llama", "qwen3")
     mlp_bias = _flag(hf, "mlp_bias") and model_type == "llama"
+    vocab = _positive(hf, "vocab_size")
+    for name in ("bos_token_id", "eos_token_id"):
+        past = [i for i in _token_ids(hf, name) if i >= vocab]
+        if past:
+            raise ConfigError(f"field {name!r} holds {past[0]}, past the vocabulary (vocab_size {vocab})")
     return ModelConfig(
         model_type=model_type,
-        vocab_size=_positive(hf, "vocab_size"),
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=_positive(hf, "intermediate_size"),
         num_layers=_positive(hf, "num_hidden_layers"),

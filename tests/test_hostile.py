@@ -7,6 +7,7 @@ Tiny models (conftest.hf_model_dir) and no compiled decoding loop: these run in 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -167,3 +168,22 @@ def test_rotation_files_are_checked_at_load(tmp_path):
             rotation.save_rotations(path, content, rot_v, meta)
         with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: {message}"):
             rotation.load_rotations(path, TINY)
+
+
+def test_token_ids_past_the_vocabulary_are_refused_at_load(hf_model_dir, tmp_path):
+    """Class 6: an added token beyond the embedding, or an eos/bos id past vocab_size, is one error at load
+    (transformers raises on such ids; jspec generated from them)."""
+    import shutil
+
+    path = tmp_path / "added"
+    shutil.copytree(hf_model_dir("llama"), path)
+    tok = copy.deepcopy(tiny_tokenizer())  # the cached one is shared by the session's models
+    tok.add_special_tokens({"additional_special_tokens": ["<extra>"]})
+    tok.save_pretrained(path)
+    with pytest.raises(ConfigError, match=re.escape("the tokenizer's largest token id is 300 ('<extra>'), past the "
+                                                    "model's vocabulary (vocab_size 300 in config.json)")):
+        checkpoint.load_model(path)
+    good = json.loads((hf_model_dir("llama") / "config.json").read_text())
+    for field, value in (("eos_token_id", 300), ("eos_token_id", [2, 301]), ("bos_token_id", 999)):
+        with pytest.raises(ConfigError, match=f"field '{field}' holds {np.max(value)}, past the vocabulary"):
+            model_config_from_hf(good | {field: value})
