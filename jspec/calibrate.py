@@ -147,6 +147,16 @@ def token_windows(tokenizer, files: list[Path], tokens: int, seq_len: int, batch
     return [windows[i : i + batch_size] for i in range(0, len(windows), batch_size)]
 
 
+def check_out(out: Path) -> None:
+    """ConfigError unless out is a new path or a rotation file jspec wrote (rotation.is_rotation_file): --out
+    must never overwrite anything else, such as the model's own weights."""
+    if out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a directory: give the rotation file's path")
+    if out.exists() and not rotation.is_rotation_file(out):
+        raise ConfigError(f"--out {str(out)!r} exists and is not a rotation file jspec wrote: refusing to overwrite "
+                          "it (give another path, or remove it first)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jspec.calibrate", description="Fit OSCAR KV rotations.")
     ap.add_argument("--model", required=True, help="local Hugging Face model directory")
@@ -164,7 +174,9 @@ def main(argv=None) -> int:
     from jspec.checkpoint import CheckpointError, load_model
 
     model_dir = Path(args.model)
+    out = Path(args.out) if args.out else model_dir / "rotations.safetensors"
     try:
+        check_out(out)
         cfg, params, tokenizer = load_model(model_dir, dtype=jnp.float32)
         batches = []
         if args.mode == "oscar":
@@ -175,8 +187,11 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else model_dir / "rotations.safetensors"
-    rotation.save_rotations(out, rot_k, rot_v, meta)
+    try:
+        rotation.save_rotations(out, rot_k, rot_v, meta)
+    except OSError as e:
+        print(f"error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {out}: mode={meta['mode']} {meta['grouping']}, {meta['calibration_tokens']} tokens", file=sys.stderr)
     return 0
 

@@ -179,6 +179,22 @@ def save_rotations(path, rot_k: Sequence, rot_v: Sequence, meta: dict) -> None:
 ORTHOGONAL_TOL = 1e-3
 
 
+# Metadata keys every rotation file jspec writes carries (make_meta): what tells one from other safetensors.
+META_KEYS = ("format_version", "mode", "objective", "grouping", "config_hash")
+
+
+def is_rotation_file(path) -> bool:
+    """Whether path is a safetensors file with jspec's rotation metadata (only the header is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError, TypeError):
+        return False
+    return all(k in meta for k in META_KEYS) and meta["mode"] in MODES
+
+
 def read_rotation_file(path) -> tuple[dict, dict]:
     """(metadata, tensors) of a safetensors file; ConfigError naming the file when it is not one."""
     from safetensors import SafetensorError, safe_open

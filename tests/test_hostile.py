@@ -19,7 +19,7 @@ import pytest
 from conftest import _BASE, VOCAB, _randomize, tiny_tokenizer
 from safetensors.numpy import load_file, save_file
 
-from jspec import checkpoint, model, rotation
+from jspec import calibrate, checkpoint, model, rotation
 from jspec.checkpoint import CheckpointError
 from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig, model_config_from_hf
 from jspec.engine import capacity_bucket
@@ -187,3 +187,31 @@ def test_token_ids_past_the_vocabulary_are_refused_at_load(hf_model_dir, tmp_pat
     for field, value in (("eos_token_id", 300), ("eos_token_id", [2, 301]), ("bos_token_id", 999)):
         with pytest.raises(ConfigError, match=f"field '{field}' holds {np.max(value)}, past the vocabulary"):
             model_config_from_hf(good | {field: value})
+
+
+def _calibrate_error(capsys, *args) -> str:
+    """The one `error:` line of a jspec.calibrate run that must fail with status 2."""
+    capsys.readouterr()
+    rc = calibrate.main([str(x) for x in args])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1 and err.startswith("error: "), (rc, err)
+    return err.strip()
+
+
+def test_calibrate_overwrites_only_rotation_files_it_wrote(hf_model_dir, tmp_path, capsys):
+    """Class 7: --out refuses any existing file that is not a jspec rotation file (the model's own weights
+    first of all) and a directory; a rotation file is replaced, a new path written."""
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(hf_model_dir("llama"), model_dir)
+    (tmp_path / "notes.txt").write_text("keep me")
+    for out in (model_dir / "model.safetensors", model_dir / "config.json", tmp_path / "notes.txt", tmp_path):
+        before = out.read_bytes() if out.is_file() else None
+        line = _calibrate_error(capsys, "--model", model_dir, "--mode", "hadamard", "--out", out)
+        assert str(out) in line and ("not a rotation file jspec wrote" in line or "is a directory" in line), line
+        assert before is None or out.read_bytes() == before
+    out = tmp_path / "new" / "rot.safetensors"
+    for _ in range(2):  # written, then replaced
+        assert calibrate.main(["--model", str(model_dir), "--mode", "hadamard", "--out", str(out)]) == 0
+        assert rotation.is_rotation_file(out)
