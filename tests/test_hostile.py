@@ -215,3 +215,28 @@ def test_calibrate_overwrites_only_rotation_files_it_wrote(hf_model_dir, tmp_pat
     for _ in range(2):  # written, then replaced
         assert calibrate.main(["--model", str(model_dir), "--mode", "hadamard", "--out", str(out)]) == 0
         assert rotation.is_rotation_file(out)
+
+
+def test_calibrate_arguments_and_data_are_validated(hf_model_dir, tmp_path, capsys):
+    """Class 10: non-positive sizes, data that is not UTF-8 and a glob that matches a directory are each one
+    error naming the flag or the file (no traceback; --tokens -5 calibrated on a slice of the text)."""
+    model = hf_model_dir("llama")
+    text = tmp_path / "a.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 20)
+    (tmp_path / "b.bin").write_bytes(b"\xff\xfe\x00 binary \x80")
+    (tmp_path / "dir.txt").mkdir()
+    out = tmp_path / "rot.safetensors"
+    cases = [(("--tokens", "-5"), "--tokens must be in [1, "), (("--tokens", "0"), "--tokens must be in [1, "),
+             (("--seq-len", "-1"), "--seq-len must be in [1, "), (("--batch-size", "0"), "--batch-size must be in"),
+             (("--data", tmp_path / "b.bin"), "b.bin' is not UTF-8 text (invalid start byte at byte 0)"),
+             (("--data", tmp_path / "*.txt"), "dir.txt', which is not a file"),
+             (("--data", tmp_path / "dir.txt"), "dir.txt', which is not a file")]
+    for flags, message in cases:
+        line = _calibrate_error(capsys, "--model", model, "--out", out, "--data", text, *flags)
+        assert message in line, (flags, line)
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="seq_len must be in"):
+        calibrate.token_windows(None, [text], 100, 0, 1)
+    assert calibrate.main(["--model", str(model), "--out", str(out), "--data", str(text), "--tokens", "64",
+                           "--seq-len", "32"]) == 0
+    assert rotation.load_rotations(out, checkpoint.load_model_config(model))[2]["calibration_tokens"] == "64"
