@@ -240,3 +240,30 @@ def test_calibrate_arguments_and_data_are_validated(hf_model_dir, tmp_path, caps
     assert calibrate.main(["--model", str(model), "--out", str(out), "--data", str(text), "--tokens", "64",
                            "--seq-len", "32"]) == 0
     assert rotation.load_rotations(out, checkpoint.load_model_config(model))[2]["calibration_tokens"] == "64"
+
+
+def test_eagle3_head_configs_jspec_does_not_implement_are_refused():
+    """Class 16: head config fields that jspec would ignore (layer ids of the wrong type loaded the default
+    layers; num_hidden_layers 2 loaded one layer) are one error naming the field."""
+    from jspec import eagle3
+    from jspec.head import HeadConfig
+
+    target = dataclasses.replace(TINY, num_layers=8)
+    good = eagle3.hf_head_config(HeadConfig(dataclasses.replace(TINY, num_layers=1), VOCAB, (1, 4, 7)), target)
+    assert eagle3.head_config_from_hf(good, target).taps == (1, 4, 7)
+    top = {k: v for k, v in good.items() if k != "eagle_config"} | {"eagle_aux_hidden_state_layer_ids": [2, 3, 5]}
+    assert eagle3.head_config_from_hf(top, target).taps == (2, 3, 5)
+    ids = "eagle_aux_hidden_state_layer_ids"
+    cases = [({"num_hidden_layers": 2}, "field 'num_hidden_layers' is 2: jspec's EAGLE-3 head has exactly one"),
+             ({"eagle_config": {ids: "1,4,7"}}, f"field 'eagle_config.{ids}' must be a list of layer indices"),
+             ({"eagle_config": {ids: 5}}, f"field 'eagle_config.{ids}' must be a list"),
+             ({"eagle_config": {ids: [1.0, 4, 7]}}, f"field 'eagle_config.{ids}' must be a list"),
+             ({"eagle_config": None, ids: {"a": 1}}, f"field '{ids}' must be a list"),
+             ({"eagle_config": [1, 4, 7]}, "field 'eagle_config' must be an object"),
+             ({"eagle_config": {ids: [1, 4, 7], "use_aux_hidden_state": False}}, "use_aux_hidden_state' is False"),
+             ({"eagle_config": {ids: [1, 4, 9]}}, "must be 3 distinct indices in [0, 8]"),
+             ({"attention_bias": True}, "field 'attention_bias' is true: jspec's EAGLE-3 head reads no biases"),
+             ({"mlp_bias": True}, "field 'mlp_bias' is true"), ({"hidden_act": "gelu"}, "field 'hidden_act'")]
+    for edit, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            eagle3.head_config_from_hf(good | edit, target)
