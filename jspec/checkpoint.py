@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -84,7 +85,11 @@ def _open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
     """Maps every tensor name to its shard, from the index when there is one."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        return {name: (model_dir / shard, name) for name, shard in _weight_map(index).items()}
+        weight_map = _weight_map(index)
+        outside = [s for s in weight_map.values() if Path(s).is_absolute() or ".." in Path(s).parts or s in ("", ".")]
+        if outside:
+            raise CheckpointError(f"{index}: shard {outside[0]!r} is not a file inside the model directory")
+        return {name: (model_dir / shard, name) for name, shard in weight_map.items()}
     shards = sorted(model_dir.glob("*.safetensors"))
     if not shards:
         raise FileNotFoundError(f"no *.safetensors weights in {str(model_dir)!r}")
@@ -122,12 +127,22 @@ def _shard(path: Path) -> tuple[dict, np.ndarray]:
 
 
 def _entry(name: str, info: dict, size: int):
-    if info["dtype"] not in _DTYPES:
-        raise ValueError(f"tensor {name!r}: dtype {info['dtype']!r} is not one jspec reads")
-    dtype, shape, (lo, hi) = np.dtype(_DTYPES[info["dtype"]]), tuple(info["shape"]), info["data_offsets"]
-    if hi - lo != dtype.itemsize * int(np.prod(shape)) or not 0 <= lo <= hi <= size:
+    if not isinstance(info, dict) or info.get("dtype") not in _DTYPES:
+        raise ValueError(f"tensor {name!r}: dtype {info.get('dtype') if isinstance(info, dict) else info!r} is not "
+                         "one jspec reads")
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not _ints(shape) or not _ints(offsets) or len(offsets) != 2:
+        raise ValueError(f"tensor {name!r}: shape {shape!r} and data_offsets {offsets!r} must be lists of "
+                         "non-negative integers")
+    dtype, shape, (lo, hi) = np.dtype(_DTYPES[info["dtype"]]), tuple(shape), offsets
+    if hi - lo != dtype.itemsize * math.prod(shape) or not 0 <= lo <= hi <= size:
         raise ValueError(f"tensor {name!r}: bytes {lo}..{hi} do not hold {shape} {info['dtype']} in {size} bytes")
     return dtype, shape, lo, hi
+
+
+def _ints(x) -> bool:
+    """Whether x is a list of non-negative integers (JSON numbers such as 2.0 or true are not)."""
+    return isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in x)
 
 
 def _reader(tensors: dict):

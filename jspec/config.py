@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 import numbers
+import os
+import tempfile
 from pathlib import Path
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -353,3 +355,22 @@ def check_number(name: str, x, low: float, high: float, low_open: bool = False) 
         raise ConfigError(f"{name} must be finite, got {x}")
     if not (low < x if low_open else low <= x) or x > high:
         raise ConfigError(f"{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {x}")
+
+
+def cache_home() -> Path:
+    """$XDG_CACHE_HOME, else $HOME/.cache, else the passwd entry's home/.cache: an empty or relative value counts
+    as unset (HOME="" made it /.cache or ./.cache); with no home at all, a per-user directory under the temp dir."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg)
+    home = os.environ.get("HOME", "")
+    if not os.path.isabs(home):
+        try:
+            import pwd
+
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except (ImportError, KeyError, OSError):
+            home = ""
+    if os.path.isabs(home):
+        return Path(home) / ".cache"
+    return Path(tempfile.gettempdir()) / f"jspec-cache-{getattr(os, 'getuid', lambda: 'user')()}"

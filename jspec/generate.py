@@ -20,10 +20,11 @@ from pathlib import Path
 # a second of every start-up (benchmarks/RESULTS.md, session 9). Set the variable to "true" to preallocate.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from jspec.config import ATTENTION_IMPLS, MAX_LOOKAHEAD, GenerateConfig, KVConfig, SamplingConfig  # noqa: E402
+from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, GenerateConfig, KVConfig, SamplingConfig,  # noqa: E402
+                          cache_home)
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
-CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+CACHE_HOME = cache_home()
 
 
 class _Parser(argparse.ArgumentParser):

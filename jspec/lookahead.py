@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec import decode, kvcache, ngram, programs, sharding
-from jspec.config import KVConfig
+from jspec.config import KVConfig, cache_home
 from jspec.model import compile_options, is_stacked
 from jspec.sampling import Sampler
 
@@ -331,10 +331,10 @@ def measure(m: decode.Models, kv: KVConfig, B: int, capacity: int, context: int,
 
 
 def cache_root() -> Path:
-    """$JSPEC_CACHE_DIR, else $XDG_CACHE_HOME/jspec, else ~/.cache/jspec."""
+    """$JSPEC_CACHE_DIR, else config.cache_home()/jspec ($XDG_CACHE_HOME/jspec, else ~/.cache/jspec)."""
     if os.environ.get("JSPEC_CACHE_DIR"):
         return Path(os.environ["JSPEC_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jspec"
+    return cache_home() / "jspec"
 
 
 def _cached(memo: dict, parts: dict) -> dict:

@@ -10,7 +10,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import re
+import struct
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -267,3 +272,53 @@ def test_eagle3_head_configs_jspec_does_not_implement_are_refused():
     for edit, message in cases:
         with pytest.raises(ConfigError, match=re.escape(message)):
             eagle3.head_config_from_hf(good | edit, target)
+
+
+def _header_file(path: Path, header: dict, data: bytes = b"\0" * 64) -> None:
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+
+
+def test_checkpoint_files_and_cache_paths_are_checked(hf_model_dir, tmp_path, monkeypatch):
+    """Class 18: a safetensors header with float (or negative, or boolean) dimensions, and an index naming shards
+    outside the model directory, are one CheckpointError naming the file; an empty or relative HOME or
+    XDG_CACHE_HOME counts as unset (HOME="" put the cache at /.cache)."""
+    import shutil
+
+    bad = tmp_path / "bad.safetensors"
+    for shape, offsets in (([2.0, 4], [0, 32]), ([-2, -4], [0, 32]), ([True, 4], [0, 16]), ("24", [0, 24]),
+                           ([2, 4], [0.0, 32]), ([2, 4], [0])):
+        _header_file(bad, {"w": {"dtype": "F32", "shape": shape, "data_offsets": offsets}})
+        with pytest.raises(CheckpointError, match=f"{re.escape(str(bad))}: not a readable safetensors file .*must be "
+                                                  "lists of non-negative integers"):
+            checkpoint._shard(bad)
+
+    sharded = tmp_path / "sharded"
+    shutil.copytree(hf_model_dir("llama", sharded=True), sharded)
+    index = sharded / "model.safetensors.index.json"
+    good = json.loads(index.read_text())
+    name = next(iter(good["weight_map"]))
+    for shard in ("/etc/passwd", "../llama/model.safetensors", "sub/../../x.safetensors", ""):
+        index.write_text(json.dumps(good | {"weight_map": good["weight_map"] | {name: shard}}))
+        with pytest.raises(CheckpointError, match=f"shard {re.escape(repr(shard))} is not a file inside the model"):
+            checkpoint.load_model(sharded, tokenizer=False)
+
+    import pwd
+
+    from jspec import lookahead
+    from jspec.config import cache_home
+
+    monkeypatch.delenv("JSPEC_CACHE_DIR", raising=False)
+    own = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache"
+    for home, xdg in (("", ""), ("", "relative/cache"), ("relative", None)):
+        monkeypatch.setenv("HOME", home)
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg) if xdg is not None else monkeypatch.delenv("XDG_CACHE_HOME")
+        assert cache_home() == own and lookahead.cache_root() == own / "jspec"
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(uid)))
+    assert cache_home().parent == Path(tempfile.gettempdir())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_home() == tmp_path
+    env = os.environ | {"HOME": "", "XDG_CACHE_HOME": "", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", "from jspec import generate; print(generate.CACHE_HOME)"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(own)
