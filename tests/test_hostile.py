@@ -322,3 +322,36 @@ def test_checkpoint_files_and_cache_paths_are_checked(hf_model_dir, tmp_path, mo
     out = subprocess.run([sys.executable, "-c", "from jspec import generate; print(generate.CACHE_HOME)"],
                          env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(own)
+
+
+def test_malformed_lookahead_cost_files_are_measured_again(tmp_path, monkeypatch, capsys):
+    """Class 11: a cost file that parses as JSON but does not hold the part's positive finite times (null, a string,
+    a list, negative or zero costs, the wrong count) is treated as absent: measured again and replaced, with one
+    warning line however many files are bad (negative costs chose K = 16)."""
+    from types import SimpleNamespace
+
+    from jspec import lookahead
+
+    monkeypatch.setenv("JSPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(lookahead.programs, "compile_all", lambda lowered, options: [None] * len(lowered))
+    timed = []
+    monkeypatch.setattr(lookahead, "_time", lambda run, loop: timed.append(loop) or 0.25)
+    loops = lambda n: lambda: [SimpleNamespace(lowered=None, options=None) for _ in range(n)]
+    parts = {"verify": (dict(part="verify", probe="hostile"), 3, loops(3)),
+             "draft": (dict(part="draft", probe="hostile"), 1, loops(1))}
+    assert lookahead._cached({}, parts) == {"verify": [0.25] * 3, "draft": [0.25]} and len(timed) == 4
+    files = {f.name.partition("-")[0]: f for f in (tmp_path / "lookahead").glob("*.json")}
+    assert sorted(files) == ["draft", "verify"]
+    capsys.readouterr()
+    for content in ('{"value": null}', '"abc"', "[]", '{"value": [-1.0, -1.0, -1.0]}', '{"value": [0, 0, 0]}',
+                    '{"value": [0.1, 0.2]}', '{"value": [NaN, 1, 1]}', '{"value": [true, 1, 1]}', "{", "\udcff"):
+        for f in files.values():
+            f.write_text(content, errors="surrogateescape")
+        timed.clear()
+        assert lookahead._cached({}, parts) == {"verify": [0.25] * 3, "draft": [0.25]}, content
+        assert len(timed) == 4, content  # measured again
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("warning: ignored 2 malformed lookahead cost file(s)"), err
+        assert json.loads(files["verify"].read_text())["value"] == [0.25] * 3  # replaced
+    timed.clear()
+    assert lookahead._cached({}, parts)["verify"] == [0.25] * 3 and not timed and capsys.readouterr().err == ""
