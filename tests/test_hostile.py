@@ -355,3 +355,44 @@ def test_malformed_lookahead_cost_files_are_measured_again(tmp_path, monkeypatch
         assert json.loads(files["verify"].read_text())["value"] == [0.25] * 3  # replaced
     timed.clear()
     assert lookahead._cached({}, parts)["verify"] == [0.25] * 3 and not timed and capsys.readouterr().err == ""
+
+
+def test_program_store_reads_only_entries_no_one_else_can_write(tmp_path, monkeypatch, capsys):
+    """Class 17: a store entry (a pickle: reading it runs code) is read only when it and its directory are this
+    user's and writable by no one else, as ssh treats keys; else it is compiled again, with one warning line."""
+    import pickle
+
+    from jspec import programs
+
+    class Payload:  # what a crafted entry does when unpickled: here, make a directory
+        def __reduce__(self):
+            return os.mkdir, (str(tmp_path / "ran"),)
+
+    store = tmp_path / "jspec-programs"
+    store.mkdir(mode=0o700)
+    store.chmod(0o700)
+    entry = store / f"crafted{programs.SUFFIX}"
+    entry.write_bytes(pickle.dumps(Payload()))
+    warned = f"warning: not reading compiled programs from {store}: "
+    for file_mode, dir_mode, message in ((0o666, 0o700, f"file {entry} is writable by other users"),
+                                         (0o620, 0o700, None),  # the same problem: warned once
+                                         (0o600, 0o777, f"directory {store} is writable by other users")):
+        entry.chmod(file_mode)
+        store.chmod(dir_mode)
+        assert programs._read(entry) is None and not (tmp_path / "ran").exists()
+        err = capsys.readouterr().err
+        assert err == "" if message is None else err.startswith(warned + message) and err.count("\n") == 1, err
+    store.chmod(0o700)
+    uid = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: uid + 1)
+    assert programs.untrusted(entry) == f"file {entry} is owned by another user"
+    monkeypatch.setattr(os, "getuid", lambda: uid)
+    link = store / f"link{programs.SUFFIX}"
+    link.symlink_to(entry)
+    assert programs.untrusted(link) == f"{link} is not a regular file"
+    assert programs.untrusted(entry) is None  # owner-only: unpickled (the payload runs: what the checks prevent)
+    assert programs._read(entry) is None and (tmp_path / "ran").is_dir()
+
+    programs._write(tmp_path / "new" / f"x{programs.SUFFIX}", b"blob")  # the store is written owner-only
+    assert (tmp_path / "new").stat().st_mode & 0o077 == 0
+    assert (tmp_path / "new" / f"x{programs.SUFFIX}").stat().st_mode & 0o077 == 0
