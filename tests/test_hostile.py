@@ -27,7 +27,14 @@ from safetensors.numpy import load_file, save_file
 
 from jspec import calibrate, checkpoint, model, rotation
 from jspec.checkpoint import CheckpointError
-from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig, model_config_from_hf
+from jspec.config import (
+    ConfigError,
+    GenerateConfig,
+    KVConfig,
+    ModelConfig,
+    SamplingConfig,
+    model_config_from_hf,
+)
 from jspec.engine import capacity_bucket
 
 
@@ -50,8 +57,8 @@ def _save_llama(path: Path, seed: int = 0, **kwargs):
     import torch
     import transformers
 
-    cfg = transformers.LlamaConfig(**_BASE | dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2,
-                                                  num_hidden_layers=2) | kwargs)
+    size = {"hidden_size": 32, "intermediate_size": 64, "num_key_value_heads": 2, "num_hidden_layers": 2}
+    cfg = transformers.LlamaConfig(**_BASE | size | kwargs)
     torch.manual_seed(seed)
     hf = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
     _randomize(hf, seed)
@@ -338,8 +345,8 @@ def test_malformed_lookahead_cost_files_are_measured_again(tmp_path, monkeypatch
     timed = []
     monkeypatch.setattr(lookahead, "_time", lambda run, loop: timed.append(loop) or 0.25)
     loops = lambda n: lambda: [SimpleNamespace(lowered=None, options=None) for _ in range(n)]
-    parts = {"verify": (dict(part="verify", probe="hostile"), 3, loops(3)),
-             "draft": (dict(part="draft", probe="hostile"), 1, loops(1))}
+    parts = {"verify": ({"part": "verify", "probe": "hostile"}, 3, loops(3)),
+             "draft": ({"part": "draft", "probe": "hostile"}, 1, loops(1))}
     assert lookahead._cached({}, parts) == {"verify": [0.25] * 3, "draft": [0.25]} and len(timed) == 4
     files = {f.name.partition("-")[0]: f for f in (tmp_path / "lookahead").glob("*.json")}
     assert sorted(files) == ["draft", "verify"]
