@@ -35,6 +35,17 @@ class ConfigError(ValueError):
     """A configuration that jspec cannot run (bad value, unsupported architecture)."""
 
 
+def _plain_numbers(cfg) -> None:
+    """Replaces numpy scalars in a frozen config's fields by Python ones (np.int64(2) -> 2), so that a value
+    that passes validation behaves as an int or float everywhere after it (arithmetic, hashing, JSON)."""
+    for field in dataclasses.fields(cfg):  # numpy registers its scalars with the numbers ABCs
+        x = getattr(cfg, field.name)
+        if isinstance(x, numbers.Integral) and type(x) not in (int, bool):
+            object.__setattr__(cfg, field.name, int(x))
+        elif isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral) and type(x) is not float:
+            object.__setattr__(cfg, field.name, float(x))
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Shape and numerics of one Llama-family decoder."""
@@ -51,9 +62,12 @@ class ModelConfig:
     rope_theta: float = 10000.0
     # llama3 rope scaling as a hashable tuple: (factor, low_freq_factor, high_freq_factor, original_max_pos)
     rope_llama3: tuple[float, float, float, int] | None = None
+    rope_linear: float | None = None  # linear rope scaling's factor: positions / factor
     max_position: int = 2048
     tie_embeddings: bool = False
-    qkv_bias: bool = False  # Qwen2
+    qkv_bias: bool = False  # Qwen2; Llama and Qwen3 with attention_bias
+    o_bias: bool = False  # Llama and Qwen3 with attention_bias
+    mlp_bias: bool = False  # Llama with mlp_bias: gate, up and down
     qk_norm: bool = False  # Qwen3
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -86,9 +100,21 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
     head_dim = _positive(hf, "head_dim", None) or hidden // heads
     if head_dim < 1:
         raise ConfigError(f"hidden_size {hidden} is smaller than num_attention_heads {heads}")
+    act = hf.get("hidden_act", "silu")
+    if act not in SUPPORTED_ACTIVATIONS:
+        raise ConfigError(f"field 'hidden_act' is {act!r}: jspec implements silu only")
+    # transformers reads attention_bias (q, k, v and o) in Llama and Qwen3 and mlp_bias in Llama only; Qwen2 has
+    # q, k, v biases always and Mistral none, whatever the config says
+    attention_bias = _flag(hf, "attention_bias") and model_type in ("llama", "qwen3")
+    mlp_bias = _flag(hf, "mlp_bias") and model_type == "llama"
+    vocab = _positive(hf, "vocab_size")
+    for name in ("bos_token_id", "eos_token_id"):
+        past = [i for i in _token_ids(hf, name) if i >= vocab]
+        if past:
+            raise ConfigError(f"field {name!r} holds {past[0]}, past the vocabulary (vocab_size {vocab})")
     return ModelConfig(
         model_type=model_type,
-        vocab_size=_positive(hf, "vocab_size"),
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=_positive(hf, "intermediate_size"),
         num_layers=_positive(hf, "num_hidden_layers"),
@@ -98,9 +124,12 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
         rms_eps=_positive(hf, "rms_norm_eps", 1e-6, integer=False),
         rope_theta=_rope_theta(hf),
         rope_llama3=_rope_llama3(hf),
+        rope_linear=_rope_linear(hf),
         max_position=_positive(hf, "max_position_embeddings", 2048),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+        tie_embeddings=_flag(hf, "tie_word_embeddings"),
+        qkv_bias=model_type == "qwen2" or attention_bias,
+        o_bias=attention_bias,
+        mlp_bias=mlp_bias,
         qk_norm=model_type == "qwen3",
         bos_token_id=_token_ids(hf, "bos_token_id")[0] if hf.get("bos_token_id") is not None else None,
         eos_token_ids=_token_ids(hf, "eos_token_id"),
@@ -109,6 +138,17 @@ def model_config_from_hf(hf: dict) -> ModelConfig:
 
 
 _REQUIRED = object()
+SUPPORTED_ACTIVATIONS = ("silu", "swish")  # the same function in transformers' ACT2FN
+
+
+def _flag(d: dict, name: str) -> bool:
+    """d[name] as a bool, False when absent or null; a ConfigError names the field when it is not a bool."""
+    x = d.get(name)
+    if x is None:
+        return False
+    if not isinstance(x, bool):
+        raise ConfigError(f"field {name!r} must be true or false, got {x!r}")
+    return x
 
 
 def _positive(d: dict, name: str, default=_REQUIRED, where: str = "", integer: bool = True):
@@ -133,13 +173,42 @@ def _token_ids(hf: dict, name: str) -> tuple[int, ...]:
     return ids
 
 
+ROPE_KINDS = ("default", "linear", "llama3")  # transformers' rope_type values that jspec computes
+
+
 def _rope_params(hf: dict) -> tuple[str, dict]:
-    # transformers 5 moved rope settings into `rope_parameters`; 4.x used rope_theta/rope_scaling.
-    key = "rope_parameters" if hf.get("rope_parameters") else "rope_scaling"
-    rp = hf.get(key) or {}
-    if not isinstance(rp, dict):
-        raise ConfigError(f"field {key!r} must be an object, got {rp!r}")
-    return key, rp
+    """(the key it came from, the rope block): transformers 5 writes `rope_parameters` into every config it saves,
+    4.x wrote `rope_scaling`, and transformers reads `rope_scaling` first when both are there. Both present must
+    agree on every setting they both name (the rope type included), else jspec cannot tell which one runs."""
+    if hf.get("partial_rotary_factor", 1.0) != 1.0:  # transformers moves it into the rope block
+        raise ConfigError(f"field 'partial_rotary_factor' is {hf['partial_rotary_factor']!r}: jspec rotates the "
+                          "whole head")
+    blocks = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        rp = hf.get(key)
+        if rp is not None and not isinstance(rp, dict):
+            raise ConfigError(f"field {key!r} must be an object, got {rp!r}")
+        if rp:
+            blocks[key] = dict(rp, rope_type=_rope_kind(key, rp))
+    if len(blocks) == 2:
+        a, b = blocks.values()
+        differ = sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
+        if differ:
+            raise ConfigError(f"fields 'rope_scaling' and 'rope_parameters' disagree on {', '.join(differ)}: "
+                              "keep one of them")
+        return "rope_scaling", b | a
+    return next(iter(blocks.items()), ("rope_parameters", {}))
+
+
+def _rope_kind(key: str, rp: dict) -> str:
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind not in ROPE_KINDS:
+        raise ConfigError(f"field '{key}' asks for rope scaling {kind!r}, which jspec does not implement "
+                          f"(it implements {', '.join(ROPE_KINDS)})")
+    factor = rp.get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        raise ConfigError(f"field '{key}.partial_rotary_factor' is {factor!r}: jspec rotates the whole head")
+    return kind
 
 
 def _rope_theta(hf: dict) -> float:
@@ -151,11 +220,8 @@ def _rope_theta(hf: dict) -> float:
 
 def _rope_llama3(hf: dict):
     key, rp = _rope_params(hf)
-    kind = rp.get("rope_type", rp.get("type", "default"))
-    if kind in (None, "default"):
+    if rp.get("rope_type") != "llama3":
         return None
-    if kind != "llama3":
-        raise ConfigError(f"unsupported rope scaling type {kind!r} (jspec supports default and llama3)")
     where = f"{key}."
     return (
         _positive(rp, "factor", where=where, integer=False),
@@ -163,6 +229,11 @@ def _rope_llama3(hf: dict):
         _positive(rp, "high_freq_factor", where=where, integer=False),
         _positive(rp, "original_max_position_embeddings", where=where),
     )
+
+
+def _rope_linear(hf: dict) -> float | None:
+    key, rp = _rope_params(hf)
+    return _positive(rp, "factor", where=f"{key}.", integer=False) if rp.get("rope_type") == "linear" else None
 
 
 def load_model_config(model_dir: str | Path) -> ModelConfig:
@@ -192,6 +263,9 @@ class KVConfig:
     clip_k: float = 0.96
     clip_v: float = 0.92
     scale_dtype: str = "bfloat16"  # "bfloat16" | "float32"
+
+    def __post_init__(self):
+        _plain_numbers(self)
 
     @property
     def int2(self) -> bool:
@@ -242,6 +316,9 @@ class SamplingConfig:
     top_p: float = 1.0  # 1: off
     seed: int = 0
 
+    def __post_init__(self):
+        _plain_numbers(self)
+
     def validate(self) -> None:
         check_number("temperature", self.temperature, 0.0, FLOAT32_MAX)
         if 0 < self.temperature < MIN_TEMPERATURE:
@@ -263,6 +340,9 @@ class GenerateConfig:
     # The text ends right before the first stop string generated (decode.stops); the row stops generating in the
     # round that completes it. A tuple of non-empty str.
     stop: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        _plain_numbers(self)
 
     def validate(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)

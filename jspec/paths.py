@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -13,7 +14,26 @@ AUTOTUNE_DIR = PACKAGE / "autotune"
 
 
 def cache_root() -> Path:
-    """$JSPEC_CACHE_DIR, else $XDG_CACHE_HOME/jspec, else ~/.cache/jspec."""
+    """$JSPEC_CACHE_DIR, else cache_home()/jspec."""
     if os.environ.get("JSPEC_CACHE_DIR"):
         return Path(os.environ["JSPEC_CACHE_DIR"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jspec"
+    return cache_home() / "jspec"
+
+
+def cache_home() -> Path:
+    """$XDG_CACHE_HOME, else $HOME/.cache, else the passwd entry's home/.cache: an empty or relative value counts
+    as unset (HOME="" made it /.cache or ./.cache); with no home at all, a per-user directory under the temp dir."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg)
+    home = os.environ.get("HOME", "")
+    if not os.path.isabs(home):
+        try:
+            import pwd
+
+            home = pwd.getpwuid(os.getuid()).pw_dir
+        except (ImportError, KeyError, OSError):
+            home = ""
+    if os.path.isabs(home):
+        return Path(home) / ".cache"
+    return Path(tempfile.gettempdir()) / f"jspec-cache-{getattr(os, 'getuid', lambda: 'user')()}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from jspec.config import ModelConfig, load_model_config
+from jspec.config import ConfigError, ModelConfig, load_model_config
 from jspec.io import tokenizer
 from jspec.model.decoder import Layer, Params, fuse_qkv, unfuse_qkv
 
@@ -30,6 +31,9 @@ LAYER_NAMES = {
     "w_gu": (("mlp.gate_proj.weight", "mlp.up_proj.weight"), True),
     "w_down": (("mlp.down_proj.weight",), True),
     "bqkv": (("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"), False),
+    "bo": (("self_attn.o_proj.bias",), False),
+    "b_gu": (("mlp.gate_proj.bias", "mlp.up_proj.bias"), False),
+    "b_down": (("mlp.down_proj.bias",), False),
     "q_norm": (("self_attn.q_norm.weight",), False),
     "k_norm": (("self_attn.k_norm.weight",), False),
 }
@@ -44,23 +48,27 @@ def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
                   w_gu=((E, F), (E, F)), w_down=((F, E),))
     if cfg.qkv_bias:
         shapes.update(bqkv=((Hq,), (Hkv,), (Hkv,)))
+    if cfg.o_bias:
+        shapes.update(bo=((E,),))
+    if cfg.mlp_bias:
+        shapes.update(b_gu=((F,), (F,)), b_down=((E,),))
     if cfg.qk_norm:
         shapes.update(q_norm=((D,),), k_norm=((D,),))
     return shapes
 
 
 def fuse_field(field: str, parts, cfg: ModelConfig):
-    """A Layer field from its HF tensors (transposed, numpy): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu)."""
+    """A Layer field from its HF tensors (transposed, numpy): one, or q/k/v (wqkv, bqkv) or gate/up (w_gu, b_gu)."""
     if field in ("wqkv", "bqkv"):
         return fuse_qkv(*parts, cfg, xp=np)
-    return np.stack(parts, axis=-2) if field == "w_gu" else parts[0]
+    return np.stack(parts, axis=-2) if field in ("w_gu", "b_gu") else parts[0]
 
 
 def unfuse_field(field: str, x, cfg: ModelConfig):
     """fuse_field's inverse: the HF tensors (transposed) of a Layer field."""
     if field in ("wqkv", "bqkv"):
         return unfuse_qkv(x, cfg)
-    return (x[..., 0, :], x[..., 1, :]) if field == "w_gu" else (x,)
+    return (x[..., 0, :], x[..., 1, :]) if field in ("w_gu", "b_gu") else (x,)
 
 
 def _weight_map(index: Path) -> dict[str, str]:
@@ -77,7 +85,11 @@ def open_tensors(model_dir: Path) -> dict[str, tuple[Path, str]]:
     """Maps every tensor name to its shard, from the index when there is one."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        return {name: (model_dir / shard, name) for name, shard in _weight_map(index).items()}
+        weight_map = _weight_map(index)
+        outside = [s for s in weight_map.values() if Path(s).is_absolute() or ".." in Path(s).parts or s in ("", ".")]
+        if outside:
+            raise CheckpointError(f"{index}: shard {outside[0]!r} is not a file inside the model directory")
+        return {name: (model_dir / shard, name) for name, shard in weight_map.items()}
     shards = sorted(model_dir.glob("*.safetensors"))
     if not shards:
         raise FileNotFoundError(f"no *.safetensors weights in {str(model_dir)!r}")
@@ -115,12 +127,22 @@ def _shard(path: Path) -> tuple[dict, np.ndarray]:
 
 
 def _entry(name: str, info: dict, size: int):
-    if info["dtype"] not in _DTYPES:
-        raise ValueError(f"tensor {name!r}: dtype {info['dtype']!r} is not one jspec reads")
-    dtype, shape, (lo, hi) = np.dtype(_DTYPES[info["dtype"]]), tuple(info["shape"]), info["data_offsets"]
-    if hi - lo != dtype.itemsize * int(np.prod(shape)) or not 0 <= lo <= hi <= size:
+    if not isinstance(info, dict) or info.get("dtype") not in _DTYPES:
+        raise ValueError(f"tensor {name!r}: dtype {info.get('dtype') if isinstance(info, dict) else info!r} is not "
+                         "one jspec reads")
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not _ints(shape) or not _ints(offsets) or len(offsets) != 2:
+        raise ValueError(f"tensor {name!r}: shape {shape!r} and data_offsets {offsets!r} must be lists of "
+                         "non-negative integers")
+    dtype, shape, (lo, hi) = np.dtype(_DTYPES[info["dtype"]]), tuple(shape), offsets
+    if hi - lo != dtype.itemsize * math.prod(shape) or not 0 <= lo <= hi <= size:
         raise ValueError(f"tensor {name!r}: bytes {lo}..{hi} do not hold {shape} {info['dtype']} in {size} bytes")
     return dtype, shape, lo, hi
+
+
+def _ints(x) -> bool:
+    """Whether x is a list of non-negative integers (JSON numbers such as 2.0 or true are not)."""
+    return isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in x)
 
 
 def tensor_reader(tensors: dict):
@@ -148,7 +170,8 @@ def tensor_reader(tensors: dict):
 
 def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
     """Reads HF safetensors (one file or index + shards) into jspec Params of numpy arrays in `dtype`."""
-    read = tensor_reader(open_tensors(Path(model_dir)))
+    tensors = open_tensors(Path(model_dir))
+    read = tensor_reader(tensors)
     dtype = np.dtype(dtype)  # jnp.bfloat16 is ml_dtypes' bfloat16
     layers = []
     for i in range(cfg.num_layers):
@@ -160,14 +183,80 @@ def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
         layers.append(Layer(**fields))
     E, V = cfg.hidden_size, cfg.vocab_size
     embed = read("model.embed_tokens.weight", (V, E), False, dtype)
+    if cfg.tie_embeddings and "lm_head.weight" in tensors:
+        _check_tied(read, V, E, dtype)
     lm_head = None if cfg.tie_embeddings else read("lm_head.weight", (E, V), True, dtype)
     return Params(embed, tuple(layers), read("model.norm.weight", (E,), False, dtype), lm_head)
 
 
+def _check_tied(read, V: int, E: int, dtype) -> None:
+    """A tied model whose file also holds a different lm_head.weight: transformers then unties them and uses it,
+    jspec would use the embedding; refused rather than run another model."""
+    embed, head = (read(name, (V, E), False, dtype) for name in ("model.embed_tokens.weight", "lm_head.weight"))
+    if not np.array_equal(embed, head):
+        raise CheckpointError("config.json sets tie_word_embeddings but the checkpoint's lm_head.weight differs from "
+                              "model.embed_tokens.weight (jspec does not untie them): set tie_word_embeddings to false")
+
+
 def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
     """Reads HF safetensors into jspec Params in `dtype`, laid out on the host, then put on the device
-    in one transfer."""
+    in one transfer; first checks that they fit in the memory of both (check_memory)."""
+    need = weight_bytes(open_tensors(Path(model_dir)), dtype)
+    check_memory(need, host_available(), device_available(), np.dtype(dtype), str(model_dir))
     return jax.device_put(host_params(model_dir, cfg, dtype))
+
+
+def weight_bytes(tensors: dict[str, tuple[Path, str]], dtype) -> int:
+    """Bytes of every tensor of the checkpoint in `dtype` (from the shards' headers: nothing else is read)."""
+    itemsize, total = np.dtype(dtype).itemsize, 0
+    for shard in {path for path, _ in tensors.values()}:
+        header = _shard(shard)[0]
+        total += sum(math.prod(header[key][1]) * itemsize for path, key in tensors.values()
+                     if path == shard and key in header)
+    return total
+
+
+def check_memory(need: int, host: int | None, device: int | None, dtype, what: str) -> None:
+    """CheckpointError when `need` bytes of weights in `dtype` exceed the free host or device memory (None:
+    unknown): read anyway, they would take the memory until the process is killed. Says what would fit."""
+    gib = lambda n: f"{n / 2**30:.1f} GiB"
+    for where, free in (("host", host), ("device", device)):
+        if free is not None and need > free:
+            hint = " (--dtype bfloat16 halves it)" if np.dtype(dtype).itemsize > 2 else ""
+            raise CheckpointError(
+                f"{what}: its weights take {gib(need)} in {np.dtype(dtype).name}{hint}, more than the {gib(free)} of "
+                f"{where} memory available: a model of at most {free / np.dtype(dtype).itemsize / 1e9:.2f}B "
+                f"parameters fits")
+
+
+def host_available() -> int | None:
+    """Bytes of host memory this process may still take: MemAvailable, capped by a cgroup v2 limit (a container's);
+    None where neither can be read."""
+    free = []
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        free.append(int(info["MemAvailable"].split()[0]) * 1024)
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            free.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(free) if free else None
+
+
+def device_available() -> int | None:
+    """Bytes free on the default device where JAX reports them (memory_stats: GPUs), else None (the CPU's
+    memory is the host's)."""
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001  a backend without memory statistics
+        return None
+    if "bytes_limit" not in stats:
+        return None
+    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -187,14 +276,27 @@ def load_tokenizer(model_dir: str | Path):
         raise FileNotFoundError(f"no usable tokenizer in {str(model_dir)!r}: {first}") from None
 
 
+def check_vocabulary(tok, cfg: ModelConfig, model_dir: Path) -> None:
+    """ConfigError when the tokenizer has ids past the model's embedding (an added token beyond it): the model
+    would be run on, and could emit, rows it does not have."""
+    vocab = tok.get_vocab()
+    top = max(vocab.values(), default=-1)
+    if top >= cfg.vocab_size:
+        token = next(t for t, i in vocab.items() if i == top)
+        raise ConfigError(f"{model_dir}: the tokenizer's largest token id is {top} ({token!r}), past the model's "
+                          f"vocabulary (vocab_size {cfg.vocab_size} in config.json)")
+
+
 def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):
     """Loads (ModelConfig, Params, tokenizer or None) from a local Hugging Face directory."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
     cfg = load_model_config(model_dir)
-    params = load_params(model_dir, cfg, dtype)
-    return cfg, params, load_tokenizer(model_dir) if tokenizer else None
+    tok = load_tokenizer(model_dir) if tokenizer else None
+    if tok is not None:  # before the weights: a mismatch is reported at once
+        check_vocabulary(tok, cfg, model_dir)
+    return cfg, load_params(model_dir, cfg, dtype), tok
 
 
 def hf_config(cfg: ModelConfig) -> dict:
@@ -202,12 +304,19 @@ def hf_config(cfg: ModelConfig) -> dict:
     arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
             "qwen3": "Qwen3ForCausalLM"}[cfg.model_type]
     eos = list(cfg.eos_token_ids)
+    if cfg.model_type in ("llama", "qwen3") and cfg.qkv_bias != cfg.o_bias:
+        raise ConfigError(f"a {cfg.model_type} config.json biases q, k, v and o together (attention_bias): "
+                          f"qkv_bias={cfg.qkv_bias} with o_bias={cfg.o_bias} cannot be saved")
+    if cfg.mlp_bias and cfg.model_type != "llama":
+        raise ConfigError(f"a {cfg.model_type} config.json has no mlp_bias")
     rope = {}
     if cfg.rope_llama3 is not None:
         # the 4.x spelling, which transformers 5 still reads (and so does config._rope_params)
         factor, low, high, orig = cfg.rope_llama3
         rope = {"rope_scaling": {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
                                  "high_freq_factor": high, "original_max_position_embeddings": orig}}
+    elif cfg.rope_linear is not None:
+        rope = {"rope_scaling": {"rope_type": "linear", "factor": cfg.rope_linear}}
     return {
         "architectures": [arch],
         "model_type": cfg.model_type,
@@ -223,7 +332,8 @@ def hf_config(cfg: ModelConfig) -> dict:
         **rope,
         "max_position_embeddings": cfg.max_position,
         "tie_word_embeddings": cfg.tie_embeddings,
-        "attention_bias": cfg.qkv_bias,
+        "attention_bias": cfg.o_bias if cfg.model_type in ("llama", "qwen3") else cfg.qkv_bias,
+        "mlp_bias": cfg.mlp_bias,
         "hidden_act": "silu",
         "bos_token_id": cfg.bos_token_id,
         "eos_token_id": eos[0] if len(eos) == 1 else eos,

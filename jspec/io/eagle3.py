@@ -56,9 +56,16 @@ def is_head_dir(path: str | Path) -> bool:
 
 
 def head_config_from_hf(hf: dict, target: ModelConfig) -> HeadConfig:
-    """The HeadConfig of a head's config.json for this target; ConfigError names what does not fit."""
+    """The HeadConfig of a head's config.json for this target; ConfigError names what does not fit, or what the
+    config asks for that jspec's head does not compute."""
+    layers = hf.get("num_hidden_layers", 1)
+    if layers != 1 or isinstance(layers, bool):
+        raise ConfigError(f"field 'num_hidden_layers' is {layers!r}: jspec's EAGLE-3 head has exactly one layer")
     hf = dict(hf, model_type="llama", num_hidden_layers=1)
     layer = model_config_from_hf(hf)
+    if layer.qkv_bias or layer.o_bias or layer.mlp_bias:
+        name = "attention_bias" if layer.qkv_bias else "mlp_bias"
+        raise ConfigError(f"field {name!r} is true: jspec's EAGLE-3 head reads no biases")
     # the head attends over the target's whole context (vLLM ignores the head's own max_position too)
     # and its special tokens are the target's business
     layer = dataclasses.replace(layer, max_position=target.max_position, sliding_window=None, bos_token_id=None,
@@ -67,15 +74,32 @@ def head_config_from_hf(hf: dict, target: ModelConfig) -> HeadConfig:
     if target_hidden != target.hidden_size:
         raise ConfigError(f"the head's target_hidden_size {target_hidden} does not fit the target's hidden_size "
                           f"{target.hidden_size}")
-    eagle = hf.get("eagle_config") if isinstance(hf.get("eagle_config"), dict) else {}
-    taps = eagle.get("eagle_aux_hidden_state_layer_ids") or hf.get("eagle_aux_hidden_state_layer_ids")
-    taps = tuple(taps) if isinstance(taps, list) else default_taps(target.num_layers)
+    taps = _taps(hf) or default_taps(target.num_layers)
     draft_vocab = hf.get("draft_vocab_size") or layer.vocab_size
     if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or draft_vocab < 1:
         raise ConfigError(f"field 'draft_vocab_size' must be a positive integer, got {draft_vocab!r}")
     hcfg = HeadConfig(layer, draft_vocab, taps)
     check_fits(hcfg, target)  # sizes first, then the taps
     return dataclasses.replace(hcfg, taps=check_taps(taps, target.num_layers))
+
+
+def _taps(hf: dict) -> tuple | None:
+    """eagle_aux_hidden_state_layer_ids from eagle_config (or the top level), None when neither sets them; a value
+    of another type, or an EAGLE-3 head without the aux hidden states (use_aux_hidden_state false: EAGLE-1/2's
+    input), is a ConfigError naming the field."""
+    eagle = hf.get("eagle_config")
+    eagle = {} if eagle is None else eagle
+    if not isinstance(eagle, dict):
+        raise ConfigError(f"field 'eagle_config' must be an object, got {eagle!r}")
+    if eagle.get("use_aux_hidden_state", True) is not True:
+        raise ConfigError(f"field 'eagle_config.use_aux_hidden_state' is {eagle['use_aux_hidden_state']!r}: jspec's "
+                          "EAGLE-3 head fuses the target's aux hidden states")
+    key = "eagle_aux_hidden_state_layer_ids"
+    where, taps = (f"eagle_config.{key}", eagle[key]) if eagle.get(key) is not None else (key, hf.get(key))
+    if taps is not None and not (isinstance(taps, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                 for t in taps)):
+        raise ConfigError(f"field {where!r} must be a list of layer indices, got {taps!r}")
+    return tuple(taps) if taps else None
 
 
 def host_head(head_dir: Path, hcfg: HeadConfig, dtype) -> HeadParams:

@@ -33,6 +33,9 @@ class Layer:
     w_gu: jax.Array  # [E, 2, F]: gate, up in one matmul
     w_down: jax.Array  # [F, E]
     bqkv: jax.Array | None = None  # [Hkv, g + 2, D] Qwen2, slots as in wqkv
+    bo: jax.Array | None = None  # [E] o_proj's bias (attention_bias)
+    b_gu: jax.Array | None = None  # [2, F] gate's and up's biases (mlp_bias)
+    b_down: jax.Array | None = None  # [E]
     q_norm: jax.Array | None = None  # [D] Qwen3
     k_norm: jax.Array | None = None  # [D]
     rot_k: jax.Array | None = None  # [Hkv, D, D] f32, R_K transposed: q and k after RoPE times R_K (rotate)
@@ -53,9 +56,11 @@ def rms_norm(x, w, eps):
 
 
 def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
-    """Inverse frequencies [D/2] in float64, with llama3 scaling when the config asks for it."""
+    """Inverse frequencies [D/2] in float64, with linear or llama3 scaling when the config asks for it."""
     D = cfg.head_dim
     inv = 1.0 / cfg.rope_theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    if cfg.rope_linear is not None:  # angles at positions / factor
+        inv = inv / cfg.rope_linear
     if cfg.rope_llama3 is None:
         return inv
     factor, low, high, orig = cfg.rope_llama3
@@ -158,9 +163,18 @@ def rotate(x, rot_t):
     return prod.sum(-1).astype(x.dtype)
 
 
+def _biased(y, b):
+    return y if b is None else y + b
+
+
+def attn_out(lp: Layer, o):
+    """The attention output o [B, n, Hq*D] projected back to the residual: [B, n, E]."""
+    return _biased(o @ lp.wo, lp.bo)
+
+
 def mlp(lp: Layer, x):
-    y = jnp.einsum("bne,ejf->bnjf", x, lp.w_gu)  # [B, n, 2, F]
-    return (jax.nn.silu(y[..., 0, :]) * y[..., 1, :]) @ lp.w_down
+    y = _biased(jnp.einsum("bne,ejf->bnjf", x, lp.w_gu), lp.b_gu)  # [B, n, 2, F]
+    return _biased((jax.nn.silu(y[..., 0, :]) * y[..., 1, :]) @ lp.w_down, lp.b_down)
 
 
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
@@ -268,7 +282,7 @@ def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, 
     slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, pos, rope))
     q, k, v = split_slots(slots, cfg)
     o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv=slots, fused_window=fused_window).reshape(B, n, -1)
-    x, h = add_rms_norm(entering, o @ lp.wo, mlp_norm, cfg.rms_eps, fused, index)
+    x, h = add_rms_norm(entering, attn_out(lp, o), mlp_norm, cfg.rms_eps, fused, index)
     return entering, x, mlp(lp, h), q, k, v
 
 
@@ -339,12 +353,19 @@ def init_params(cfg: ModelConfig, key, dtype=jnp.float32, std: float = 0.02) -> 
     Hq, Hkv = cfg.num_heads * D, cfg.num_kv_heads * D
     keys = iter(jax.random.split(key, 11 * cfg.num_layers + 2))
     w = lambda *shape: (std * jax.random.normal(next(keys), shape, jnp.float32)).astype(dtype)
+    extra = iter(jax.random.split(jax.random.fold_in(key, 1), 3 * cfg.num_layers))
+    w_extra = lambda *shape: (std * jax.random.normal(next(extra), shape, jnp.float32)).astype(dtype)
     ones = lambda n: jnp.ones((n,), dtype)
 
     def layer():
         # Each HF projection is drawn on its own key, then fused: a seed gives the same model whether
         # the projections are stored apart or fused (tests and training runs are pinned to seeds).
         bias = dict(bqkv=fuse_qkv(w(Hq), w(Hkv), w(Hkv), cfg)) if cfg.qkv_bias else {}
+        # drawn from keys of their own: a seed keeps giving the same weights to the models without them
+        if cfg.o_bias:
+            bias.update(bo=w_extra(E))
+        if cfg.mlp_bias:
+            bias.update(b_gu=w_extra(2, F), b_down=w_extra(E))
         norms = dict(q_norm=ones(D), k_norm=ones(D)) if cfg.qk_norm else {}
         wqkv, wo = fuse_qkv(w(E, Hq), w(E, Hkv), w(E, Hkv), cfg), w(Hq, E)
         w_gu = jnp.stack([w(E, F), w(E, F)], axis=1)  # [E, 2, F]

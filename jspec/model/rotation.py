@@ -133,12 +133,15 @@ def hadamard_rotations(cfg: ModelConfig):
 HASHED_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                  "num_kv_heads", "head_dim", "rms_eps", "rope_theta", "rope_llama3", "tie_embeddings",
                  "qkv_bias", "qk_norm")
+# Fields added since: hashed only when set, so that the files of models without them keep their hash.
+HASHED_WHEN_SET = ("o_bias", "mlp_bias", "rope_linear")
 
 
 def config_hash(cfg: ModelConfig) -> str:
     """A short stable hash of the architecture fields of a ModelConfig: ties a rotation file to its model."""
     fields = dataclasses.asdict(cfg)
-    text = json.dumps({k: fields[k] for k in HASHED_FIELDS}, sort_keys=True)
+    hashed = {k: fields[k] for k in HASHED_FIELDS} | {k: fields[k] for k in HASHED_WHEN_SET if fields[k]}
+    text = json.dumps(hashed, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -172,19 +175,61 @@ def save_rotations(path, rot_k: Sequence, rot_v: Sequence, meta: dict) -> None:
     save_file(tensors, str(path), metadata={k: str(v) for k, v in meta.items()})
 
 
+# Largest |R R^T - I| of a rotation read back: jspec writes them in float32 (errors about 1e-6).
+ORTHOGONAL_TOL = 1e-3
+
+
+# Metadata keys every rotation file jspec writes carries (make_meta): what tells one from other safetensors.
+META_KEYS = ("format_version", "mode", "objective", "grouping", "config_hash")
+
+
+def is_rotation_file(path) -> bool:
+    """Whether path is a safetensors file with jspec's rotation metadata (only the header is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as f:
+            meta = f.metadata() or {}
+    except (SafetensorError, OSError, ValueError, TypeError):
+        return False
+    return all(k in meta for k in META_KEYS) and meta["mode"] in MODES
+
+
+def read_rotation_file(path) -> tuple[dict, dict]:
+    """(metadata, tensors) of a safetensors file; ConfigError naming the file when it is not one."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as f:
+            return dict(f.metadata() or {}), {name: f.get_tensor(name) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError, TypeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{path}: not a readable rotation file ({first})") from None
+
+
+def check_rotation(name: str, r: np.ndarray) -> np.ndarray:
+    """r [Hkv, D, D] as float32 when every matrix is finite and orthogonal (to ORTHOGONAL_TOL); else ConfigError
+    naming the tensor: a NaN, zero or skewed rotation would run and print broken text."""
+    r = np.asarray(r, np.float32)
+    if not np.isfinite(r).all():
+        raise ConfigError(f"{name} holds NaN or infinite values")
+    r64 = r.astype(np.float64)
+    err = float(np.abs(r64 @ np.swapaxes(r64, 1, 2) - np.eye(r.shape[-1])).max(initial=0.0))
+    if err > ORTHOGONAL_TOL:
+        raise ConfigError(f"{name} is not orthogonal (max |R R^T - I| = {err:.3g} > {ORTHOGONAL_TOL:g})")
+    return r
+
+
 def load_rotations(path, cfg: ModelConfig):
     """Reads a rotation file for cfg -> (rot_k, rot_v lists of [Hkv, D, D] float32, meta).
 
-    Raises ConfigError when the file was made for another model or has the wrong shapes.
+    Raises ConfigError naming the file when it is not a rotation file, was made for another model, or holds
+    tensors of the wrong shape or not finite and orthogonal.
     """
-    from safetensors import safe_open
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no rotation file at {str(path)!r}")
-    with safe_open(str(path), framework="np") as f:
-        meta = dict(f.metadata() or {})
-        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    meta, tensors = read_rotation_file(path)
     if meta.get("format_version") != FORMAT_VERSION:
         raise ConfigError(f"{path}: rotation format {meta.get('format_version')!r}, expected {FORMAT_VERSION}")
     if meta.get("config_hash") != config_hash(cfg):
@@ -199,6 +244,10 @@ def load_rotations(path, cfg: ModelConfig):
         bad = [i for i, r in enumerate(rot[kind]) if r is None or r.shape != want]
         if bad:
             raise ConfigError(f"{path}: {kind} of layers {bad} missing or not of shape {want}")
+        try:
+            rot[kind] = [check_rotation(f"{kind}.{i}", r) for i, r in enumerate(rot[kind])]
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
     return rot["rot_k"], rot["rot_v"], meta
 
 

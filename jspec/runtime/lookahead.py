@@ -32,7 +32,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import statistics
+import sys
 import time
 import typing
 from pathlib import Path
@@ -317,19 +319,19 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
                   mesh=None if mesh is None else dict(mesh.shape))
     points = sorted({n for n in VERIFY_POINTS if n <= k_max + 1} | {k_max + 1})
     stacked = lambda p: {"stacked": True} if is_stacked(p) else {}  # (no new key for the default: shipped files)
-    parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **stacked(m.target)),
+    parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **stacked(m.target)), len(points),
                         lambda: [_target_loop(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])}
     if m.draft is not None:
-        parts["draft"] = (dict(model=m.draft_cfg, **stacked(m.draft)),
+        parts["draft"] = (dict(model=m.draft_cfg, **stacked(m.draft)), 1,
                           lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)])
     if m.head is not None:
-        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg),
+        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg), 1,
                          lambda: [_head_loop(m, B, capacity, context, dtype, mesh, steps)])
     if m.ngram:
-        parts["ngram"] = dict(K=k_max), lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
+        parts["ngram"] = dict(K=k_max), 1, lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
     with sharding.context(mesh):
-        seconds = _cached(memo, {name: (dict(part=name, **what, **shapes), loops)
-                                 for name, (what, loops) in parts.items()})
+        seconds = _cached(memo, {name: (dict(part=name, **what, **shapes), count, loops)
+                                 for name, (what, count, loops) in parts.items()})
     one = lambda name: seconds[name][0] if name in seconds else 0.0
     return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"))
 
@@ -338,13 +340,14 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
 
 
 def _cached(memo: dict, parts: dict) -> dict:
-    """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loops)} on this
-    device and JAX: from memo, else from its file under cache_root()/lookahead or SHIPPED, else measured (then
-    kept in memo and the former): the missing parts' loops are compiled together (programs.compile_all), then
-    timed one at a time."""
+    """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loop count, its
+    loops)} on this device and JAX: from memo, else from its file under cache_root()/lookahead or SHIPPED, else
+    measured (then kept in memo and the former): the missing parts' loops are compiled together
+    (programs.compile_all), then timed one at a time. A file that does not hold as many positive finite times as
+    the part has loops is measured again and replaced, with one warning line for all such files."""
     dev = jax.devices()[0]
-    out, missing = {}, []
-    for name, (what, loops) in parts.items():
+    out, missing, bad = {}, [], []
+    for name, (what, count, loops) in parts.items():
         record = dict(what, device=dev.device_kind, platform=dev.platform, devices=jax.device_count(),
                       jax=jax.__version__, code=programs.source_digest(*TIMED_CODE))
         key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:32]
@@ -352,20 +355,44 @@ def _cached(memo: dict, parts: dict) -> dict:
         for file in (path, SHIPPED / path.name):
             if key in memo:
                 break
-            try:
-                memo[key] = json.loads(file.read_text())["value"]
-            except (OSError, ValueError, KeyError, TypeError):  # absent or unreadable: the next, else measure
-                pass
+            value = _read_times(file, count)
+            if value is _BAD:
+                bad.append(file)
+            elif value is not None:
+                memo[key] = value
         if key not in memo:
             missing.append((name, key, path, record, loops()))
             continue
         out[name] = memo[key]
+    if bad:
+        more = ", ..." if len(bad) > 1 else ""
+        print(f"warning: ignored {len(bad)} malformed lookahead cost file(s) ({bad[0]}{more}): measuring the costs "
+              "again", file=sys.stderr)
     timed = [loop for *_, loops in missing for loop in loops]
     runs = programs.compile_all([x.lowered for x in timed], [x.options for x in timed]) if timed else []
     for name, key, path, record, loops in missing:
         memo[key] = out[name] = [_time(runs.pop(0), loop) for loop in loops]
         _save(path, dict(record, value=memo[key]))
     return out
+
+
+_BAD = object()  # _read_times' answer for a file that exists but does not hold the times
+
+
+def _read_times(file: Path, count: int):
+    """The `count` seconds per step a cost file holds as {"value": [...]}: None when there is no file, _BAD when
+    it is unreadable, not JSON, of another shape, or holds anything but positive finite numbers (a negative or
+    zero cost would make every round look free)."""
+    try:
+        record = json.loads(file.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+        return _BAD
+    value = record.get("value") if isinstance(record, dict) else None
+    ok = isinstance(value, list) and len(value) == count and all(
+        isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < math.inf for t in value)
+    return [float(t) for t in value] if ok else _BAD
 
 
 def _save(path: Path, record: dict) -> None:

@@ -10,6 +10,10 @@ beside JAX's cache, in `<jax_compilation_cache_dir>/jspec-programs` (so it is on
 compile_cache.use_compile_cache, the CLI's --compile-cache; see `directory`), bounded like it: past JAX's size
 limit the least recently used programs go. An entry that cannot be read back (a torn write, another
 jaxlib) is compiled again and replaced.
+
+Entries are pickles (JAX's serialized executables are pickles themselves), and unpickling runs code: as ssh
+does with keys, an entry is read only when it and its directory belong to this user and nobody else may write
+them (else compiled again, with one warning line per directory); the store is written owner-only.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import functools
 import hashlib
 import os
 import pickle
+import stat
+import sys
 from pathlib import Path
 
 import jax
@@ -112,7 +118,11 @@ def _side_by_side(fn, items: list) -> list:
 
 def _read(path: Path | None):
     """The program kept at path, or None: absent, torn or from another runtime (a store never breaks a run)."""
-    if path is None:
+    if path is None or not path.exists():
+        return None
+    problem = untrusted(path)
+    if problem:
+        _warn_untrusted(path.parent, problem)
         return None
     try:
         program = serialize_executable.deserialize_and_load(*pickle.loads(path.read_bytes()))
@@ -120,6 +130,29 @@ def _read(path: Path | None):
         return program
     except Exception:  # noqa: BLE001
         return None
+
+
+def untrusted(path: Path) -> str | None:
+    """Why an entry must not be unpickled (None: it may be): the file or its directory is not this user's, the
+    file is not a regular one (a link), or either is writable by group or others."""
+    try:
+        for p, kind in ((path, "file"), (path.parent, "directory")):
+            st = p.lstat() if kind == "file" else p.stat()
+            if kind == "file" and not stat.S_ISREG(st.st_mode):
+                return f"{p} is not a regular file"
+            if st.st_uid != os.getuid():
+                return f"{kind} {p} is owned by another user"
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return f"{kind} {p} is writable by other users (chmod go-w)"
+    except OSError as e:
+        return f"{path}: {e.strerror or e}"
+    return None
+
+
+@functools.cache
+def _warn_untrusted(directory: Path, problem: str) -> None:
+    print(f"warning: not reading compiled programs from {directory}: {problem}; compiling them instead",
+          file=sys.stderr)
 
 
 def _keep(path: Path, program) -> None:
@@ -134,7 +167,7 @@ def _write(path: Path, blob: bytes) -> None:
     """Written atomically (another process may read it), then the oldest programs evicted past JAX's
     cache size limit; a store that cannot be written is skipped."""
     try:
-        atomic_write(path, blob)
+        atomic_write(path, blob, private=True)
         limit = jax.config.jax_compilation_cache_max_size
         entries = sorted(path.parent.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime, reverse=True)
         total = 0

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec.config import ConfigError, ModelConfig
+from jspec.config import INT32_MAX, ConfigError, ModelConfig, check_int
 from jspec.model import rotation
 from jspec.model.decoder import Layer, Params, block, rope_tables
 
@@ -127,15 +127,36 @@ def data_files(model_dir: Path, data: list[str] | None) -> list[Path]:
         found = sorted(glob.glob(pattern)) or ([pattern] if Path(pattern).is_file() else [])
         if not found:
             raise FileNotFoundError(f"--data {pattern!r} matches no file")
+        not_files = [f for f in found if not Path(f).is_file()]
+        if not_files:
+            raise ConfigError(f"--data {pattern!r} matches {not_files[0]!r}, which is not a file: give text files")
         files += [Path(f) for f in found]
     return files
 
 
+def read_text(path: Path) -> str:
+    """A calibration file's text; ConfigError naming the file when it cannot be read or is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"calibration file {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"calibration file {str(path)!r} cannot be read ({e.strerror or e})") from None
+
+
+def check_args(args) -> None:
+    """ConfigError naming the flag unless the sizes are positive integers."""
+    for flag in ("tokens", "seq_len", "batch_size"):
+        check_int(f"--{flag.replace('_', '-')}", getattr(args, flag), 1, INT32_MAX)
+
+
 def token_windows(tokenizer, files: list[Path], tokens: int, seq_len: int, batch_size: int) -> list[np.ndarray]:
     """Tokenizes each file, concatenates, cuts windows of seq_len (at most `tokens` in all) into batches."""
+    for name, value in (("tokens", tokens), ("seq_len", seq_len), ("batch_size", batch_size)):
+        check_int(name, value, 1, INT32_MAX)
     ids: list[int] = []
     for f in files:
-        enc = tokenizer.encode(f.read_text(encoding="utf-8"))
+        enc = tokenizer.encode(read_text(f))
         ids += list(getattr(enc, "ids", enc))  # tokenizers.Encoding or a plain list from transformers
         if len(ids) >= tokens:
             break
@@ -145,6 +166,16 @@ def token_windows(tokenizer, files: list[Path], tokens: int, seq_len: int, batch
         raise ConfigError(f"calibration files {[str(f) for f in files]} contain no tokens")
     windows = np.asarray(ids[: len(ids) // L * L], np.int32).reshape(-1, L)  # [N, L]
     return [windows[i : i + batch_size] for i in range(0, len(windows), batch_size)]
+
+
+def check_out(out: Path) -> None:
+    """ConfigError unless out is a new path or a rotation file jspec wrote (rotation.is_rotation_file): --out
+    must never overwrite anything else, such as the model's own weights."""
+    if out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a directory: give the rotation file's path")
+    if out.exists() and not rotation.is_rotation_file(out):
+        raise ConfigError(f"--out {str(out)!r} exists and is not a rotation file jspec wrote: refusing to overwrite "
+                          "it (give another path, or remove it first)")
 
 
 def main(argv=None) -> int:
@@ -164,7 +195,10 @@ def main(argv=None) -> int:
     from jspec.io.checkpoint import CheckpointError, load_model
 
     model_dir = Path(args.model)
+    out = Path(args.out) if args.out else model_dir / "rotations.safetensors"
     try:
+        check_args(args)
+        check_out(out)
         cfg, params, tokenizer = load_model(model_dir, dtype=jnp.float32)
         batches = []
         if args.mode == "oscar":
@@ -175,8 +209,11 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else model_dir / "rotations.safetensors"
-    rotation.save_rotations(out, rot_k, rot_v, meta)
+    try:
+        rotation.save_rotations(out, rot_k, rot_v, meta)
+    except OSError as e:
+        print(f"error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {out}: mode={meta['mode']} {meta['grouping']}, {meta['calibration_tokens']} tokens", file=sys.stderr)
     return 0
 
