@@ -188,13 +188,29 @@ def load_tokenizer(model_dir: str | Path):
 
 
 def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):
-    """Loads (ModelConfig, Params, tokenizer or None) from a local Hugging Face directory."""
+    """Loads (ModelConfig, Params, tokenizer or None) from a local Hugging Face directory or a GGUF file."""
     model_dir = Path(model_dir)
+    if is_gguf(model_dir):
+        from jspec.io import gguf
+
+        return gguf.load_model(model_dir, dtype, tokenizer)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
     cfg = load_model_config(model_dir)
     params = load_params(model_dir, cfg, dtype)
     return cfg, params, load_tokenizer(model_dir) if tokenizer else None
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether a model path names a GGUF file (jspec.io.gguf) rather than a Hugging Face directory."""
+    return Path(path).suffix.lower() == ".gguf"
+
+
+def rotation_path(model: str | Path) -> Path:
+    """Where a model's OSCAR rotations are by default: DIR/rotations.safetensors, or beside a GGUF file
+    FILE.gguf as FILE.rotations.safetensors."""
+    model = Path(model)
+    return model.with_name(f"{model.stem}.rotations.safetensors") if is_gguf(model) else model / "rotations.safetensors"
 
 
 def hf_config(cfg: ModelConfig) -> dict:

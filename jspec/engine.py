@@ -25,6 +25,7 @@ from jspec.config import (ATTENTION_IMPLS, MAX_LOOKAHEAD, ConfigError, GenerateC
                           SamplingConfig)
 from jspec.decode import ProgramArgs
 from jspec.head import HeadConfig, HeadParams
+from jspec.io import chat
 from jspec.model import Params, compile_options, is_stacked, stack_layers
 from jspec.sampling import Sampler
 
@@ -62,6 +63,7 @@ class Engine:
     ngram: bool = False  # draft by prompt lookup (with the draft model, if any, where it finds no match)
     head_cfg: HeadConfig | None = None  # an EAGLE-3 head drafting from the target's hidden states
     head_params: HeadParams | None = None
+    chat_template: str | None = None  # the target's (jspec.io.chat.template_of), for chat()
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
@@ -130,6 +132,18 @@ class Engine:
         out = self.generate_ids(ids, rows, max_new, gen)
         return [Result(p, self.tokenizer.decode(t, skip_special_tokens=True), t, st)
                 for p, (t, st) in zip(prompts, out)]
+
+    def chat(self, messages: list[dict], gen: GenerateConfig = GenerateConfig(),
+             sampling: SamplingConfig = SamplingConfig()) -> Result:
+        """Generates the assistant's reply to a conversation ([{"role", "content"}, ...]) rendered with the
+        model's chat template. The rendered text holds the template's special tokens (its BOS included), so
+        it is tokenized without adding any, as transformers' apply_chat_template(tokenize=True) does."""
+        if self.chat_template is None:
+            raise ConfigError("this model has no chat template (tokenizer_config.json, chat_template.jinja or "
+                              "GGUF metadata)")
+        text = chat.render(self.chat_template, messages, **chat.special_tokens(self.tokenizer))
+        [result] = self.generate([self.tokenizer.encode(text, add_special_tokens=False)], gen, sampling)
+        return dataclasses.replace(result, prompt=text)
 
     def lookahead(self, gen: GenerateConfig) -> int:
         """The lookahead a request must leave room for in the context: gen's K when there is a drafter;
@@ -469,7 +483,7 @@ def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> Non
 def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mode: str,
             rotations: str | Path | None) -> Params:
     """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache."""
-    path = Path(rotations) if rotations else model_dir / ROTATION_FILE
+    path = Path(rotations) if rotations else checkpoint.rotation_path(model_dir)
     if mode == "auto":
         mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
     if mode == "none":
@@ -492,7 +506,8 @@ _apply_rotations = jax.jit(rotation.apply_rotations, static_argnums=1, donate_ar
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False) -> Engine:
-    """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories.
+    """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories
+    or GGUF files (model.gguf: jspec.io.gguf; its rotations default to model.rotations.safetensors beside it).
 
     draft: a draft model's directory, or an EAGLE-3 head's (its config.json's architectures name
     LlamaForCausalLMEagle3: jspec.eagle3); "auto": the shipped draft when the shipped target is used;
@@ -511,7 +526,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         raise FileNotFoundError(f"rotation file {str(rotations)!r} does not exist")
     cfg, params, tok = checkpoint.load_model(model_dir, jnp.dtype(dtype))
     if kv.mode == "auto":
-        has_rotations = (Path(rotations) if rotations else model_dir / ROTATION_FILE).is_file()
+        has_rotations = (Path(rotations) if rotations else checkpoint.rotation_path(model_dir)).is_file()
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
     params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
@@ -536,8 +551,10 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, draft_params = sharding.shard_params(params, cfg, mesh), sharding.replicate(draft_params, mesh)
         head_params = sharding.replicate(head_params, mesh)
+    template = tok.chat_template if checkpoint.is_gguf(model_dir) else chat.template_of(model_dir)
     return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, draft_cfg=draft_cfg, draft_params=draft_params,
-                  dtype=dtype, attn_impl=impl, mesh=mesh, ngram=ngram, head_cfg=head_cfg, head_params=head_params)
+                  dtype=dtype, attn_impl=impl, mesh=mesh, ngram=ngram, head_cfg=head_cfg, head_params=head_params,
+                  chat_template=template)
 
 
 def _split_draft(draft: str | Path | None) -> tuple[bool, str | Path | None]:

@@ -159,8 +159,10 @@ def template_of(model_path: str | Path) -> str | None:
     """The chat template of a model: a GGUF file's `tokenizer.chat_template`, or in a Hugging Face
     directory chat_template.jinja (which transformers prefers) else tokenizer_config.json's
     `chat_template` (the "default" one where it lists several). None when there is none."""
+    from jspec.checkpoint import is_gguf
+
     path = Path(model_path)
-    if path.suffix.lower() == ".gguf":
+    if is_gguf(path):
         from jspec.io import gguf
 
         return gguf.chat_template(path)
