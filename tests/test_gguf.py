@@ -88,6 +88,7 @@ def write_gguf(path: Path, arch: str, tensors: dict[str, tuple[np.ndarray, objec
         w.add_token_merges(["h e", "l l"])
         w.add_bos_token_id(259)
         w.add_eos_token_id(260)
+        w.add_add_bos_token(True)  # as Llama 3 files: encode() prepends the BOS
     for name, (x, qtype) in tensors.items():
         data = encoded(x, qtype)
         w.add_tensor(name, data, raw_dtype=None if qtype in (Q.F32, Q.F16) else qtype)
@@ -102,7 +103,7 @@ VOCAB, E, F, H, HKV, LAYERS = 261, 64, 128, 4, 2, 2
 head_dim = lambda arch: 128 if arch == "qwen3" else E // H
 
 
-def tiny_model(tmp_path: Path, arch: str = "llama", qtype=Q.Q8_0, tied: bool = False) -> Path:
+def tiny_model(tmp_path: Path, arch: str = "llama", qtype=Q.Q8_0, tied: bool = False, template=None) -> Path:
     """A random 2-layer model of `arch` with its matrices in qtype (norms in F32, as llama.cpp writes).
     Qwen3 gets head_dim 128: transformers reads no head_dim from a qwen3 file (Qwen3Config's default)."""
     D = head_dim(arch)
@@ -124,6 +125,8 @@ def tiny_model(tmp_path: Path, arch: str = "llama", qtype=Q.Q8_0, tied: bool = F
             t |= {b + "attn_q_norm.weight": (1 + w(D), Q.F32), b + "attn_k_norm.weight": (1 + w(D), Q.F32)}
     meta = dict(block_count=LAYERS, context_length=128, embedding_length=E, feed_forward_length=F, head_count=H,
                 head_count_kv=HKV, layer_norm_rms_eps=1e-5, rope_freq_base=10000.0, vocab_size=VOCAB)
+    if template is not None:
+        meta["chat_template"] = template
     if arch == "llama":
         meta["rope_dimension_count"] = D
     else:
