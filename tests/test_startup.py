@@ -50,7 +50,7 @@ def _device_loader(model_dir: Path, cfg, dtype):
     layers = []
     for i in range(cfg.num_layers):
         fields = {}
-        for field in checkpoint._layer_shapes(cfg):
+        for field in checkpoint.layer_shapes(cfg):
             names, t = checkpoint.LAYER_NAMES[field]
             parts = [read(f"model.layers.{i}.{name}", t) for name in names]
             fuse = {"wqkv": lambda p: model.fuse_qkv(*p, cfg), "bqkv": lambda p: model.fuse_qkv(*p, cfg),

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -49,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts; '-' reads one prompt from stdin")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     m = p.add_argument_group("models")
-    m.add_argument("--model", help="target Hugging Face directory (default: the shipped checkpoints/code-target)")
+    m.add_argument("--model", help="target Hugging Face directory or GGUF file (default: the shipped "
+                                   "checkpoints/code-target)")
     m.add_argument("--draft", default="auto",
                    help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
                         "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
@@ -73,7 +75,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--group-size", type=int, default=KV.group_size, help="INT2 group size (default: head_dim)")
     c.add_argument("--rotation", choices=("auto", "none", "hadamard", "oscar"), default="auto",
                    help="auto: oscar when a rotation file exists, else hadamard for int2")
-    c.add_argument("--rotations", help="rotation file (default: MODEL/rotations.safetensors)")
+    c.add_argument("--rotations", help="rotation file (default: MODEL/rotations.safetensors; for FILE.gguf, "
+                                       "FILE.rotations.safetensors beside it)")
     c.add_argument("--clip-k", type=float, default=KV.clip_k, help="key clip quantile (<= 0 disables)")
     c.add_argument("--clip-v", type=float, default=KV.clip_v, help="value clip quantile (<= 0 disables)")
     c.add_argument("--scale-dtype", choices=("bfloat16", "float32"), default=KV.scale_dtype,
@@ -92,6 +95,8 @@ def parser() -> argparse.ArgumentParser:
                         "stops in that round (a job line's own \"stop\" replaces these)")
     o = p.add_argument_group("output and jobs")
     o.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    o.add_argument("--chat", action="store_true",
+                   help="each prompt is one user message, rendered with the model's chat template")
     o.add_argument("--stream", action="store_true",
                    help="print each speculative round's tokens as they come (one host sync per round)")
     o.add_argument("--input", type=Path, help="JSONL job: {\"id\", \"prompt\", ...} per line, or OpenAI's batch "
@@ -125,7 +130,8 @@ def _check(a) -> None:
            ((a.input is None) != (a.output is None), "--input and --output go together"),
            (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
            (a.stream and (a.json or a.input is not None), "--stream prints text: it does not combine with "
-                                                          "--json or --input")]
+                                                          "--json or --input"),
+           (a.chat and (a.stream or a.input is not None), "--chat does not combine with --stream or --input")]
     for cond, msg in bad:
         if cond:
             raise ValueError(msg)
@@ -216,7 +222,8 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
         return 0
     t0, summary = time.perf_counter(), batch.Summary()
     for i in range(0, len(prompts), a.batch_size):  # --batch-size prompts per compiled call
-        results = eng.generate(prompts[i : i + a.batch_size], gen, sampling)
+        results = _chat(eng, prompts[i : i + a.batch_size], gen, sampling) if a.chat else \
+            eng.generate(prompts[i : i + a.batch_size], gen, sampling)
         summary.add([r.stats for r in results])
         for r in results:
             if a.json:
@@ -228,6 +235,19 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
         summary.wall_s = time.perf_counter() - t0
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
     return 0
+
+
+def _chat(eng, prompts: list[str], gen: GenerateConfig, sampling: SamplingConfig) -> list:
+    """--chat: each prompt as one user message in the model's chat template, generated as one batch."""
+    from jspec.io import chat
+
+    if eng.chat_template is None:
+        raise ValueError("--chat: the model has no chat template (tokenizer_config.json, chat_template.jinja or "
+                         "GGUF metadata)")
+    named = chat.special_tokens(eng.tokenizer)
+    texts = [chat.render(eng.chat_template, [{"role": "user", "content": p}], **named) for p in prompts]
+    results = eng.generate([eng.tokenizer.encode(t, add_special_tokens=False) for t in texts], gen, sampling)
+    return [dataclasses.replace(r, prompt=t) for r, t in zip(results, texts)]
 
 
 class Interrupts:

@@ -39,7 +39,7 @@ LAYER_NAMES = {
 }
 
 
-def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
+def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], ...]]:
     """Expected shapes of a layer's HF tensors as jspec reads them (transposed), per Layer field
     (only the fields this config has)."""
     E, F, D = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
@@ -176,7 +176,7 @@ def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
     layers = []
     for i in range(cfg.num_layers):
         fields = {}
-        for field, shapes in _layer_shapes(cfg).items():
+        for field, shapes in layer_shapes(cfg).items():
             names, t = LAYER_NAMES[field]
             parts = [read(f"model.layers.{i}.{name}", shape, t, dtype) for name, shape in zip(names, shapes)]
             fields[field] = fuse_field(field, parts, cfg)
@@ -288,8 +288,12 @@ def check_vocabulary(tok, cfg: ModelConfig, model_dir: Path) -> None:
 
 
 def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):
-    """Loads (ModelConfig, Params, tokenizer or None) from a local Hugging Face directory."""
+    """Loads (ModelConfig, Params, tokenizer or None) from a local Hugging Face directory or a GGUF file."""
     model_dir = Path(model_dir)
+    if is_gguf(model_dir):
+        from jspec.io import gguf
+
+        return gguf.load_model(model_dir, dtype, tokenizer)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
     cfg = load_model_config(model_dir)
@@ -297,6 +301,18 @@ def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True
     if tok is not None:  # before the weights: a mismatch is reported at once
         check_vocabulary(tok, cfg, model_dir)
     return cfg, load_params(model_dir, cfg, dtype), tok
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether a model path names a GGUF file (jspec.io.gguf) rather than a Hugging Face directory."""
+    return Path(path).suffix.lower() == ".gguf"
+
+
+def rotation_path(model: str | Path) -> Path:
+    """Where a model's OSCAR rotations are by default: DIR/rotations.safetensors, or beside a GGUF file
+    FILE.gguf as FILE.rotations.safetensors."""
+    model = Path(model)
+    return model.with_name(f"{model.stem}.rotations.safetensors") if is_gguf(model) else model / "rotations.safetensors"
 
 
 def hf_config(cfg: ModelConfig) -> dict:
@@ -350,7 +366,7 @@ def save_hf(model_dir: str | Path, params: Params, cfg: ModelConfig) -> None:
     out = {}
     bf16 = lambda x, t: jnp.asarray(x.T if t else x, jnp.bfloat16)
     for i, lp in enumerate(params.layers):
-        for field in _layer_shapes(cfg):
+        for field in layer_shapes(cfg):
             names, t = LAYER_NAMES[field]
             for name, part in zip(names, unfuse_field(field, getattr(lp, field), cfg)):
                 out[f"model.layers.{i}.{name}"] = bf16(part, t)

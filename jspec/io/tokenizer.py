@@ -49,13 +49,15 @@ class Tokenizer:
     """What jspec uses of a Hugging Face tokenizer: encode (with the special tokens the post-processor
     adds, like `tokenizer(text)`), decode, get_vocab and the named special tokens."""
 
+    chat_template: str | None = None  # set by loaders that find one beside the vocabulary (jspec.io.gguf)
+
     def __init__(self, backend: Backend, named: dict[str, str | None], cleanup: bool = False):
         self.backend = backend
         self.named = named  # "bos_token" -> "<s>" (None where the tokenizer has none)
         self.cleanup = cleanup  # transformers' clean_up_tokenization on decode (never for BPE)
 
-    def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def __call__(self, text: str) -> dict:
         return {"input_ids": self.encode(text)}

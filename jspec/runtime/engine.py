@@ -165,6 +165,18 @@ class Engine:
             self._token_bytes.append(stops.token_bytes(self.tokenizer, self.cfg.vocab_size))
         return self._token_bytes[0]
 
+    def chat(self, messages: list[dict], gen: GenerateConfig = GenerateConfig(),
+             sampling: SamplingConfig = SamplingConfig()) -> Result:
+        """Generates the assistant's reply to a conversation ([{"role", "content"}, ...]) rendered with the
+        model's chat template. The rendered text holds the template's special tokens (its BOS included), so
+        it is tokenized without adding any, as transformers' apply_chat_template(tokenize=True) does."""
+        if self.chat_template is None:
+            raise ConfigError("this model has no chat template (tokenizer_config.json, chat_template.jinja or "
+                              "GGUF metadata)")
+        text = chat.render(self.chat_template, messages, **chat.special_tokens(self.tokenizer))
+        [result] = self.generate([self.tokenizer.encode(text, add_special_tokens=False)], gen, sampling)
+        return dataclasses.replace(result, prompt=text)
+
     def lookahead(self, gen: GenerateConfig) -> int:
         """The lookahead a request must leave room for in the context: gen's K when there is a drafter;
         0 without one, and for "auto", which fits K into the room the request leaves."""
@@ -418,7 +430,7 @@ def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> Non
 def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mode: str,
             rotations: str | Path | None) -> Params:
     """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache."""
-    path = Path(rotations) if rotations else model_dir / ROTATION_FILE
+    path = Path(rotations) if rotations else checkpoint.rotation_path(model_dir)
     if mode == "auto":
         mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
     if mode == "none":
@@ -442,7 +454,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False,
          options: Options = Options()) -> Engine:
-    """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories.
+    """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories
+    or GGUF files (model.gguf: jspec.io.gguf; its rotations default to model.rotations.safetensors beside it).
 
     draft: a draft model's directory, or an EAGLE-3 head's (its config.json's architectures name
     LlamaForCausalLMEagle3: jspec.io.eagle3); "auto": the shipped draft when the shipped target is used;
@@ -462,7 +475,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         raise FileNotFoundError(f"rotation file {str(rotations)!r} does not exist")
     cfg, params, tok = checkpoint.load_model(model_dir, jnp.dtype(dtype))
     if kv.mode == "auto":
-        has_rotations = (Path(rotations) if rotations else model_dir / ROTATION_FILE).is_file()
+        has_rotations = (Path(rotations) if rotations else checkpoint.rotation_path(model_dir)).is_file()
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
     params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
@@ -476,8 +489,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         drafter = drafter.replace(model=None if drafter.model is None else stack_layers(drafter.model))
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, drafter = sharding.shard_params(params, cfg, mesh), sharding.replicate(drafter, mesh)
+    template = tok.chat_template if checkpoint.is_gguf(model_dir) else chat.template_of(model_dir)
     return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, dtype=dtype, attn_impl=impl,
-                  mesh=mesh, options=options, chat_template=chat.template_of(model_dir))
+                  mesh=mesh, options=options, chat_template=template)
 
 
 def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:

@@ -180,8 +180,9 @@ def check_out(out: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jspec.calibrate", description="Fit OSCAR KV rotations.")
-    ap.add_argument("--model", required=True, help="local Hugging Face model directory")
-    ap.add_argument("--data", nargs="+", help="calibration text files or globs (default: DIR/calibration.txt)")
+    ap.add_argument("--model", required=True, help="local Hugging Face model directory or GGUF file")
+    ap.add_argument("--data", nargs="+",
+                    help="calibration text files or globs (default: DIR/calibration.txt, for FILE.gguf its folder's)")
     ap.add_argument("--tokens", type=int, default=30000, help="calibration token budget")
     ap.add_argument("--seq-len", type=int, default=512, help="tokens per calibration window")
     ap.add_argument("--batch-size", type=int, default=4, help="windows per forward")
@@ -189,20 +190,21 @@ def main(argv=None) -> int:
     ap.add_argument("--per-layer", action="store_true", help="one rotation per layer shared by its KV heads")
     ap.add_argument("--order", choices=rotation.ORDERS, default="desc",
                     help="U's column order: which eigen-direction H maps to the constant row (default desc)")
-    ap.add_argument("--out", help="rotation file (default: DIR/rotations.safetensors)")
+    ap.add_argument("--out", help="rotation file (default: DIR/rotations.safetensors, FILE.rotations.safetensors "
+                                  "beside FILE.gguf)")
     args = ap.parse_args(argv)
 
-    from jspec.io.checkpoint import CheckpointError, load_model
+    from jspec.io.checkpoint import CheckpointError, is_gguf, load_model, rotation_path
 
     model_dir = Path(args.model)
-    out = Path(args.out) if args.out else model_dir / "rotations.safetensors"
+    out = Path(args.out) if args.out else rotation_path(model_dir)
     try:
         check_args(args)
         check_out(out)
         cfg, params, tokenizer = load_model(model_dir, dtype=jnp.float32)
         batches = []
         if args.mode == "oscar":
-            files = data_files(model_dir, args.data)
+            files = data_files(model_dir.parent if is_gguf(model_dir) else model_dir, args.data)
             batches = token_windows(tokenizer, files, args.tokens, args.seq_len, args.batch_size)
         rot_k, rot_v, meta = calibrate(params, cfg, batches, args.mode, per_head=not args.per_layer,
                                        order=args.order)
