@@ -1,8 +1,9 @@
-"""Files other processes may read while they are written."""
+"""Files: what a path is, and files other processes may read while they are written."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 
@@ -19,3 +20,30 @@ def atomic_write(path: Path, data: bytes | str, private: bool = False) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def kind(path: Path) -> str:
+    """What path is, in words: "a regular file", "a directory", "a pipe", "a character device", ..., or "missing"
+    (a dangling symbolic link included)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "missing"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def require(path: Path, what: str, *kinds: str) -> str:
+    """path's kind (kind), which must be one of kinds ("a regular file" if none given): FileNotFoundError when it
+    is missing, ValueError naming what it is otherwise ("--rotations '/dev/null' is a character device ...")."""
+    found, want = kind(path), kinds or ("a regular file",)
+    if found == "missing":
+        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
+    if found not in want:
+        raise ValueError(f"{what} {str(path)!r} is {found}, not {' or '.join(want)}")
+    return found

@@ -7,9 +7,13 @@ The shipped pair runs with the shapes of test_cli.py (one row, short prompts, MA
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+import subprocess
+import sys
+import threading
 import types
 
 import jax
@@ -239,3 +243,84 @@ def cli_run(capsys, cache_dir):
         return rc, out, err
 
     return run
+
+
+# Hostile inputs, round three: one test per class.
+
+
+def test_no_line_ends_the_job_whatever_its_bytes(shipped, tmp_path, cli_run):
+    """A lone surrogate (valid JSON), an integer past Python's digit limit, nesting past the recursion limit and
+    NaN or Infinity ids are each their line's error record; the job answers every other line. The library and
+    the command line refuse a lone surrogate with one ConfigError / error line, not the tokenizer's TypeError."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="a", prompt="def f(x):"), b'{"id": "b", "prompt": "x = \\ud800"}',
+                 b'{"id": ' + b"7" * 5000 + b', "prompt": "x"}', b"[" * 100_000 + b"]" * 100_000,
+                 b'{"id": NaN, "prompt": "x"}', b'{"id": "f", "prompt": "x", "seed": -Infinity}',
+                 _line(id="g", prompt="def g(x):")])
+    summary = _run(shipped, src, dst)
+    pairs = _pairs(dst)
+    assert set(pairs) == {("a", 1), ("b", 2), (None, 3), (None, 4), (None, 5), (None, 6), ("g", 7)}  # no JSON, no id
+    assert pairs["a", 1] == pairs["g", 7] == "text" and (summary.prompts, summary.errors) == (2, 5)
+    assert "lone surrogate" in pairs["b", 2] and "digits" in pairs[None, 3] and "nested too deeply" in pairs[None, 4]
+    assert "NaN is not a JSON number" in pairs[None, 5] and "-Infinity is not a JSON number" in pairs[None, 6]
+    assert all(json.loads(line) for line in dst.read_bytes().splitlines())  # standard JSON, every record
+    with pytest.raises(ConfigError, match="lone surrogate"):
+        shipped.generate(["\ud800"], GEN)
+    rc, _, err = cli_run("x = \udcff")  # a command line argument that was not UTF-8 (surrogateescape)
+    assert rc == 2 and err.startswith("error: the prompt is not valid Unicode") and len(err.splitlines()) == 1
+
+
+def test_a_job_resumes_only_with_the_settings_its_output_was_made_with(shipped, tmp_path):
+    """The settings a job's records depend on (models, drafter, dtype, KV cache, defaults such as
+    max_new_tokens) are kept beside its output: a resume with others stops and names them; --restart starts
+    over with the new ones."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="a", prompt="def f(x):")])
+    _run(shipped, src, dst)
+    done = dst.read_bytes()
+    other = dataclasses.replace(GEN, max_new_tokens=MAX_NEW + 1)
+    run_other = lambda **kw: batch.run_job(shipped, src, dst, other, SAMPLING, batch_size=1, progress=False, **kw)
+    with pytest.raises(batch.JobError, match="made with other settings .*generate differ.*--restart"):
+        run_other()
+    assert dst.read_bytes() == done
+    _run(shipped, src, dst)  # the same settings: nothing left to do
+    assert dst.read_bytes() == done
+    run_other(restart=True)
+    assert _pairs(dst) == {("a", 1): "text"} and dst.read_bytes() != done
+
+
+def test_paths_that_are_not_regular_files_are_named_for_what_they_are(shipped, tmp_path, cli_run):
+    """--input may be a pipe (read once); a directory or a device is an error naming it, before the model loads,
+    and so is an --output that is a device (it would be read to its end) or in a missing directory; --model and
+    --rotations likewise."""
+    src = tmp_path / "in.jsonl"
+    _write(src, [_line(id="a", prompt="def f(x):")])
+    for args, message in [(("--input", "/dev/null", "--output", tmp_path / "o"), "is a character device"),
+                          (("--input", tmp_path, "--output", tmp_path / "o"), "is a directory"),
+                          (("--input", src, "--output", "/dev/zero"), "--output '/dev/zero' is a character device"),
+                          (("--input", src, "--output", tmp_path / "no" / "o"), "--output's directory"),
+                          (("x", "--model", "/dev/null"), "model directory '/dev/null' is a character device"),
+                          (("x", "--rotations", tmp_path), "is a directory, not a regular file")]:
+        rc, _, err = cli_run(*args)
+        assert rc == 2 and message in err and len(err.splitlines()) == 1, err
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(src.read_bytes()))
+    writer.start()
+    rc, _, err = cli_run("--input", fifo, "--output", tmp_path / "out.jsonl")
+    writer.join()
+    assert rc == 0 and "is a pipe, read once" in err and _pairs(tmp_path / "out.jsonl") == {("a", 1): "text"}
+
+
+def test_a_closed_stdin_and_a_missing_gpu_are_one_error_line(tmp_path):
+    """`-` with stdin closed, and JAX_PLATFORMS=cuda where JAX sees no GPU, are one error line each."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "jspec.generate", *args], capture_output=True,
+                                             text=True, timeout=300, **kw)
+    p = subprocess.run(["sh", "-c", f"exec {sys.executable} -m jspec.generate - <&-"], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 2 and p.stderr == "error: '-' reads a prompt from stdin, but stdin is closed\n"
+    if jax.default_backend() == "cpu":
+        p = run("x", "--compile-cache", "", env=dict(env, JAX_PLATFORMS="cuda"))
+        assert p.returncode == 2 and p.stderr.startswith("error: JAX_PLATFORMS=cuda, but JAX sees no GPU")
+        assert len(p.stderr.splitlines()) == 1

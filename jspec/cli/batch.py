@@ -21,13 +21,15 @@ import dataclasses
 import fcntl
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
+from jspec import files
 from jspec.cli import openai_batch
-from jspec.cli.job_lines import Format, Job, JobError, fingerprint, resume_key, stop_strings
+from jspec.cli.job_lines import Format, Job, JobError, fingerprint, loads, resume_key, stop_strings
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
 from jspec.runtime.buckets import pad_rows
 from jspec.runtime.engine import Stats
@@ -105,21 +107,12 @@ def input_lines(data: bytes) -> list[tuple[int, bytes]]:
     return [(n, line.removesuffix(b"\r")) for n, line in enumerate(lines, 1)]
 
 
-def _json(text: str):
-    try:
-        return json.loads(text), None
-    except json.JSONDecodeError as e:
-        return None, f"invalid JSON: {e.msg} at column {e.colno}"
-
-
 def _decode(raw: bytes):
     """-> (the line's JSON object, None) or (its id or None, error message)."""
-    try:
-        rec, error = _json(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        rec, _ = _json(raw.decode("utf-8", "replace"))  # for the id of the error record only
-        rid = rec.get("id") if isinstance(rec, dict) else None
-        return rid, f"line is not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte {e.start + 1})"
+    rec, error = loads(raw)
+    if error and error.startswith("line is not valid UTF-8"):
+        rec, _ = loads(raw.decode("utf-8", "replace"))  # for the id of the error record only
+        return (rec.get("id") if isinstance(rec, dict) else None), error
     if error or not isinstance(rec, dict):
         return None, error or "a line must be a JSON object"
     return rec, None
@@ -188,8 +181,13 @@ def read_jobs(engine, lines: list[tuple[int, bytes]], done: dict, gen: GenerateC
 
 
 def check_paths(input_path: Path, output_path: Path) -> None:
-    if not input_path.is_file():
-        raise FileNotFoundError(f"input file {str(input_path)!r} does not exist")
+    """The input is a regular file or a pipe (`<(cmd)`: read once); the output a regular file or a new path in an
+    existing directory (a device would be read to its end, /dev/zero without one); they are not one file."""
+    files.require(input_path, "--input", "a regular file", "a pipe")
+    if files.kind(output_path) == "missing":
+        files.require(output_path.parent, "--output's directory", "a directory")
+    else:
+        files.require(output_path, "--output", "a regular file")
     same = os.path.samefile(input_path, output_path) if output_path.exists() else (
         output_path.resolve() == input_path.resolve())
     if same:  # a symlink or a hard link to the input included
@@ -260,17 +258,55 @@ def open_output(path: Path, restart: bool = False, fmt: Format | None = None):
         yield f, {} if restart else done
 
 
-def preflight(input_path: Path, output_path: Path, restart: bool = False) -> None:
-    """run_job's checks of its files, writing nothing: the CLI runs them before it loads a model."""
+def read_input(input_path: Path) -> bytes:
+    """The job's input, read once (a pipe cannot be read again: say so, since the same lines must be fed again to
+    resume the job)."""
+    if files.kind(input_path) == "a pipe":
+        print(f"note: --input {str(input_path)!r} is a pipe, read once: to resume this job, feed it the same lines",
+              file=sys.stderr)
+    return input_path.read_bytes()
+
+
+def preflight(input_path: Path, output_path: Path, restart: bool = False) -> bytes:
+    """run_job's checks of its files, writing nothing: the CLI runs them before it loads a model. Returns the
+    input's bytes, for run_job (read once)."""
     check_paths(input_path, output_path)
+    data = read_input(input_path)
     if output_path.is_file():
-        lines = input_lines(input_path.read_bytes())
+        lines = input_lines(data)
         fmt = detect_format(lines)
         with output_path.open("rb") as f:
             _lock(f, output_path)
             done, _ = answered_lines(f.read(), output_path, fmt)
         if not restart:
             check_resume(done, lines, output_path, fmt)
+    return data
+
+
+def job_settings(engine, gen: GenerateConfig, base: SamplingConfig) -> dict:
+    """What a job's records depend on besides their lines: the models (engine.source: the paths it loaded), the
+    drafter, dtype, KV cache, the build options and the defaults a line may leave out (sampling, max_new_tokens,
+    stop, lookahead)."""
+    return {"models": engine.source, "drafter": str(engine.draft_mode), "dtype": engine.dtype, "kv": repr(engine.kv),
+            "model": repr(engine.cfg), "options": repr(engine.options), "generate": repr(gen), "sampling": repr(base)}
+
+
+def settings_path(output_path: Path) -> Path:
+    return output_path.with_name(output_path.name + ".settings.json")
+
+
+def check_settings(output_path: Path, settings: dict, restart: bool = False) -> None:
+    """A resumed job runs with the settings its output was made with (kept beside it, settings_path), or stops and
+    says which differ: its records would otherwise mix two runs' results. A new (or restarted) output records them."""
+    path = settings_path(output_path)
+    kept, _ = loads(path.read_bytes()) if path.is_file() else (None, None)
+    if isinstance(kept, dict) and not restart and output_path.stat().st_size:
+        changed = sorted(k for k in settings.keys() | kept.keys() if settings.get(k) != kept.get(k))
+        if changed:
+            raise JobError(f"{str(output_path)!r} was made with other settings ({', '.join(changed)} differ: "
+                           f"{', '.join(f'{k} was {kept.get(k)!r}' for k in changed)}): run with those settings, or "
+                           "--restart to start over")
+    files.atomic_write(path, json.dumps(settings, indent=1))
 
 
 def detect_format(lines: list[tuple[int, bytes]]) -> Format:
@@ -322,17 +358,19 @@ def _answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Forma
 
 
 def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,
-            batch_size: int, progress: bool = True, restart: bool = False) -> Summary:
+            batch_size: int, progress: bool = True, restart: bool = False, data: bytes | None = None) -> Summary:
     """Runs a JSONL job; returns the end-of-run summary. Interrupted (Ctrl-C, kill), the output holds whole
     records only, and the same command resumes it. restart discards the output's records first. The
-    progress bar shows only when stderr is a terminal."""
+    progress bar shows only when stderr is a terminal. data: the input's bytes when the caller read them
+    (preflight), else the input is read here."""
     t0 = time.perf_counter()
     base.validate()
     engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
     check_paths(input_path, output_path)
-    lines = input_lines(input_path.read_bytes())
+    lines = input_lines(read_input(input_path) if data is None else data)
     fmt = detect_format(lines)
     with open_output(output_path, restart, fmt) as (out, done):
+        check_settings(output_path, job_settings(engine, gen, base), restart)
         check_resume(done, lines, output_path, fmt)
         jobs, errors, skipped = read_jobs(engine, lines, done, gen, base, fmt)
         summary = Summary(errors=len(errors), skipped=skipped)

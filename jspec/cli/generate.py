@@ -150,6 +150,8 @@ def _configs(a) -> tuple[KVConfig, GenerateConfig, SamplingConfig]:
 
 
 def _prompts(a) -> list[str]:
+    if "-" in a.prompts and sys.stdin is None:
+        raise ValueError("'-' reads a prompt from stdin, but stdin is closed")
     prompts = [sys.stdin.read().removesuffix("\n") if p == "-" else p for p in a.prompts] + a.prompt
     if not prompts and a.input is None:
         raise ValueError("give a prompt (positional, --prompt, or '-' for stdin) or --input")
@@ -201,16 +203,16 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
     from jspec.cli import batch
     from jspec.runtime import compile_cache, engine
 
+    _check_platform()
     if a.compile_cache:
         compile_cache.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
-    if a.input is not None:
-        batch.preflight(a.input, a.output, a.restart)
+    data = batch.preflight(a.input, a.output, a.restart) if a.input is not None else None
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
                       attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
     if a.kv == "auto" and not eng.kv.int2:
         print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
     if a.input is not None:
-        summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size, restart=a.restart)
+        summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size, restart=a.restart, data=data)
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
         return 0
     if a.stream:
@@ -235,6 +237,21 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
         summary.wall_s = time.perf_counter() - t0
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
     return 0
+
+
+def _check_platform() -> None:
+    """JAX_PLATFORMS naming a GPU that JAX cannot open is one error line (JAX itself fails an assertion)."""
+    want = os.environ.get("JAX_PLATFORMS", "")
+    if not {"cuda", "gpu", "rocm"} & set(want.split(",")):
+        return
+    import jax
+
+    try:
+        jax.devices()
+    except (RuntimeError, AssertionError):
+        raise ValueError(f"JAX_PLATFORMS={want}, but JAX sees no GPU: install jspec for CUDA (pip install "
+                         "'jspec[cuda12]' or '[cuda13]', see the README), check nvidia-smi, or unset JAX_PLATFORMS "
+                         "to run on the CPU") from None
 
 
 def _chat(eng, prompts: list[str], gen: GenerateConfig, sampling: SamplingConfig) -> list:

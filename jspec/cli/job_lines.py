@@ -57,3 +57,23 @@ def stop_strings(value) -> tuple:
     if value is None:
         return ()
     return (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else value
+
+
+def loads(text: str | bytes):
+    """-> (a line's JSON value, None) or (None, why not): every way a line can fail to parse (not UTF-8, not JSON,
+    nesting too deep to recurse, an integer of more digits than Python converts, NaN or Infinity, which JSON does
+    not have and a record could not give back) is that line's error, never the end of the job."""
+    try:
+        return json.loads(text, parse_constant=_no_constant), None
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON: {e.msg} at column {e.colno}"
+    except UnicodeDecodeError as e:
+        return None, f"line is not valid UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start + 1})"
+    except RecursionError:
+        return None, "invalid JSON: nested too deeply"
+    except ValueError as e:  # Python's limit on the digits of an integer, or _no_constant
+        return None, f"invalid JSON: {e}"
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")

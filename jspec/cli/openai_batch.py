@@ -39,10 +39,7 @@ BODY_FIELDS = {COMPLETIONS: ("model", "prompt", "max_tokens", *SAMPLING, "stop")
 def is_openai(lines: list[tuple[int, bytes]]) -> bool:
     """Whether the first line that is a JSON object has "custom_id" and "body"."""
     for _, raw in lines:
-        try:
-            rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
+        rec, _ = job_lines.loads(raw)
         if isinstance(rec, dict):
             return "custom_id" in rec and "body" in rec
     return False
@@ -58,10 +55,9 @@ class LineError(ValueError):
 
 def parse(raw: bytes, engine, gen: GenerateConfig, base: SamplingConfig):
     """-> (custom_id or None, Job fields or (code, message))."""
-    try:
-        rec = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return None, ("invalid_json", f"line is not valid JSON (or not UTF-8): {e}")
+    rec, error = job_lines.loads(raw)
+    if error:
+        return None, ("invalid_json", error)
     cid = rec.get("custom_id") if isinstance(rec, dict) else None
     try:
         return cid, _request(rec, engine, gen, base)
@@ -130,9 +126,8 @@ def _prompt(url: str, body: dict, engine) -> list[int]:
     if engine.chat_template is None:
         raise LineError("invalid_request", "the model has no chat template (tokenizer_config.json's chat_template "
                                            "or chat_template.jinja): use /v1/completions")
-    text = chat.render(engine.chat_template, _messages(body["messages"]), bos_token=_named(engine, "bos_token"),
-                       eos_token=_named(engine, "eos_token"))
-    return engine.prompt_ids(_encode_plain(engine.tokenizer, text))
+    text = chat.render(engine.chat_template, _messages(body["messages"]), **chat.special_tokens(engine.tokenizer))
+    return engine.prompt_ids(engine.encode(text, add_special_tokens=False))  # the template wrote the special tokens
 
 
 def _messages(messages) -> list[dict]:
@@ -155,30 +150,12 @@ def _messages(messages) -> list[dict]:
     return out
 
 
-def _named(engine, name: str) -> str | None:
-    """A named special token's text ("bos_token"), for the template."""
-    tok = engine.tokenizer
-    named = getattr(tok, "named", None)
-    return named.get(name) if isinstance(named, dict) else getattr(tok, name, None)
-
-
-def _encode_plain(tok, text: str) -> list[int]:
-    """text's ids without the special tokens a post-processor adds (the template wrote them)."""
-    backend = getattr(tok, "backend", None)
-    if hasattr(backend, "encode"):
-        return backend.encode(text, add_special_tokens=False).ids
-    return tok.encode(text, add_special_tokens=False)
-
-
 def keys(lines: list[tuple[int, bytes]]) -> dict:
     """{line number: (custom_id, fingerprint, k)}: the k-th line with this custom_id and these bytes."""
     seen, out = {}, {}
     for n, raw in lines:
-        try:
-            rec = json.loads(raw)
-            cid = rec.get("custom_id") if isinstance(rec, dict) else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            cid = None
+        rec, _ = job_lines.loads(raw)
+        cid = rec.get("custom_id") if isinstance(rec, dict) else None
         key = (job_lines.resume_key(cid), job_lines.fingerprint(raw))
         seen[key] = seen.get(key, 0) + 1
         out[n] = (*key, seen[key])

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from jspec import files
 from jspec.config import ConfigError, ModelConfig, load_model_config
 from jspec.io import tokenizer
 from jspec.model.decoder import Layer, Params, fuse_qkv, unfuse_qkv
@@ -293,9 +294,9 @@ def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True
     if is_gguf(model_dir):
         from jspec.io import gguf
 
+        files.require(model_dir, "GGUF model file")
         return gguf.load_model(model_dir, dtype, tokenizer)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"model directory {str(model_dir)!r} does not exist")
+    files.require(model_dir, "model directory", "a directory")
     cfg = load_model_config(model_dir)
     tok = load_tokenizer(model_dir) if tokenizer else None
     if tok is not None:  # before the weights: a mismatch is reported at once

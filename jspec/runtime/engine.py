@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jspec import files
 from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
                           ModelConfig, Options, SamplingConfig, check_stops)
@@ -88,6 +89,7 @@ class Engine:
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.runtime.sharding
     options: Options = Options()
     chat_template: str | None = None  # the model's chat template (jspec.io.chat.template_of), for chat requests
+    source: str = ""  # what load read (model, draft and rotation paths): a job's output records it (cli.batch)
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
@@ -102,8 +104,18 @@ class Engine:
     def draft_mode(self) -> DraftMode:
         return self.drafter.mode
 
-    def encode(self, prompt: str) -> list[int]:
-        return list(self.tokenizer.encode(prompt))
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """text's token ids (add_special_tokens=False: none added, for text a chat template rendered). ConfigError
+        for text that is not valid Unicode (a lone surrogate: from JSON's \\ud800, or a command line argument
+        that was not UTF-8), which the tokenizer cannot encode."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ConfigError(f"the prompt is not valid Unicode: a lone surrogate {text[e.start]!r} at character "
+                              f"{e.start} (text given as bytes that are not UTF-8?)") from None
+        if add_special_tokens:
+            return list(self.tokenizer.encode(text))
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def prompt_ids(self, prompt) -> list[int]:
         """The token ids of one prompt (a string or a sequence of ids); ConfigError for anything else, an
@@ -174,7 +186,7 @@ class Engine:
             raise ConfigError("this model has no chat template (tokenizer_config.json, chat_template.jinja or "
                               "GGUF metadata)")
         text = chat.render(self.chat_template, messages, **chat.special_tokens(self.tokenizer))
-        [result] = self.generate([self.tokenizer.encode(text, add_special_tokens=False)], gen, sampling)
+        [result] = self.generate([self.encode(text, add_special_tokens=False)], gen, sampling)
         return dataclasses.replace(result, prompt=text)
 
     def lookahead(self, gen: GenerateConfig) -> int:
@@ -471,8 +483,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
         raise ConfigError(f"dtype must be bfloat16 or float32, got {dtype!r}")
-    if rotations and not Path(rotations).is_file():  # whatever the kv mode: a named file must exist
-        raise FileNotFoundError(f"rotation file {str(rotations)!r} does not exist")
+    if rotations:  # whatever the kv mode: a named file must be one
+        files.require(Path(rotations), "rotation file")
     cfg, params, tok = checkpoint.load_model(model_dir, jnp.dtype(dtype))
     if kv.mode == "auto":
         has_rotations = (Path(rotations) if rotations else checkpoint.rotation_path(model_dir)).is_file()
@@ -490,8 +502,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, drafter = sharding.shard_params(params, cfg, mesh), sharding.replicate(drafter, mesh)
     template = tok.chat_template if checkpoint.is_gguf(model_dir) else chat.template_of(model_dir)
+    source = f"model={model_dir.resolve()} draft={draft} rotation={rotation_mode} rotations={rotations}"
     return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, dtype=dtype, attn_impl=impl,
-                  mesh=mesh, options=options, chat_template=template)
+                  mesh=mesh, options=options, chat_template=template, source=source)
 
 
 def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:
