@@ -34,7 +34,7 @@ LLAMA3_8B = ModelConfig("llama", 128256, 4096, 14336, 32, 32, 8, 128, rms_eps=1e
 def copy_bandwidth(gib: float = 2.0) -> float:
     """Device-to-device copy bandwidth (bytes read + written per second): torch's copy where torch is
     installed (about 4.1 TB/s on an H200; measured in a child process, so this one's GPU memory holds no torch
-    context), else XLA's x + 1 (about 2.6 TB/s there: before session 14 every floor here used it, so the
+    context), else XLA's x + 1 (about 2.6 TB/s there: earlier every floor here used it, so the
     floors of earlier results are about 1.5x too high)."""
     code = f"import json, attention; print(json.dumps(attention.copy_bandwidth({gib}, 10)))"
     here = Path(__file__).resolve().parent

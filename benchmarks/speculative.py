@@ -17,7 +17,7 @@ ngram+model (both), head (an EAGLE-3 head: --head DIR, default checkpoints/code-
 Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
 each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others). Batch 1 runs
 the first `singles` prompts (8) one call each, in turn, and counts all their tokens over all their time:
-one prompt's tau swings with K by chance (session 6: 3.02 at K = 4, 3.63 at 6, 3.53 at 8).
+one prompt's tau swings with K by chance (3.02 at K = 4, 3.63 at 6, 3.53 at 8).
 
 tokens/s = new tokens / decode_s (the compiled program's time, without compilation), median of `reps`
 calls after a warm-up; speed-up = over plain decoding of the same workload, KV and batch in this run: the
@@ -368,7 +368,7 @@ def main():
     ap.add_argument("--batches", help="comma-separated batch sizes instead of the preset's (e.g. 32,64)")
     ap.add_argument("--kvs", help="comma-separated KV modes instead of the preset's (e.g. int2)")
     ap.add_argument("--singles", type=int, help="batch-1 rows run this many prompts, one call each, in turn "
-                    "(preset: 8; 1 is the first prompt alone, as before session 7)")
+                    "(preset: 8; 1 is the first prompt alone, as before)")
     ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
                     "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
     ap.add_argument("--sweep-ks", help="comma-separated K for every mode's batch-1 sweep instead of the preset's")

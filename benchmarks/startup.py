@@ -51,7 +51,7 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile (with engine_path, Engine.compile) traced with jax.profiler, and its longest host events (XLA's passes,
     autotuning, LLVM; a read from the store) kept.
-    one_program: decode.generate_program, the prefill and rounds as one program (before session 11), against
+    one_program: decode.generate_program, the prefill and rounds as one program (earlier), against
     the two parts compiled side by side that Engine.compile builds on one device. engine_path: compiled by
     Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s).
     scan: "all", the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan); "draft", the draft's
@@ -346,7 +346,7 @@ def main():
     ap.add_argument("--phases", action="store_true", help="trace each compile (a cache hit too, and with --engine "
                     "Engine.compile, a read from jspec's store): its longest host events")
     ap.add_argument("--one-program", action="store_true", help="the cases' prefill and rounds compiled as one "
-                    "program (decode.generate_program, as before session 11), not as Engine.compile's two parts")
+                    "program (decode.generate_program, as before), not as Engine.compile's two parts")
     ap.add_argument("--engine", action="store_true", help="the cases compiled by Engine.compile (jspec's program "
                     "store, then JAX's cache: what the CLI's stats report as compile_s), not trace, lower and compile")
     ap.add_argument("--scan-layers", action="store_true", help="the 8B cases' layers stacked, each forward one "

@@ -17,7 +17,7 @@ def logits_f32(x, head):
     """A vocabulary head: x [..., E] @ head [E, V] -> [..., V] f32. BF16 operands name their algorithm (bf16
     products accumulated in f32, which is what the default means for them): under model.SCAN_OPTIONS (XLA's
     Triton GEMMs off) the unnamed one-row product converted the whole head to f32 on every step, 1.26 ms
-    where this takes 0.24 (8B head, H200, session 22: results/logs22/head_probe.py). Unchanged elsewhere."""
+    where this takes 0.24 (8B head, H200: docs/kernels.md). Unchanged elsewhere."""
     if x.dtype != jnp.bfloat16 or head.dtype != jnp.bfloat16 or jax.default_backend() == "cpu":
         return einsum_f32("...e,ev->...v", x, head)
     return jnp.einsum("...e,ev->...v", x, head, preferred_element_type=jnp.float32,

@@ -328,7 +328,7 @@ def test_decode_splits_fill_whole_waves(B, T):
         assert B * H * ns >= 0.9 * k * wave and T / ns <= decode.DECODE_CTA_TOKENS
         fewer = [(j, j * wave // (B * H)) for j in range(1, k)]  # no fewer waves would do
         assert all(s == 0 or T / s > decode.DECODE_CTA_TOKENS or B * H * s < 0.9 * j * wave for j, s in fewer)
-    measured = {(1, 1 << 20): 99, (1, 131072): 49, (1, 32768): 32, (8, 32768): 6}  # benchmarks/NOTES.md
+    measured = {(1, 1 << 20): 99, (1, 131072): 49, (1, 32768): 32, (8, 32768): 6}  # docs/kernels.md
     assert all(decode.decode_splits(b, 8, t, BT, wave) == s for (b, t), s in measured.items())
     assert decode.decode_wave() == (396 if jax.default_backend() != "gpu" else 3 * jax.devices()[0].core_count)
 
@@ -552,8 +552,8 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
     partials) against the reference attention's, and the cache the fused commit writes (one kernel for both
     layers) against the jnp commit's from the same rows. Not compared: whole runs, where the commits' codes
     differing at rounding boundaries (0.4-0.5% of the prefill's) carry on to logits 0.10-0.17 apart (H200,
-    benchmarks/NOTES.md). The logit bound is measured: on the H200 the two attentions part by up to
-    4.3e-2 at a prefill and 7e-3 at the steps (benchmarks/NOTES.md: likely TF32 in
+    docs/kernels.md). The logit bound is measured: on the H200 the two attentions part by up to
+    4.3e-2 at a prefill and 7e-3 at the steps (docs/kernels.md: likely TF32 in
     XLA's f32 GEMMs and the kernels' dots)."""
     from jspec.cache import kvcache
     from jspec.config import KVConfig, ModelConfig, Options

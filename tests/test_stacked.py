@@ -196,7 +196,7 @@ def test_compiled_stacked_step_matches_the_tuple_of_layers(n):
         return jax.jit(step).lower(p, tok, cache).compile(compiler_options=model.compile_options(p))(p, tok, cache)
 
     # Full f32 products: by default both GEMM paths may use TF32 (XLA's Triton GEMMs for the tuple, cuBLAS under
-    # SCAN_OPTIONS), and their roundings differ by ~1e-3 (H200, session 22).
+    # SCAN_OPTIONS), and their roundings differ by ~1e-3 (H200).
     with jax.default_matmul_precision("highest"):
         (want, cache), (got, stacked) = run(params, False), run(model.stack_layers(params), True)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4 * np.abs(want).max())

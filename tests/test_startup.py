@@ -352,7 +352,7 @@ def test_shipped_autotune_results_seed_a_new_compile_cache(tmp_path):
 
 def test_shipped_autotune_results_are_xla_files():
     """The shipped pack holds XLA's per-fusion files as it names them: <GPU kind>/<32 hex digits>.pb, each a
-    small proto naming its GPU kind (the H200's, as written on the device in session 13)."""
+    small proto naming its GPU kind (the H200's, as written on the device)."""
     import base64
 
     packs = sorted(compile_cache.AUTOTUNE_DIR.glob("jaxlib-*.json"))

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 18, round 3, in one unattended call on one nvidia-h200 (16 cores), ending by END_S:
-#   corpus (round-2 recipe) -> the shipped target fine-tuned with sequence-level unlikelihood on its own
+# The shipped pair's training, in one unattended call on one nvidia-h200 (16 cores), ending by END_S:
+#   corpus (the second training's recipe) -> the shipped target fine-tuned with sequence-level unlikelihood on its own
 #   greedy continuations (jspec/seq_unlikelihood.py, preset target-sequl) -> concurrently on the same GPU:
 #   the shipped draft distilled from the new target || the EAGLE-3 head retrained on it || OSCAR rotations
 #   (--order desc) then KV quality || the shipped pair's and the new target's metrics; then the new pair's
-#   -> $OUT. "old" in the reports is the shipped (round-2) pair, checkpoints/ as carried.
+#   -> $OUT. "old" in the reports is the pair in checkpoints/ before the run.
 # Every stage runs under `timeout` with a budget taken from fixed milestones (seconds from the start),
 # so the call cannot overrun; whatever finished is packed into $OUT even when a later stage fails. When
 # the fine-tune fails, or keeps no step better than its start (the repetition of train-split prompts
@@ -90,7 +90,7 @@ sys.exit(json.load(open('$REP/target_train.json'))['best_step'] == 0)"; }
 keep_shipped() {
   log "no better target: keeping the shipped target, draft and head"
   rm -rf "$NEW"/code-* && cp -r "$OLD/code-target" "$OLD/code-draft" "$OLD/code-head" "$NEW/"
-  touch "$W/calibrate.done"  # its rotations ship as they are (fitted in descending order, session 8)
+  touch "$W/calibrate.done"  # its rotations ship as they are (fitted in descending order)
 }
 
 old_metrics() {
@@ -127,7 +127,7 @@ eagle_head() {
   stage head "$HEAD_END" "$PY" -m jspec.train.train_head --target "$NEW/code-target" --out "$W/head" \
     --time-budget "$budget" $HEAD_ARGS && cp -r "$W/head" "$NEW/code-head"
   if [ ! -f "$NEW/code-head/model.safetensors" ]; then
-    log "no new head: shipping the round-2 one"
+    log "no new head: keeping the one in checkpoints/"
     rm -rf "$NEW/code-head" && cp -r "$OLD/code-head" "$NEW/code-head"
   fi
   cp "$NEW/code-head/train_head.json" "$REP/head_train.json" 2>/dev/null

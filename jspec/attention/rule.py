@@ -63,7 +63,7 @@ def attend_reference(q, k, v, layer, length, kv):
     if len(scores) > 1:
         # Without the barrier XLA:GPU fused the chunk's score reduction (and its RoPE) into the concatenation
         # below, as one badly parallel kernel: 255 us per single-token step of the EAGLE-3 head on the H200,
-        # against ~3 us for the rest of its attention (benchmarks/RESULTS.md, session 6). Numerics unchanged.
+        # against ~3 us for the rest of its attention (docs/results.md). Numerics unchanged.
         scores[-1] = jax.lax.optimization_barrier(scores[-1])
     p = jax.nn.softmax(jnp.concatenate(scores, -1), axis=-1)
     out, start = 0.0, 0

@@ -28,7 +28,7 @@ from jspec.cache.kvcache import LayerKV, fake_quantize_kv
 from jspec.config import DP, TP, KVConfig
 from jspec.numerics import einsum_f32
 # Imported with the module, not while tracing: with the lazy import (153682c, untimed then) the warm README
-# command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (session 10; cause not established).
+# command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (cause not established).
 from jspec.kernels.hopper import attention as int2_mosaic
 from jspec.kernels.int2_triton import config_for as triton_config, int2_attention
 from jspec.kernels.window_merge import join_slots, supported as window_merge_supported, window_merge
@@ -174,7 +174,7 @@ def _weighted(p, vals, small: bool):
 def _weighted_sums(w, x, axis: int):
     """(sum of w * x, sum of w) over axis, w broadcast against x: one variadic reduction. XLA:GPU writes w * x
     to memory before reducing it (5.2 MB per layer for the window at B 1 / 128K), yet two plain reductions
-    measured no faster (8B, H200, session 12: 6.88 vs 6.84 ms at B 1 / 128K, 8.38 vs 8.10 ms at B 8 / 32K)."""
+    measured no faster (8B, H200: 6.88 vs 6.84 ms at B 1 / 128K, 8.38 vs 8.10 ms at B 8 / 32K)."""
     wx = w * x
     add = lambda a, b: (a[0] + b[0], a[1] + b[1])
     num, den = jax.lax.reduce((wx, jnp.broadcast_to(w, wx.shape)), (0.0, 0.0), add, (axis,))

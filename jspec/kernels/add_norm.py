@@ -2,7 +2,7 @@
 
 XLA runs them as three kernels per norm: the add, the norm's sum of squares (a reduction) and its scaling (XLA
 fuses no elementwise consumer of a reduction's result into the reduction). At batch 1 they took 1.5 + 1.7 + 1.45
-us per norm, 64 norms per 8B step (H200, a profile: benchmarks/NOTES.md). Here one program per row writes s = x + y (in
+us per norm, 64 norms per 8B step (H200, a profile: docs/kernels.md). Here one program per row writes s = x + y (in
 x's dtype, as XLA rounds it) and h = s * rsqrt(mean(s * s) + eps) * w (f32 inside, h in x's dtype): the numbers
 of model.add_rms_norm's XLA path but for the order of the sum of squares.
 """

@@ -2,7 +2,7 @@
 rows, the OSCAR INT2 codes and their scale and zero, written in place.
 
 kvcache.commit_layer does the same with jnp: the quantiser's reductions, selects and converts, then four
-scatters, about ten small XLA kernels per layer and round on the GPU (benchmarks/RESULTS.md, a
+scatters, about ten small XLA kernels per layer and round on the GPU (docs/results.md, a
 profile: 160 dynamic-update-slices, 159 selects, 356 reductions per step at batch 1 / 128K, many of them
 the commit's). Here one program per (row, token, KV head, key or value) codes its row exactly as
 quant.quantize does for one group per row (G = D), the rank-counted clip included, and stores it at
@@ -10,7 +10,7 @@ its slots in its layer's buffers; a slot out of range stores nothing. The cache 
 the outputs.
 
 The default on a GPU outside a mesh (kvcache.FUSED_COMMIT): 0.34 ms off the 8B step at batch 1 / 128K
-(H200, benchmarks/NOTES.md). On the GPU its codes may differ from the jnp commit's where a value falls within
+(H200, docs/kernels.md). On the GPU its codes may differ from the jnp commit's where a value falls within
 rounding of a code boundary or a scale within one rounding of its dtype (0.4-0.5% of a float32 prefill's codes on the
 H200; its GPU tests compare with a tolerance); on the CPU (interpret mode) the tests compare it
 with commit_layer bit for bit.
@@ -29,7 +29,7 @@ from jspec.int2 import quant
 
 # Triton warps per program. Keys and values in programs of their own and one warp each: 2.5 vs 4.2 us per call
 # at batch 1, 4.5 vs 7.5 at batch 8, 7.7 vs 19.1 at batch 64 (8B shape, one row per batch row; H200, kernel
-# time; benchmarks/commit_ab.py, NOTES.md). Two warps were 0.2-0.3 us faster up to batch 8 and
+# time; docs/kernels.md). Two warps were 0.2-0.3 us faster up to batch 8 and
 # 3 us slower at 64.
 WARPS = 1
 
@@ -101,7 +101,7 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
 
     One launch for all layers, not one per layer: at batch 1 a layer's commit is a few programs whose time is
     latency (the rank-counted clip), and 32 launches took 0.174 ms of the 8B step at batch 1 / 128K against
-    0.017 ms for this one (H200, benchmarks/NOTES.md)."""
+    0.017 ms for this one (H200, docs/kernels.md)."""
     L, B, n, H, D = k.shape
     bufs = tuple(x for layer in layers for x in layer)
     stacked = bufs[0].ndim == 5

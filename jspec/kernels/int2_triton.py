@@ -179,7 +179,7 @@ class TritonConfig:
             raise ValueError(f"num_splits {self.num_splits}: None or >= 1")
 
 
-# Measured on the H200 (benchmarks/NOTES.md, v3: sweep at B=8, T=32K; splits at B=1, 32K/128K; repeats at
+# Measured on the H200 (docs/kernels.md, v3: sweep at B=8, T=32K; splits at B=1, 32K/128K; repeats at
 # B=8/32). Keyed by the query rows per KV head M: decode (M <= 8: GQA group x 1 position) and verification
 # (K=4: 20 rows). target_programs 1056 vs 528: 1.3-1.5x at B=1, equal within 3% at B >= 8.
 DECODE = TritonConfig()

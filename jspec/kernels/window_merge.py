@@ -13,7 +13,7 @@ length + i) has its g query rows of one GQA group and U units of work, each a pr
 each written as a softmax part (max, sum of exponentials, weighted sum of values). `window_merge` joins
 the U parts of each row under their common max and writes out [B, n, Hq, D] in the queries' layout.
 Units, not one program looping over all of it: at batch 1 there are only Hkv (8) rows of programs, and
-one loop of ten dependent loads per program measured as slow as XLA's kernels (H200, benchmarks/NOTES.md).
+one loop of ten dependent loads per program measured as slow as XLA's kernels (H200, docs/kernels.md).
 Blocks that do not divide their count are shifted back to end at the last element, what they repeat
 masked out, so no load leaves its array. f32 throughout; dots of f32 operands in full precision (Triton
 would use TF32).

@@ -105,7 +105,7 @@ def qkv_slots(lp: Layer, cfg: ModelConfig, h, pos, rope=None):
     All slots go through each op together, v's as an identity (RoPE at angle 0, R_K = I: exact), so that a decode
     or verification step makes the whole array at once (two small kernels at batch 1: RoPE, then R_K) and the
     Pallas window kernel reads it whole: q, k and v as arrays of their own took two more copies per layer for the
-    call (H200, session 27: 632 -> 568 kernels per 8B step). A prefill's chunk joins v to them in one copy.
+    call (H200: 632 -> 568 kernels per 8B step). A prefill's chunk joins v to them in one copy.
     """
     B, n, _ = h.shape
     g, D = cfg.q_per_kv, cfg.head_dim
@@ -154,7 +154,7 @@ def rotate(x, rot_t):
     """x [B, n, Hkv, j, D] @ R per KV head for rot_t [Hkv, D, D] = R transposed in f32 (Layer.rot_k), or
     [Hkv, j, D, D] one per slot (small products only), in x.dtype (f32 accumulation either way). Transposed, the
     small product reduces over rot_t's minor axis and reads it as it lies: kept as R, XLA converted and
-    transposed it in a kernel of its own every step (benchmarks/NOTES.md, session 11)."""
+    transposed it in a kernel of its own every step (docs/kernels.md)."""
     B, n = x.shape[:2]
     if B * n > SMALL_ROTATE:
         return jnp.einsum("bnhjd,hed->bnhje", x, rot_t.astype(x.dtype))
@@ -192,7 +192,7 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
 def stack_layers(params: Params) -> Params:
     """params with its layers as one Layer whose arrays have a leading layer axis [L, ...]. forward then runs
     them as one lax.scan over that axis, so a compiled program holds one layer's ops instead of L copies: a
-    second process's load grows with the unrolled layers (issue 14; benchmarks/NOTES.md, session 21). Its caches
+    second process's load grows with the unrolled layers (issue 14; docs/kernels.md). Its caches
     must be stacked too (kvcache.init_cache(stacked=True)), and its programs compiled with compile_options (the
     engine does). Both forms live on the device until the tuple is dropped."""
     if is_stacked(params):
@@ -207,7 +207,7 @@ def is_stacked(params: Params | None) -> bool:
 # XLA's options for a program whose layers are stacked, on a GPU: cuBLAS GEMMs (not XLA's Triton ones) that the
 # dynamic-slice fusion hands an address inside the stacked weights. Without them XLA copies each layer's weights
 # out of the stack first: 8.42 against 2.80 ms for 32 layers of the 8B MLP at one token; with them 2.92 ms
-# (H200, benchmarks/results/logs21/scan_probe.py, session 21). XLA on the CPU ignores them.
+# (H200, docs/kernels.md). XLA on the CPU ignores them.
 SCAN_OPTIONS = {"xla_gpu_enable_dynamic_slice_fusion": True, "xla_gpu_enable_triton_gemm": False}
 
 
@@ -278,7 +278,7 @@ def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, *, 
     attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
     entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
     # One bf16 array that attention and the commit both read (behind the barrier: else XLA kept the f32 sums for the
-    # commit's copy and rounded them again in a kernel of its own, H200 session 27)
+    # commit's copy and rounded them again in a kernel of its own, H200)
     slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, pos, rope))
     q, k, v = split_slots(slots, cfg)
     o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv=slots, fused_window=fused_window).reshape(B, n, -1)

@@ -2,7 +2,7 @@
 
 JAX's persistent compilation cache keys a program by its lowered module: a process that finds it there
 has still traced and lowered the whole program (2 s of a 6 s warm start of the README command on an
-H200 host, session 7), only to learn the key. This store keys the serialized executable
+H200 host), only to learn the key. This store keys the serialized executable
 (jax.experimental.serialize_executable) by what decides the program before tracing: jspec's own source,
 the JAX and jaxlib versions, the devices, the XLA flags, and the arguments' tree (static fields
 included: configs, lookahead, attention path) with each leaf's shape, dtype and sharding. It lives
@@ -42,7 +42,7 @@ def directory() -> Path | None:
     """Where programs are kept: beside JAX's persistent cache when it is on, on GPUs only, else None.
 
     Not on the CPU: there a program read back in the process that wrote it failed when run (`NOT_FOUND:
-    Function slice_convert_fusion.11 not found`, session 7): XLA:CPU links its programs into one
+    Function slice_convert_fusion.11 not found`): XLA:CPU links its programs into one
     in-process JIT, where two copies of a program clash. A GPU program is a module of its own."""
     root = jax.config.jax_compilation_cache_dir
     return Path(root) / "jspec-programs" if root and jax.default_backend() == "gpu" else None

@@ -225,7 +225,7 @@ def dedupe_and_split(entries, quality_filter: bool = False) -> tuple[dict[str, l
     duplicates dropped, {reason: {"files", "bytes"}} of the train files the quality filter dropped).
 
     The first file with a given text is kept: the split of a text is decided once, by that file's path.
-    The filter judges train files only: the validation split stays every held-out file, as in round 1."""
+    The filter judges train files only: the validation split stays every held-out file."""
     docs, seen, dropped, filtered = {"train": [], "val": []}, set(), 0, {}
     for rel, text, digest, reason in entries:
         if not text:

@@ -1,5 +1,5 @@
 """Sequence-level unlikelihood (Welleck et al. 2019, section 5.2): fine-tuning a model on its own greedy
-continuations, pushing down p(token) where the continuation repeats itself (issue 18, round 3).
+continuations, pushing down p(token) where the continuation repeats itself (the sequence-level unlikelihood fine-tune).
 
     python -m jspec.train.train --preset target-sequl --init checkpoints/code-target --data data/code \
         --out runs/sequl --export runs/sequl-hf --time-budget 200
@@ -17,7 +17,7 @@ measures the repetition of greedy continuations of fixed train-split prompts (th
 validation prompts this never sees) beside the validation objective; the params exported are those of
 the lowest repetition whose validation objective is within `slack` of the starting model's and whose
 continuations are natural: their NLL per token under the starting model at most its validation
-objective, i.e. no less likely than held-out code. Without that guard, session 9's first GPU run
+objective, i.e. no less likely than held-out code. Without that guard, the first GPU run
 escaped repetition into gibberish identifiers within 25 steps, at a validation cost inside the slack.
 """
 
@@ -47,7 +47,7 @@ class SeqULConfig:
     eval_prompts: int = 32  # train-split prompts whose repetition selects the checkpoint
     slack: float = 0.06  # admissible: validation objective <= (1 + slack) x the starting model's
     # admissible: the eval continuations' mean NLL per token under the starting model <= its validation
-    # objective: no less natural than held-out code (round 3's first run escaped repetition into gibberish)
+    # objective: no less natural than held-out code (the first GPU run of this fine-tune escaped repetition into gibberish)
     natural: bool = True
 
 

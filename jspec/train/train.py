@@ -6,9 +6,9 @@
     python -m jspec.train.train --preset draft-distil --init runs/draft-pre --teacher checkpoints/code-target \
         --out runs/distil --export checkpoints/code-draft       # DistillSpec-style, on the target's distributions
     python -m jspec.train.train --preset target-continue --init checkpoints/code-target --out runs/target2 \
-        --export runs/target2-hf                                 # round 2: continue a shipped target
+        --export runs/target2-hf                                 # the second training: continue a target
     python -m jspec.train.train --preset target-sequl --init checkpoints/code-target --out runs/target3 \
-        --export runs/target3-hf --time-budget 200              # round 3: jspec.train.seq_unlikelihood
+        --export runs/target3-hf --time-budget 200              # the third: jspec.train.seq_unlikelihood
     python -m jspec.train.train --eval-pair checkpoints/code-target checkpoints/code-draft
 
 Training is data-parallel over every visible device (CUDA_VISIBLE_DEVICES picks them): each batch is
@@ -91,17 +91,17 @@ PRESETS = {
     "target": (TARGET, TrainConfig(steps=100_000, batch=32, lr=2e-3, warmup=200, eval_every=200)),
     "draft": (DRAFT, TrainConfig(steps=100_000, batch=32, lr=3e-3, warmup=200, eval_every=200)),
     "draft-distil": (DRAFT, TrainConfig(steps=100_000, batch=32, lr=1e-3, warmup=50, eval_every=100)),
-    # Round 2 of issue 18: continues the round-1 target (--init) data-parallel over 2 GPUs, 32 rows
-    # per GPU. Round 1 ended at 10% of a 2e-3 peak with validation loss still falling: a short
-    # re-warmup to half that peak, then cosine down to 5% of it, so the continued phase does not undo
-    # what round 1 learned (the usual re-warming practice for continued pre-training).
+    # The second training: continues the first target (--init) data-parallel over 2 GPUs, 32 rows per GPU. The
+    # first ended at 10% of a 2e-3 peak with validation loss still falling: a short re-warmup to half that peak,
+    # then cosine down to 5% of it, so the continued phase does not undo what the first learned (the usual
+    # re-warming practice for continued pre-training).
     "target-continue": (TARGET, TrainConfig(steps=100_000, batch=64, lr=1e-3, min_lr_frac=0.05, warmup=100,
                                             eval_every=200)),
-    # Round 3: sequence-level unlikelihood from the round-2 target (--init), one GPU. Half round 1's
+    # The third: sequence-level unlikelihood from the second target (--init), one GPU. Half the first's
     # corpus batch leaves step time for generating 32 continuations. A peak of 3e-4 cut repetition within
-    # 25 steps but into gibberish (session 9's first run): 1e-4, and the selection (lowest repetition among
-    # steps within the validation slack whose continuations are natural) guards; the shipped round-3 target
-    # is the better of 1e-4 and 3e-5 (--lr 3e-5; tools/retrain_pair3.sh). Unlikelihood 0.5 as round 2.
+    # 25 steps but into gibberish (the first GPU run): 1e-4, and the selection (lowest repetition among
+    # steps within the validation slack whose continuations are natural) guards; the shipped target
+    # is the better of 1e-4 and 3e-5 (--lr 3e-5; tools/retrain_pair.sh). Unlikelihood 0.5 as the second training.
     "target-sequl": (TARGET, TrainConfig(steps=100_000, batch=16, lr=1e-4, warmup=20, eval_every=25,
                                          save_every=100, eval_windows=32, unlikelihood=0.5,
                                          sequl=SeqULConfig())),

@@ -7,7 +7,7 @@ its tunables in a frozen config:
   8-bit integer score product, a lazy max, ring slots released through mbarriers;
 - verification (verify.py, VerifyConfig): more rows; wgmma with the tokens as M, a lop3 unpack, the range mask
   in edge blocks only.
-The bodies were chosen as the fastest measured on the H200 (benchmarks/NOTES.md); the alternatives measured
+The bodies were chosen as the fastest measured on the H200 (docs/kernels.md); the alternatives measured
 against them are on the branch kernel-experiments. prepare.py builds the host-side inputs, ptx.py holds the
 inline code both share. The reference both are tested against is jspec.kernels.reference.int2_attention_reference.
 

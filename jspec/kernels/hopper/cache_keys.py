@@ -15,7 +15,7 @@ options lock with options of its own, so it waits until no XLA compile in the pr
 with the generate program's parts compiled side by side, the kernel in one part waited for the others (one
 build of 16.2 s against 0.5 s; compiled beside the parts it still waited, 14.3 s). A kernel compiled before
 the programs is found in jaxlib's in-process cache: the 8B + draft cold compile took 30-33 s against 48-52 s
-on one H200 host (benchmarks/NOTES.md).
+on one H200 host (docs/kernels.md).
 
 The lowering is reached through jax_patch, the one module that patches JAX (it says why).
 """

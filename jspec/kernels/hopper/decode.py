@@ -15,7 +15,7 @@ rescales only when a score exceeds its reference by more than TAU (one vote per 
   movmatrix.trans; C_V^T from ldmatrix.trans, each register split as x, x >> 6 and x >> 12 and masked under the
   bf16 magic (VALUE_SPLIT), one explicit lop3 per register (ptx.and_or). The value fragments are unpacked after
   the scores, once the key fragments and Q's are dead: 1.02-1.03x kernel time at all five points measured
-  (H200, benchmarks/NOTES.md), though ptxas gives 144 registers against 142.
+  (H200, docs/kernels.md), though ptxas gives 144 registers against 142.
 - sum(W) and sum(W * value zero) on the tensor core: one more m16n8k16 per column tile whose A rows are the
   value zeros (a bf16 pair of adjacent tokens is one 32-bit load) and ones. With f32 qparams the zeros are
   split into bf16 hi + lo (two extra tiles: XT = 2), so the sums stay exact to ~2^-17.
@@ -62,7 +62,7 @@ class DecodeConfig:
     """The decode body's tunables (a static argument: part of the compile key).
 
     block_t: tokens per block (64 or 128); stages: blocks in flight per CTA (the TMA ring): 4 read 4-5% faster
-    than 3 at every point measured, 2 as fast as 4 (H200, benchmarks/NOTES.md); num_splits: splits of
+    than 3 at every point measured, 2 as fast as 4 (H200, docs/kernels.md); num_splits: splits of
     the history per KV head (None: decode_splits, whole waves of CTAs)."""
 
     block_t: int = 128
@@ -84,7 +84,7 @@ class DecodeConfig:
 # is 396 CTAs on the H200's 132 SMs (the profiler's kernel_details: regs 161, 54 KB of shared memory,
 # theoretical occupancy 18.75%). A grid a few CTAs past a wave runs a whole extra round for them: at B 1 / 1M
 # 50 splits per KV head (400 CTAs) read at 44.9% of copy against 61.9% for 49 (392), 100 at 53.8% against 62.5%
-# for 99; at B 4 / 1M 13 splits 47.7% against 63.5% for 12 (kernel time, H200, benchmarks/NOTES.md).
+# for 99; at B 4 / 1M 13 splits 47.7% against 63.5% for 12 (kernel time, H200, docs/kernels.md).
 # So the splits fill k waves, k the fewest that leave at most DECODE_CTA_TOKENS tokens per CTA and fill at
 # least 90% of the last one; no split is shorter than DECODE_MIN_BLOCKS blocks (at B 1 / 32K 49 splits of 5
 # blocks read at 34.0% of copy, 33 of 8 at 36.1%).

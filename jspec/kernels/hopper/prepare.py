@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 # The codes' TMA box rows: 128 bytes (4 tokens at D = 128, 8 at D = 64) instead of one token's D / 4 (same
-# bytes, same order; wider rows move faster: measured on the H200, benchmarks/NOTES.md).
+# bytes, same order; wider rows move faster: measured on the H200, docs/kernels.md).
 ROW_BYTES = 128
 
 

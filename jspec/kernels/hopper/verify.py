@@ -66,9 +66,9 @@ class VerifyConfig:
 def verify_splits(B: int, H: int, T: int, BT: int = VerifyConfig.block_t, target: int = 528, min_blocks: int = 4,
                   round_down: bool = True) -> int:
     """Splits per KV head for about `target` CTAs, at least min_blocks blocks each (528: two waves of this body,
-    whose 206 registers per thread leave 2 CTAs per SM on the H200's 132; its profile in benchmarks/NOTES.md).
+    whose 206 registers per thread leave 2 CTAs per SM on the H200's 132; its profile in docs/kernels.md).
     round_down: at most target CTAs where B x H allows (else at least target): at B = 8 (64 KV heads) 8 splits
-    instead of 9 ran 1.31x faster, at B 4 and 16 1.15x and 1.20x (kernel times, H200: benchmarks/NOTES.md)."""
+    instead of 9 ran 1.31x faster, at B 4 and 16 1.15x and 1.20x (kernel times, H200: docs/kernels.md)."""
     want = max(1, target // max(1, B * H)) if round_down else max(1, -(-target // max(1, B * H)))
     return max(1, min(want, T // (min_blocks * BT)))
 
