@@ -1,7 +1,7 @@
 """Quality of a target/draft pair on the corpus' validation split: the metrics of issue 18.
 
-    PYTHONPATH=. python benchmarks/pair_quality.py --target checkpoints/code-target \
-        --draft checkpoints/code-draft --data data/code --out pair.json [--only bpb repetition tau agree]
+    PYTHONPATH=. python benchmarks/pair_quality.py --target jspec/checkpoints/code-target \
+        --draft jspec/checkpoints/code-draft --data data/code --out pair.json [--only bpb repetition tau agree]
 
 - bpb: validation bits per byte of the target, tokenizer-independent: each validation text (the
   corpus' val_texts.json) is encoded by the model's own tokenizer as `<|bos|> text <|eos|>`, the

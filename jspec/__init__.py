@@ -1,10 +1,12 @@
 """jspec: speculative decoding over an OSCAR 2-bit KV cache, in JAX and Pallas.
 
-The exports are loaded on first use (PEP 562), so that `python -m jspec.generate --help` imports no jax
-and `python -m jspec.calibrate` finds its module not yet imported.
+The exports are loaded on first use (PEP 562), so that `jspec generate --help` imports no jax and
+`jspec calibrate` finds its module not yet imported.
 """
 
 import importlib
+
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "ConfigError": "jspec.config", "GenerateConfig": "jspec.config", "KVConfig": "jspec.config",

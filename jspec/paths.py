@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-CHECKPOINTS = PACKAGE.parent / "checkpoints"  # the shipped model pair
+CHECKPOINTS = PACKAGE / "checkpoints"  # the shipped model pair (package data: found from any install)
 # XLA's autotuning results (compile_cache.seed_autotune) and lookahead's costs (lookahead.SHIPPED) for the shipped
 # pair and the 8B-shaped benchmark program on an H200.
 AUTOTUNE_DIR = PACKAGE / "autotune"

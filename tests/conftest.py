@@ -79,7 +79,7 @@ def tiny_tokenizer():
 
 def _randomize(model, seed: int) -> None:
     """Weights large enough that greedy argmaxes are far from ties; norm weights around 1."""
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
 
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -93,7 +93,7 @@ def _randomize(model, seed: int) -> None:
 
 def build_hf_model(family: str, seed: int = 0):
     """A tiny random transformers CausalLM (float32, eval mode) of one family."""
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
     import transformers
 
     cls_name, kwargs = FAMILIES[family]
@@ -159,7 +159,7 @@ def hf_torch_model():
     loaded = {}
 
     def load(path):
-        import torch
+        torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
         from transformers import AutoModelForCausalLM
 
         if path not in loaded:

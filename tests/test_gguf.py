@@ -51,7 +51,7 @@ def hf_gguf_model(path: Path):
 
 
 def hf_logits(hf, ids: list[int]) -> np.ndarray:
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
 
     with torch.no_grad():
         return hf(torch.tensor([ids])).logits[0].numpy()
@@ -263,7 +263,7 @@ def test_smollm2_tokenizer_equals_transformers_gguf_tokenizer():
 
 @pytest.mark.slow  # transformers dequantizes the whole model (about a minute on two cores)
 def test_smollm2_logits_and_greedy_tokens_equal_transformers():
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
 
     path = smollm2()
     hf = hf_gguf_model(path)

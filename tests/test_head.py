@@ -56,7 +56,7 @@ def _write_head(path, target, seed=0, **overrides):
 
 def _torch_head(t, embed, tokens, tapped, eps=1e-6):
     """The head read directly from its tensors t (PyTorch, float64): logits [n, V] for one sequence."""
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
 
     t = {k: torch.as_tensor(np.asarray(v, np.float64) if v.dtype.kind == "f" else v) for k, v in t.items()}
     rms = lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w

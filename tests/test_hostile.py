@@ -49,7 +49,7 @@ def test_numpy_scalars_in_run_configs_become_python_numbers():
 
 def _save_llama(path: Path, seed: int = 0, **kwargs):
     """A tiny random transformers Llama (float32) with config kwargs, saved with the tiny tokenizer at path."""
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
     import transformers
 
     size = {"hidden_size": 32, "intermediate_size": 64, "num_key_value_heads": 2, "num_hidden_layers": 2}
@@ -63,7 +63,7 @@ def _save_llama(path: Path, seed: int = 0, **kwargs):
 
 
 def _hf_logits(hf, ids):
-    import torch
+    torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
 
     with torch.no_grad():
         return hf(torch.tensor(ids)).logits.numpy()

@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 from conftest import EOS_ID, FAMILIES, VOCAB
 from safetensors.numpy import load_file, save_file
 
@@ -23,6 +22,8 @@ from jspec.io import checkpoint
 from jspec.io.checkpoint import CheckpointError
 from jspec.model import decoder as model
 from jspec.model.sampling import Sampler
+
+torch = pytest.importorskip("torch", reason="needs PyTorch: install its CPU build (README, Tests)")
 
 pytestmark = pytest.mark.usefixtures("f32_matmul")
 

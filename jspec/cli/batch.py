@@ -56,6 +56,7 @@ class Summary:
     round_tokens: int = 0  # tokens emitted by rounds (each row's first token comes from the prefill)
     kv_bytes: int = 0  # the largest batch's KV caches
     compile_s: float = 0.0
+    measure_s: float = 0.0  # measuring (or reading back) lookahead costs (--lookahead auto)
     decode_s: float = 0.0
     wall_s: float = 0.0
 
@@ -72,11 +73,13 @@ class Summary:
         if stats:  # compile and decode time are per batch, repeated in each row
             self.compile_s += stats[0].compile_s
             self.decode_s += stats[0].decode_s
+            self.measure_s += (stats[0].lookahead_auto or {}).get("measure_s", 0.0)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         del d["round_tokens"]
-        d.update(compile_s=round(self.compile_s, 3), decode_s=round(self.decode_s, 3), wall_s=round(self.wall_s, 3),
+        d.update(compile_s=round(self.compile_s, 3), measure_s=round(self.measure_s, 3),
+                 decode_s=round(self.decode_s, 3), wall_s=round(self.wall_s, 3),
                  tokens_per_s=round(_ratio(self.new_tokens, self.wall_s), 1),
                  decode_tokens_per_s=round(_ratio(self.new_tokens, self.decode_s), 1),
                  accept_length=round(_ratio(self.round_tokens, self.rounds), 3),
@@ -88,7 +91,8 @@ class Summary:
         skipped = f" ({self.skipped} done before)" if self.skipped else ""
         spec = f", accept_length {d['accept_length']:.2f}, accept_rate {d['accept_rate']:.2f}" if self.proposed else ""
         return (f"[summary: {self.prompts} prompts{skipped}, {self.errors} errors, {self.new_tokens} new tokens "
-                f"in {self.wall_s:.1f}s ({d['tokens_per_s']:.1f} tok/s; compile {self.compile_s:.1f}s, decode "
+                f"in {self.wall_s:.1f}s ({d['tokens_per_s']:.1f} tok/s; compile {self.compile_s:.1f}s, costs "
+                f"{self.measure_s:.1f}s, decode "
                 f"{self.decode_s:.1f}s at {d['decode_tokens_per_s']:.1f} tok/s){spec}, "
                 f"kv {self.kv_bytes / 2**20:.1f} MiB]")
 

@@ -23,6 +23,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, GenerateConfig, KVConfig,  # noqa: E402
                           SamplingConfig)
+from jspec import __version__  # noqa: E402
 from jspec.paths import cache_root  # noqa: E402
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
@@ -45,13 +46,14 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m jspec.generate", description=__doc__.split("\n")[0],
+    p = _Parser(prog="jspec generate", description=__doc__.split("\n")[0],
                 formatter_class=_HelpFormatter)
+    p.add_argument("--version", action="version", version=f"jspec {__version__}")
     p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts; '-' reads one prompt from stdin")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     m = p.add_argument_group("models")
     m.add_argument("--model", help="target Hugging Face directory or GGUF file (default: the shipped "
-                                   "checkpoints/code-target)")
+                                   "jspec/checkpoints/code-target)")
     m.add_argument("--draft", default="auto",
                    help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
                         "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
@@ -160,12 +162,13 @@ def _prompts(a) -> list[str]:
     return prompts
 
 
-def _summary(r) -> str:
-    s = r.stats
+def _summary(s) -> str:
+    """The stats line of one row (engine.Stats), in words."""
     spec = f", accept_length {s.accept_length:.2f}, accept_rate {s.accept_rate:.2f}" if s.lookahead else ""
     auto = s.lookahead_auto
-    timed = f", costs timed in {auto['measure_s']:.1f}s" if auto and auto["measure_s"] >= 0.05 else ""
-    why = f" (auto: alpha {auto['alpha']:.2f}, predicted {auto['predicted_speedup']:.2f}x{timed})" if auto else ""
+    timed = f", costs measured in {auto['measure_s']:.1f}s" if auto and auto["measure_s"] >= 0.05 else ""
+    why = (f" (auto: expected acceptance {auto['alpha']:.2f} per draft, predicted {auto['predicted_speedup']:.2f}x"
+           f"{timed})") if auto else ""
     k = f", {s.draft_mode} K {s.lookahead}{why}" if s.draft_mode != "none" else ""
     return (f"[{s.new_tokens} tokens, {s.rounds} rounds{k}{spec}, kv {s.kv_mode} "
             f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
@@ -207,10 +210,16 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
     if a.compile_cache:
         compile_cache.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
     data = batch.preflight(a.input, a.output, a.restart) if a.input is not None else None
+    _say(f"loading {a.model or 'the shipped code model'}")
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
                       attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
+    eng.say = _say
     if a.kv == "auto" and not eng.kv.int2:
-        print("note: no rotations.safetensors in the model directory; using a BF16 KV cache", file=sys.stderr)
+        print(f"note: no rotation file for this model: a BF16 KV cache (make one for the INT2 cache, about 7x "
+              f"smaller: jspec calibrate --model {a.model} --data 'some/text/*.py')", file=sys.stderr)
+    if a.draft == "auto" and eng.draft_mode == "ngram":
+        print("note: no draft model ships with this model: drafting by n-gram lookup (--draft DIR for a draft model, "
+              "--draft none for plain decoding)", file=sys.stderr)
     if a.input is not None:
         summary = batch.run_job(eng, a.input, a.output, gen, sampling, a.batch_size, restart=a.restart, data=data)
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
@@ -218,9 +227,14 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
     if a.stream:
         for prompt in prompts:
             print(prompt, end="", flush=True)
-            for piece in eng.stream(prompt, gen, sampling):
-                print(piece, end="", flush=True)
-            print()
+            pieces = eng.stream(prompt, gen, sampling)
+            while True:
+                try:
+                    print(next(pieces), end="", flush=True)
+                except StopIteration as done:  # the row's stats
+                    print()
+                    print(_summary(done.value), file=sys.stderr)
+                    break
         return 0
     t0, summary = time.perf_counter(), batch.Summary()
     for i in range(0, len(prompts), a.batch_size):  # --batch-size prompts per compiled call
@@ -232,11 +246,16 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
                 print(json.dumps({"prompt": r.prompt, "text": r.text, "token_ids": r.token_ids, "stats": r.stats.as_dict()}))
             else:
                 print(r.prompt + r.text)
-                print(_summary(r))
+                print(_summary(r.stats))
     if len(prompts) > 1:  # the end-of-run summary, on stderr so that stdout stays one record per prompt
         summary.wall_s = time.perf_counter() - t0
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
     return 0
+
+
+def _say(phase: str) -> None:
+    """A slow phase, as it starts: one line on stderr."""
+    print(f"jspec: {phase} ...", file=sys.stderr, flush=True)
 
 
 def _check_platform() -> None:

@@ -49,8 +49,10 @@ _READ_ERRORS = (ValueError, IndexError, KeyError, TypeError, OverflowError, stru
 def open_gguf(path: str | Path):
     """gguf.GGUFReader over the file (memory-mapped: no tensor is read yet); CheckpointError when the
     header cannot be parsed."""
-    import gguf
-
+    try:
+        import gguf
+    except ImportError:
+        raise ConfigError("reading GGUF files needs the gguf package: pip install 'jspec[real]'") from None
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist")

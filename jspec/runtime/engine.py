@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import time
+import typing
 from pathlib import Path
 
 import jax
@@ -90,6 +91,9 @@ class Engine:
     options: Options = Options()
     chat_template: str | None = None  # the model's chat template (jspec.io.chat.template_of), for chat requests
     source: str = ""  # what load read (model, draft and rotation paths): a job's output records it (cli.batch)
+    # Told each slow phase as it starts (measuring lookahead costs, compiling a program): the CLI prints it on
+    # stderr; the library stays quiet unless given one.
+    say: typing.Callable[[str], None] | None = dataclasses.field(default=None, repr=False)
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
@@ -259,19 +263,28 @@ class Engine:
     def stream(self, prompt, gen: GenerateConfig = GenerateConfig(), sampling: SamplingConfig = SamplingConfig()):
         """Yields the text of each round's accepted tokens as soon as the round ends (one host sync per
         round; generate() keeps the whole loop on device). A character whose bytes are split between
-        rounds is held back until it is complete."""
+        rounds is held back until it is complete. Returns (as StopIteration's value) the row's Stats, its
+        decode_s the wall time of the rounds, host syncs included."""
         sampling.validate()
+        gen, choice = self.plan(gen, [len(self.prompt_ids(prompt))], [gen.max_new_tokens])
         args = self.prepare([self.prompt_ids(prompt)], [sampling], [gen.max_new_tokens], gen, [gen.stop])
-        yield from text_pieces(self.tokenizer, self._rounds(args), gen.stop)
+        last = []
+        t0 = time.perf_counter()
+        yield from text_pieces(self.tokenizer, self._rounds(args, last), gen.stop)
+        kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
+        [(_, stats)] = self._results(last[0], args.models.lookahead, choice, 0.0, time.perf_counter() - t0, kv_bytes)
+        return stats
 
-    def _rounds(self, args):
-        """Yields (tokens so far, done) after the prefill and after each round of one row."""
+    def _rounds(self, args, last: list):
+        """Yields (tokens so far, done) after the prefill and after each round of one row; the final state is
+        left in last."""
         with sharding.context(self.mesh):  # traced under the mesh, like generate's program
             s = decode.start_program(*args)
         while True:
             done = bool(s.done[0])
             yield np.asarray(s.tokens[0, : int(s.count[0])]).tolist(), done
             if done:
+                last.append(s)
                 return
             with sharding.context(self.mesh):
                 s = decode.round_program(args.models, args.sampler, args.max_new, args.eos_ids, s)
@@ -295,7 +308,7 @@ class Engine:
             self.capacity(dataclasses.replace(gen, lookahead=k_max), lengths, max_new), k_max)
         t0 = time.perf_counter()
         costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, capacity, context,
-                                  k_max, jnp.dtype(self.dtype), self.mesh, self._costs)
+                                  k_max, jnp.dtype(self.dtype), self.mesh, self._costs, say=self.say)
         B = len(lengths)
         alpha, source = lookahead.estimate(mode, self._seen.get((mode, lookahead.batch_bucket(B)), (0, 0)), B)
         K, gain = lookahead.choose(costs, mode, alpha, k_max)
@@ -361,6 +374,10 @@ class Engine:
         key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
         if key in self._compiled:
             return self._compiled[key], 0.0
+        if self.say is not None:
+            self.say(f"compiling the generate program for batch {args.prompts.shape[0]}, capacity "
+                     f"{args.cache.capacity}, lookahead {args.models.lookahead} (once per shape; later runs read it "
+                     "from the compilation cache)")
         t0 = time.perf_counter()
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
             if self.mesh is None:
@@ -510,8 +527,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
 def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:
     """load's draft argument as a Drafter (see load)."""
     ngram, draft = _split_draft(draft)
-    if draft == "auto":
-        draft = DEFAULT_DRAFT if model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir() else None
+    if draft == "auto":  # the shipped draft with the shipped target; prompt lookup (free, lossless) with any other
+        shipped = model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir()
+        ngram, draft = (ngram, DEFAULT_DRAFT) if shipped else (True, None)
     if draft in (None, "none"):
         return Drafter(mode=DraftMode.NGRAM if ngram else DraftMode.NONE)
     if eagle3.is_head_dir(draft):

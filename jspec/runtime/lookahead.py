@@ -198,17 +198,35 @@ class _Loop:
     make() builds the carry again for timing: loops are lowered and compiled together (programs.compile_all), and
     their carries (caches as large as the caller's) are alive one at a time."""
 
-    lowered: jax.stages.Lowered
+    lowered: jax.stages.Lowered | None  # None on the CPU (estimated, not timed: roofline)
     m: Models
     make: typing.Callable
     steps: int
     options: dict | None = None  # XLA's compiler options (model.compile_options)
+    one_step: jax.stages.Lowered | None = None  # one step alone, lowered (the CPU's estimate reads its costs)
 
 
-def _loop(step, m: Models, make, steps: int) -> _Loop:
-    run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
+def _loop(step, m: Models, make, steps: int, estimate: bool | None = None) -> _Loop:
+    """estimate (default: on the CPU): the step lowered alone for _roofline, not the loop for timing."""
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), make())
+    if jax.default_backend() == "cpu" if estimate is None else estimate:
+        return _Loop(None, m, make, steps, one_step=jax.jit(step).lower(m, shapes))
+    run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
     return _Loop(run.lower(m, shapes), m, make, steps, compile_options(m.target, m.draft))
+
+
+# On the CPU the costs are estimated, not timed: compiling the cost loops took 20-29 s of a first run there, and
+# their timings moved the choice of K between runs of one command (bf16 output then differed). The estimate is the
+# roofline of a step's XLA cost analysis: its multiply-adds at CPU_FLOPS or its bytes at CPU_BYTES_PER_S, whichever
+# takes longer (rough figures for a few cores; only their ratio and the steps' relative costs decide K).
+CPU_FLOPS, CPU_BYTES_PER_S = 1e11, 2e10
+
+
+def _roofline(loop: _Loop) -> float:
+    """Seconds of one step of loop on the CPU, estimated (CPU_FLOPS)."""
+    cost = loop.one_step.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return max(cost.get("flops", 0.0) / CPU_FLOPS, cost.get("bytes accessed", 0.0) / CPU_BYTES_PER_S, 1e-9)
 
 
 def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
@@ -226,7 +244,7 @@ def _time(run, loop: _Loop, reps: int = 3, budget_s: float = 1.0) -> float:
 
 def _per_step(step, m: Models, carry, steps: int) -> float:
     """Median seconds of one step(m, carry) -> carry, timed as jitted loops of `steps` steps (one loop alone)."""
-    loop = _loop(step, m, lambda: carry, steps)
+    loop = _loop(step, m, lambda: carry, steps, estimate=False)
     return _time(loop.lowered.compile(compiler_options=loop.options), loop)
 
 
@@ -310,10 +328,11 @@ def cost_shape(capacity: int, k_max: int) -> tuple[int, int]:
 
 
 def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max: int, dtype, mesh=None,
-            memo: dict | None = None, steps: int = 8) -> Costs:
+            memo: dict | None = None, steps: int = 8, say=None) -> Costs:
     """Times what a round of m.draft_mode costs at these shapes (see the module docstring). Each part is
     kept in memo and on disk by what it depends on: the verify times serve every draft mode. The parts not
-    kept are compiled side by side, then timed one at a time."""
+    kept are compiled side by side, then timed one at a time (on the CPU estimated: _roofline). say: told when
+    costs are measured (not when read back)."""
     memo = {} if memo is None else memo
     shapes = dict(B=B, capacity=capacity, context=context, dtype=str(dtype),
                   mesh=None if mesh is None else dict(mesh.shape))
@@ -331,7 +350,9 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
         parts["ngram"] = dict(K=k_max), 1, lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
     with sharding.context(mesh):
         seconds = _cached(memo, {name: (dict(part=name, **what, **shapes), count, loops)
-                                 for name, (what, count, loops) in parts.items()})
+                                 for name, (what, count, loops) in parts.items()},
+                          say and (lambda: say(f"measuring lookahead costs at batch {B}, capacity {capacity} (once "
+                                               f"per shape: kept in {cache_root() / 'lookahead'})")))
     one = lambda name: seconds[name][0] if name in seconds else 0.0
     return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"))
 
@@ -339,7 +360,7 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
 # ----------------------------------------------------------------------------------- the disk cache
 
 
-def _cached(memo: dict, parts: dict) -> dict:
+def _cached(memo: dict, parts: dict, starting=None) -> dict:
     """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loop count, its
     loops)} on this device and JAX: from memo, else from its file under cache_root()/lookahead or SHIPPED, else
     measured (then kept in memo and the former): the missing parts' loops are compiled together
@@ -361,17 +382,20 @@ def _cached(memo: dict, parts: dict) -> dict:
             elif value is not None:
                 memo[key] = value
         if key not in memo:
-            missing.append((name, key, path, record, loops()))
+            missing.append((name, key, path, record, loops))
             continue
         out[name] = memo[key]
     if bad:
         more = ", ..." if len(bad) > 1 else ""
         print(f"warning: ignored {len(bad)} malformed lookahead cost file(s) ({bad[0]}{more}): measuring the costs "
               "again", file=sys.stderr)
-    timed = [loop for *_, loops in missing for loop in loops]
+    if missing and starting:
+        starting()
+    missing = [(*m, make()) for *m, make in missing]  # the loops lowered
+    timed = [loop for *_, loops in missing for loop in loops if loop.lowered is not None]
     runs = programs.compile_all([x.lowered for x in timed], [x.options for x in timed]) if timed else []
     for name, key, path, record, loops in missing:
-        memo[key] = out[name] = [_time(runs.pop(0), loop) for loop in loops]
+        memo[key] = out[name] = [_roofline(x) if x.lowered is None else _time(runs.pop(0), x) for x in loops]
         _save(path, dict(record, value=memo[key]))
     return out
 

@@ -179,7 +179,7 @@ def check_out(out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jspec.calibrate", description="Fit OSCAR KV rotations.")
+    ap = argparse.ArgumentParser(prog="jspec calibrate", description="Fit OSCAR KV rotations.")
     ap.add_argument("--model", required=True, help="local Hugging Face model directory or GGUF file")
     ap.add_argument("--data", nargs="+",
                     help="calibration text files or globs (default: DIR/calibration.txt, for FILE.gguf its folder's)")
