@@ -29,7 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec.config import ConfigError, ModelConfig, model_config_from_hf
-from jspec.io.checkpoint import LAYER_NAMES, CheckpointError, fuse_field, open_tensors, tensor_reader, unfuse_field
+from jspec.io.checkpoint import open_tensors, tensor_reader
+from jspec.io.layout import LAYER_NAMES, CheckpointError, fuse_field, unfuse_field
 from jspec.model.decoder import Layer
 from jspec.model.head import HeadConfig, HeadParams, check_fits, check_taps, default_taps
 

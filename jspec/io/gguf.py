@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jspec.io.checkpoint import LAYER_NAMES, CheckpointError, fuse_field, is_gguf, layer_shapes  # noqa: F401 (is_gguf)
+from jspec.io.layout import LAYER_NAMES, CheckpointError, fuse_field, layer_shapes
 from jspec.config import ConfigError, ModelConfig, model_config_from_hf
 from jspec.model.decoder import Layer, Params
 
