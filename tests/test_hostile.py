@@ -423,3 +423,77 @@ def test_a_model_larger_than_memory_is_refused_before_it_is_read(hf_model_dir, m
     monkeypatch.setattr(checkpoint, "host_params", None)  # reading would fail
     with pytest.raises(CheckpointError, match=f"{re.escape(str(model))}: its weights take .* of host memory"):
         checkpoint.load_model(model, jnp.float32)
+
+
+# A process that turns on the compilation cache at argv[1] and runs a tiny program there (one more with argv[2]
+# "ro": a program the cache lacks), seeing argv[1] as read-only when argv[2] is "ro" and it runs as root (root may
+# write anywhere, so os.access, which jspec asks, is told otherwise). Prints its cache hits and compile requests.
+_CACHED_RUN = """
+import json, os, sys
+import jax, numpy as np
+ro = sys.argv[2:] == ["ro"]
+if ro and os.getuid() == 0:
+    real = os.access
+    os.access = lambda p, mode, **k: not (mode & os.W_OK and str(p).startswith(sys.argv[1])) and real(p, mode, **k)
+seen = []
+jax.monitoring.register_event_listener(lambda event, **_: seen.append(event.rsplit("/", 1)[-1]))
+from jspec.runtime import compile_cache
+compile_cache.use_compile_cache(sys.argv[1])
+jax.jit(lambda x: np.float32(3) * x + 1)(np.arange(4, dtype=np.float32)).block_until_ready()
+counts = dict(hits=seen.count("cache_hits"), requests=seen.count("compile_requests_use_cache"))
+if ro:
+    jax.jit(lambda x: x * 7)(np.arange(3)).block_until_ready()
+print(json.dumps(counts))
+"""
+
+
+def test_a_torn_compile_cache_entry_is_replaced_and_a_read_only_cache_is_read(tmp_path):
+    """Class 8: JAX writes a cache entry in place, and skips a key whose file exists: an entry torn by a killed
+    process was read, warned about and compiled again at every run. The next run replaces it (one warning line) and
+    the run after reads it, silently. A warm cache this process cannot write (os.access) is read, every program a
+    hit, without writing a byte (a bounded JAX cache takes a write lock to read, which fails there), with one line
+    for a program it lacks. jspec's own program store (GPU only) overwrites a torn entry."""
+    import stat
+
+    cache = tmp_path / "xla"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+
+    def run(*args):
+        p = subprocess.run([sys.executable, "-c", _CACHED_RUN, str(cache), *args], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout), p.stderr.splitlines()
+
+    first, err = run()
+    assert first["hits"] == 0 and first["requests"] > 0 and err == []
+    [entry] = [f for f in cache.glob("jit__lambda-*-cache")]
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[: len(whole) // 2])  # a write cut short
+    counts, err = run()
+    assert len(err) == 1 and re.fullmatch(r"warning: the compile cache .* held a damaged entry \(jit__lambda-.*\): "
+                                          "compiled again and replaced", err[0]), err
+    assert len(entry.read_bytes()) == len(whole)
+    assert run() == (dict(hits=first["requests"], requests=first["requests"]), [])
+
+    files = lambda: {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in cache.iterdir()}
+    before = files()
+    for f in (*cache.iterdir(), cache):
+        f.chmod(f.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        counts, err = run("ro")
+    finally:
+        for f in (cache, *cache.iterdir()):
+            f.chmod(f.stat().st_mode | stat.S_IWUSR)
+    assert counts == dict(hits=first["requests"], requests=first["requests"]) and files() == before
+    assert err == [(f"warning: the compile cache {cache} is read-only: compiling the programs it lacks without "
+                    "keeping them")]
+
+    from jspec.runtime import programs
+
+    kept = tmp_path / "programs" / f"torn{programs.SUFFIX}"
+    programs._write(kept, b"a program cut short")
+    kept.write_bytes(kept.read_bytes()[:7])
+    assert programs._read(kept) is None  # compiled again, then kept whole over it:
+    programs._write(kept, b"the program")
+    assert kept.read_bytes() == b"the program"
+
