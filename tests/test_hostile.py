@@ -2,7 +2,8 @@
 (numbered as in the issue). Each bad input is refused with one clear error naming the problem, or handled
 correctly; never a traceback and never silently wrong output.
 
-Tiny models (conftest.hf_model_dir) and no compiled decoding loop: these run in seconds on a CPU.
+Tiny models (conftest.hf_model_dir) and, but for the mesh test (class 14: every draft mode on 4 fake devices, about
+two minutes), no compiled decoding loop: these run in seconds on a CPU.
 """
 
 from __future__ import annotations
@@ -423,3 +424,127 @@ def test_a_model_larger_than_memory_is_refused_before_it_is_read(hf_model_dir, m
     monkeypatch.setattr(checkpoint, "host_params", None)  # reading would fail
     with pytest.raises(CheckpointError, match=f"{re.escape(str(model))}: its weights take .* of host memory"):
         checkpoint.load_model(model, jnp.float32)
+
+
+# A process that turns on the compilation cache at argv[1] and runs a tiny program there (one more with argv[2]
+# "ro": a program the cache lacks), seeing argv[1] as read-only when argv[2] is "ro" and it runs as root (root may
+# write anywhere, so os.access, which jspec asks, is told otherwise). Prints its cache hits and compile requests.
+_CACHED_RUN = """
+import json, os, sys
+import jax, numpy as np
+ro = sys.argv[2:] == ["ro"]
+if ro and os.getuid() == 0:
+    real = os.access
+    os.access = lambda p, mode, **k: not (mode & os.W_OK and str(p).startswith(sys.argv[1])) and real(p, mode, **k)
+seen = []
+jax.monitoring.register_event_listener(lambda event, **_: seen.append(event.rsplit("/", 1)[-1]))
+from jspec.runtime import compile_cache
+compile_cache.use_compile_cache(sys.argv[1])
+jax.jit(lambda x: np.float32(3) * x + 1)(np.arange(4, dtype=np.float32)).block_until_ready()
+counts = dict(hits=seen.count("cache_hits"), requests=seen.count("compile_requests_use_cache"))
+if ro:
+    jax.jit(lambda x: x * 7)(np.arange(3)).block_until_ready()
+print(json.dumps(counts))
+"""
+
+
+def test_a_torn_compile_cache_entry_is_replaced_and_a_read_only_cache_is_read(tmp_path):
+    """Class 8: JAX writes a cache entry in place, and skips a key whose file exists: an entry torn by a killed
+    process was read, warned about and compiled again at every run. The next run replaces it (one warning line) and
+    the run after reads it, silently. A warm cache this process cannot write (os.access) is read, every program a
+    hit, without writing a byte (a bounded JAX cache takes a write lock to read, which fails there), with one line
+    for a program it lacks. jspec's own program store (GPU only) overwrites a torn entry."""
+    import stat
+
+    cache = tmp_path / "xla"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+
+    def run(*args):
+        p = subprocess.run([sys.executable, "-c", _CACHED_RUN, str(cache), *args], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout), p.stderr.splitlines()
+
+    first, err = run()
+    assert first["hits"] == 0 and first["requests"] > 0 and err == []
+    [entry] = [f for f in cache.glob("jit__lambda-*-cache")]
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[: len(whole) // 2])  # a write cut short
+    counts, err = run()
+    assert len(err) == 1 and re.fullmatch(r"warning: the compile cache .* held a damaged entry \(jit__lambda-.*\): "
+                                          "compiled again and replaced", err[0]), err
+    assert len(entry.read_bytes()) == len(whole)
+    assert run() == (dict(hits=first["requests"], requests=first["requests"]), [])
+
+    files = lambda: {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in cache.iterdir()}
+    before = files()
+    for f in (*cache.iterdir(), cache):
+        f.chmod(f.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        counts, err = run("ro")
+    finally:
+        for f in (cache, *cache.iterdir()):
+            f.chmod(f.stat().st_mode | stat.S_IWUSR)
+    assert counts == dict(hits=first["requests"], requests=first["requests"]) and files() == before
+    assert err == [(f"warning: the compile cache {cache} is read-only: compiling the programs it lacks without "
+                    "keeping them")]
+
+    from jspec.runtime import programs
+
+    kept = tmp_path / "programs" / f"torn{programs.SUFFIX}"
+    programs._write(kept, b"a program cut short")
+    kept.write_bytes(kept.read_bytes()[:7])
+    assert programs._read(kept) is None  # compiled again, then kept whole over it:
+    programs._write(kept, b"the program")
+    assert kept.read_bytes() == b"the program"
+
+
+def test_every_draft_mode_runs_on_a_mesh_with_fixed_and_auto_lookahead(tmp_path):
+    """Class 14: on a ("dp", "tp") mesh of 4 devices, every draft mode (none, model, ngram, ngram+model, head) decodes
+    with a fixed K and with "auto", and gives plain decoding's greedy tokens. (auto's cost measurement fed a timed
+    loop's carry back to it, and a BF16 cache's zero-size INT2 arrays came back replicated, not split over "dp": the
+    next call refused them.) 4 fake CPU devices need a process of their own (XLA_FLAGS before jax starts)."""
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu", JSPEC_CACHE_DIR=str(tmp_path))
+    p = subprocess.run([sys.executable, __file__, "mesh"], env=env, capture_output=True, text=True, timeout=900,
+                       cwd=Path(__file__).parent)
+    assert p.returncode == 0, p.stderr[-4000:]
+    tokens = json.loads(p.stdout.strip().splitlines()[-1])
+    plain = tokens.pop("none/0")
+    assert len(tokens) == 8 and all(got == plain for got in tokens.values()), (plain, tokens)
+
+
+def _draft_modes_on_a_mesh() -> dict:
+    """{"mode/K": greedy tokens of a 3-row batch} on a tp=2,dp=2 mesh (tests/test_sharding.py's tiny models, an INT2
+    target cache and a random EAGLE-3 head); K "auto" is chosen from costs measured here."""
+    from test_sharding import _models
+
+    from jspec.config import GenerateConfig, KVConfig, SamplingConfig
+    from jspec.decode.state import Drafter, DraftMode
+    from jspec.model import head
+    from jspec.runtime import compile_cache, sharding
+    from jspec.runtime.engine import Engine
+
+    assert jax.device_count() == 4, jax.devices()
+    compile_cache.use_compile_cache(Path(os.environ["JSPEC_CACHE_DIR"]) / "xla")  # programs the modes share
+    cfg, _, rotated, draft_cfg, draft = _models()
+    hcfg = head.HeadConfig(head.layer_config(cfg, 2, 1, 48), cfg.vocab_size, (0, 1, 2))
+    drafters = {DraftMode.NONE: Drafter(), DraftMode.NGRAM: Drafter(mode=DraftMode.NGRAM),
+                DraftMode.HEAD: Drafter(head=head.init_head(hcfg, jax.random.key(3), std=0.3), mode=DraftMode.HEAD,
+                                        head_cfg=hcfg)}
+    for mode in (DraftMode.MODEL, DraftMode.NGRAM_MODEL):
+        drafters[mode] = Drafter(draft, mode=mode, model_cfg=draft_cfg)
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(3, 96, n).tolist() for n in (5, 12, 3)]  # 3 rows: dp=2 pads a fourth
+    mesh, tokens = sharding.make_mesh("tp=2,dp=2", cfg), {}
+    for mode, drafter in drafters.items():
+        eng = Engine(cfg=cfg, params=rotated, tokenizer=None, kv=KVConfig("int2", sink=4, recent=4), drafter=drafter,
+                     dtype="float32", attn_impl="reference", mesh=mesh)
+        for K in (0,) if mode == DraftMode.NONE else (2, "auto"):
+            gen = GenerateConfig(max_new_tokens=10, lookahead=K)
+            tokens[f"{mode}/{K}"] = [t for t, _ in eng.generate_ids(ids, [SamplingConfig()] * 3, [10] * 3, gen)]
+    return tokens
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["mesh"]:
+    print(json.dumps(_draft_modes_on_a_mesh()))

@@ -1,10 +1,12 @@
-"""JAX's persistent compilation cache as jspec runs it: always size-bounded, every program kept, and seeded with
-the shipped XLA autotuning results of this jaxlib."""
+"""JAX's persistent compilation cache as jspec runs it: size-bounded (or only read, where this process cannot
+write), every program kept, torn entries replaced (jax_cache), and seeded with the shipped XLA autotuning
+results of this jaxlib."""
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import jax
 
 from jspec.files import atomic_write
 from jspec.paths import AUTOTUNE_DIR
+from jspec.runtime import jax_cache
 
 
 def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
@@ -19,18 +22,32 @@ def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
     that needs a program of the same shapes loads it from there instead of compiling it. Every program
     is kept, the small ones too (the weight fold, the cache allocation), which would otherwise cost a
     compile each (a tenth of a second on GPU) at every start. Past max_gib, JAX evicts the least recently
-    used programs.
+    used programs. An entry that cannot be read (torn) is compiled again and replaced, and the cache's
+    troubles are one warning line (jax_cache.Store).
 
-    Always with a size bound: JAX's evicting cache keeps an access-time file beside each entry and
-    fails every later write in a directory where an entry lacks one (as an unbounded cache writes
-    them), so every writer of a directory must bound it. Entries an unbounded cache left (earlier jspec
-    versions) get an access time now."""
+    Always with a size bound where this process may write: JAX's evicting cache keeps an access-time file
+    beside each entry and fails every later write in a directory where an entry lacks one (as an unbounded
+    cache writes them), so every writer of a directory must bound it. Entries an unbounded cache left
+    (earlier jspec versions) get an access time now. A directory this process cannot write (jax_cache.writable)
+    is only read: unbounded (a bounded cache takes a write lock even to read, which fails there) and never
+    written (jax_cache.Store skips the writes; without it, a compile-time threshold no program reaches). A directory that cannot be created is one warning line, and no cache."""
     path = Path(path)
-    _stamp_entries(path)
-    seed_autotune(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"warning: no compile cache: {e}; compiling every program", file=sys.stderr)
+        return
+    store = jax_cache.install()
+    writable = jax_cache.writable(path)
+    if writable:
+        _stamp_entries(path)
+        seed_autotune(path)
     jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0 if writable or store else NEVER_S)
+    jax.config.update("jax_compilation_cache_max_size", int(max_gib * 2**30) if writable else -1)
+
+
+NEVER_S = 1e9  # a compile time no program reaches: JAX writes no entry
 
 
 # XLA's GEMM autotuning results for the shipped pair's programs (the README command's) and the 8B-shaped

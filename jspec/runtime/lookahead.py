@@ -207,11 +207,16 @@ class _Loop:
 
 
 def _loop(step, m: Models, make, steps: int, estimate: bool | None = None) -> _Loop:
-    """estimate (default: on the CPU): the step lowered alone for _roofline, not the loop for timing."""
-    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), make())
+    """estimate (default: on the CPU): the step lowered alone for _roofline, not the loop for timing. A timed loop's
+    carry comes back in the shardings it went in with (out_shardings), as _time feeds it back: left to GSPMD, a
+    zero-size array (a BF16 cache's INT2 codes and scales, [B, H, 2, 0, D/4]) came back replicated and the next
+    call refused it (on a mesh, those were to be split over "dp")."""
+    carry = make()
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), carry)
     if jax.default_backend() == "cpu" if estimate is None else estimate:
         return _Loop(None, m, make, steps, one_step=jax.jit(step).lower(m, shapes))
-    run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1)
+    run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1,
+                  out_shardings=jax.tree.map(lambda x: x.sharding, carry))
     return _Loop(run.lower(m, shapes), m, make, steps, compile_options(m.target, m.draft))
 
 
