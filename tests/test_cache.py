@@ -296,7 +296,7 @@ def test_capacity_and_config_errors():
         (KVConfig("int2", recent=4), "lookahead"),  # recent <= lookahead (4)
         (KVConfig("int2", group_size=6), "divide"),
         (KVConfig("int2", group_size=32), "divide"),
-        (KVConfig("int2", sink=-1), "windows"),
+        (KVConfig("int2", sink=-1), "sink must be in"),
         (KVConfig("int2", scale_dtype="float16"), "scale dtype"),
     ]
     for kv, msg in bad:

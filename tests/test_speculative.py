@@ -108,8 +108,8 @@ def _generate(mode, K, draft=None, sampler=None, eos=NO_EOS, poison=None, draft_
     kv = KVS[mode]
     cap = P + MAX_NEW + K + 1
     with_model = K > 0 and draft is not None and draft_mode != "head"
-    drafter = Drafter(_draft(draft, target), mode=DraftMode(draft_mode), model_cfg=CFG) if with_model else Drafter()
-    m = Models(_target(target), drafter if K else Drafter(), CFG, K)
+    drafter = Drafter(_draft(draft, target), model_cfg=CFG) if with_model else Drafter()
+    m = Models(_target(target), drafter.replace(mode=DraftMode(draft_mode)).at(K), CFG, K)
     cache = kvcache.init_cache(CFG, kv, B, cap, jnp.float32, K)
     if poison is not None:
         cache = poison(cache)

@@ -37,7 +37,7 @@ SHIPPED = [ROOT / "jspec" / "checkpoints" / "code-target", ROOT / "jspec" / "che
 def _device_loader(model_dir: Path, cfg, dtype):
     """The loader jspec had before host-side loading (safetensors' flax reader and jnp ops, one small device
     program per step), kept as the reference the host-side loader must reproduce bit for bit."""
-    tensors = checkpoint._open_tensors(model_dir)
+    tensors = checkpoint.open_tensors(model_dir)
     handles = {}
 
     def read(name, transpose):
@@ -153,9 +153,9 @@ def _run(eng, lengths, max_new):
 
 def test_one_program_serves_a_bucket(eng):
     first = _run(eng, (5, 9), (6, 3))  # needs 5 + 6 + 3 = 14 and 9 + 3 + 3 = 15: the 16-token bucket
-    assert len(eng._compiled) == 1 and first[0][1]["compile_s"] > 0
+    assert len(eng._compiled) == 1 and first[0][1].compile_s > 0
     again = _run(eng, (2, 7), (10, 4))  # other prompt lengths and max_new, same bucket
-    assert len(eng._compiled) == 1 and [st["compile_s"] for _, st in again] == [0.0, 0.0]
+    assert len(eng._compiled) == 1 and [st.compile_s for _, st in again] == [0.0, 0.0]
     assert [len(t) for t, _ in again] == [10, 4] and [len(t) for t, _ in first] == [6, 3]
     _run(eng, (12, 1), (3, 1))  # 12 + 3 + 3 = 18: the next bucket, a second program
     assert len(eng._compiled) == 2
@@ -183,8 +183,8 @@ def test_the_parts_end_where_the_one_program_ends(eng):
     one generate program's final state: tokens, counts, rounds and accepted drafts (a draft cache left unfilled
     would change those), greedy and sampled. The draft: the target with its weights scaled, so that some drafts
     are accepted and some are not."""
-    eng = dataclasses.replace(eng, draft_cfg=CFG, draft_params=jax.tree.map(lambda x: 1.1 * x, eng.params),
-                              _compiled={})
+    drafter = Drafter(jax.tree.map(lambda x: 1.1 * x, eng.params), mode=DraftMode.MODEL, model_cfg=CFG)
+    eng = dataclasses.replace(eng, drafter=drafter, _compiled={})
     ids = [[(7 * n + i) % VOCAB for i in range(n)] for n in (5, 9)]
     sampled = [SamplingConfig(temperature=0.8, seed=3), SamplingConfig(temperature=1.0, top_k=5, seed=4)]
     for rows in ([SamplingConfig()] * 2, sampled):
@@ -208,7 +208,7 @@ def test_a_warm_start_loads_the_program_kept_on_disk_without_tracing(eng, tmp_pa
     monkeypatch.setattr(engine, "lower_parts", None)  # tracing would fail
     eng._compiled.clear()
     warm = _run(eng, (5, 9), (6, 3))
-    assert [t for t, _ in warm] == [t for t, _ in first] and warm[0][1]["compile_s"] > 0
+    assert [t for t, _ in warm] == [t for t, _ in first] and warm[0][1].compile_s > 0
 
 
 def test_program_keys_and_unreadable_entries(tmp_path, monkeypatch):
@@ -287,7 +287,7 @@ def test_cli_never_imports_torch(hf_model_dir, tmp_path):
     args = ["--model", str(hf_model_dir("qwen2")), "--draft", "none", "--kv", "bf16", "--max-new-tokens", "3",
             "--json", "--compile-cache", str(tmp_path / "xla"), "hello world"]
     unwanted = ("flax", "torch", "transformers")
-    code = (f"import sys; from jspec import generate; rc = generate.main({args!r}); "
+    code = (f"import sys; from jspec.cli import generate; rc = generate.main({args!r}); "
             f"print('loaded:', sorted(m for m in {unwanted!r} if m in sys.modules)); sys.exit(rc)")
     env = os.environ | {"JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,

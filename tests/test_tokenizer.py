@@ -186,7 +186,7 @@ def test_missing_tokenizer_falls_back_to_transformers(tmp_path, hf_model_dir):
 
 
 def test_loading_never_imports_transformers_or_torch():
-    code = ("import sys; from jspec import tokenizer; t = tokenizer.load_tokenizer('jspec/checkpoints/code-target'); "
+    code = ("import sys; from jspec.io import tokenizer; t = tokenizer.load_tokenizer('jspec/checkpoints/code-target'); "
             "t.decode(t.encode('x = 1')); print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)

@@ -54,7 +54,7 @@ def test_corpus_split_is_stable_and_excludes_tests():
     val = [f for f in files if data.is_validation(f)]
     assert len(val) >= 0.02 * len(files)
     # A pure function of the path: another process (another str hash salt) splits the same way.
-    code = ("import json, sys; from jspec import data; "
+    code = ("import json, sys; from jspec.train import data; "
             "print(json.dumps([data.is_validation(f) for f in json.load(sys.stdin)]))")
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     out = subprocess.run([sys.executable, "-c", code], input=json.dumps(files), env=env, capture_output=True,
