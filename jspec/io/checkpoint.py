@@ -15,8 +15,8 @@ import numpy as np
 from jspec import files
 from jspec.config import ConfigError, ModelConfig, load_model_config
 from jspec.io import tokenizer
-from jspec.io.layout import LAYER_NAMES, CheckpointError, fuse_field, layer_shapes, unfuse_field
-from jspec.model.decoder import Layer, Params
+from jspec.io.layout import LAYER_NAMES, CheckpointError, layer_shapes, read_layers, unfuse_field
+from jspec.model.decoder import Params
 
 
 def _weight_map(index: Path) -> dict[str, str]:
@@ -121,14 +121,7 @@ def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
     tensors = open_tensors(Path(model_dir))
     read = tensor_reader(tensors)
     dtype = np.dtype(dtype)  # jnp.bfloat16 is ml_dtypes' bfloat16
-    layers = []
-    for i in range(cfg.num_layers):
-        fields = {}
-        for field, shapes in layer_shapes(cfg).items():
-            names, t = LAYER_NAMES[field]
-            parts = [read(f"model.layers.{i}.{name}", shape, t, dtype) for name, shape in zip(names, shapes)]
-            fields[field] = fuse_field(field, parts, cfg)
-        layers.append(Layer(**fields))
+    layers = read_layers(read, cfg, dtype, lambda i, name: f"model.layers.{i}.{name}")
     E, V = cfg.hidden_size, cfg.vocab_size
     embed = read("model.embed_tokens.weight", (V, E), False, dtype)
     if cfg.tie_embeddings and "lm_head.weight" in tensors:

@@ -24,14 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from jspec.io.layout import LAYER_NAMES, CheckpointError, fuse_field, layer_shapes
+from jspec.io.layout import CheckpointError, read_layers
 from jspec.config import ConfigError, ModelConfig, model_config_from_hf
-from jspec.model.decoder import Layer, Params
+from jspec.model.decoder import Params
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")  # general.architecture; Mistral files say llama
 # The ggml types jspec dequantizes (all with gguf.quants.dequantize; tests/test_gguf.py checks each).
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
-# HF tensor names (jspec.io.checkpoint.LAYER_NAMES, under model.layers.{i}.) -> GGUF (under blk.{i}.)
+# HF tensor names (jspec.io.layout.LAYER_NAMES, under model.layers.{i}.) -> GGUF (under blk.{i}.)
 LAYER_TENSORS = {
     "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
     "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
@@ -193,14 +193,7 @@ def host_params(reader, cfg: ModelConfig, dtype) -> Params:
     layout: q/k/v and gate/up fused, matrices transposed to [in, out])."""
     read = _tensor_reader(reader, cfg)
     dtype = np.dtype(dtype)
-    layers = []
-    for i in range(cfg.num_layers):
-        fields = {}
-        for field, shapes in layer_shapes(cfg).items():
-            names, t = LAYER_NAMES[field]
-            parts = [read(f"blk.{i}.{LAYER_TENSORS[name]}", shape, t, dtype) for name, shape in zip(names, shapes)]
-            fields[field] = fuse_field(field, parts, cfg)
-        layers.append(Layer(**fields))
+    layers = read_layers(read, cfg, dtype, lambda i, name: f"blk.{i}.{LAYER_TENSORS[name]}")
     E, V = cfg.hidden_size, cfg.vocab_size
     embed = read("token_embd.weight", (V, E), False, dtype)
     lm_head = None if cfg.tie_embeddings else read("output.weight", (E, V), True, dtype)

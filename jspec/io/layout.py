@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from jspec.config import ModelConfig
-from jspec.model.decoder import fuse_qkv, unfuse_qkv
+from jspec.model.decoder import Layer, fuse_qkv, unfuse_qkv
 
 
 class CheckpointError(ValueError):
@@ -61,3 +61,17 @@ def unfuse_field(field: str, x, cfg: ModelConfig):
     if field in ("wqkv", "bqkv"):
         return unfuse_qkv(x, cfg)
     return (x[..., 0, :], x[..., 1, :]) if field in ("w_gu", "b_gu") else (x,)
+
+
+def read_layers(read, cfg: ModelConfig, dtype, tensor_name) -> list[Layer]:
+    """Every layer's fields read from a checkpoint: read(name, shape, transpose, dtype) -> a numpy array, and
+    tensor_name(i, hf_name) -> the file's name of layer i's HF tensor hf_name (LAYER_NAMES)."""
+    layers = []
+    for i in range(cfg.num_layers):
+        fields = {}
+        for field, shapes in layer_shapes(cfg).items():
+            names, t = LAYER_NAMES[field]
+            parts = [read(tensor_name(i, name), shape, t, dtype) for name, shape in zip(names, shapes)]
+            fields[field] = fuse_field(field, parts, cfg)
+        layers.append(Layer(**fields))
+    return layers
