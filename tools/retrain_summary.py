@@ -30,6 +30,12 @@ def get(d: dict, *keys):
     return d
 
 
+def row(report: dict, metric: str, model: str = "target") -> dict:
+    """pair_quality's validation row for (metric, model); reports from before its rows keep one per metric."""
+    rows = [r for r in report.get("rows", []) if (r["metric"], r["split"], r["model"]) == (metric, "validation", model)]
+    return rows[0] if rows else report.get(metric, {})
+
+
 def dir_bytes(path: Path) -> int | None:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else None
 
@@ -57,15 +63,16 @@ def packages_table(meta: dict) -> str:
 def summary(new: Path) -> dict:
     rep = new / "issue18"
     old, tgt, pair = read(rep / "old_pair.json"), read(rep / "new_target.json"), read(rep / "new_pair.json")
-    old_bpb, new_bpb = get(old, "bpb", "bpb"), get(tgt, "bpb", "bpb")
+    old_bpb, new_bpb = get(row(old, "bpb"), "bpb"), get(row(tgt, "bpb"), "bpb")
     sizes = {name: dir_bytes(new / "checkpoints" / name) for name in ("code-target", "code-draft", "code-head")}
     out = {
         "bpb": {"old": old_bpb, "new": new_bpb,
                 "reduction": 1 - new_bpb / old_bpb if old_bpb and new_bpb else None},
-        "repeated_line_share": {"old": get(old, "repetition", "repeated_line_share"),
-                                "new": get(tgt, "repetition", "repeated_line_share")},
-        "tokens_per_round_k4": {"old": get(old, "tau", "tokens_per_round"), "new": get(pair, "tau", "tokens_per_round")},
-        "greedy_agreement_new": get(pair, "agree", "greedy_agreement"),
+        "repeated_line_share": {"old": get(row(old, "repetition"), "repeated_line_share"),
+                                "new": get(row(tgt, "repetition"), "repeated_line_share")},
+        "tokens_per_round_k4": {"old": get(row(old, "tau", "pair"), "tokens_per_round"),
+                                "new": get(row(pair, "tau", "pair"), "tokens_per_round")},
+        "greedy_agreement_new": get(row(pair, "agree", "pair"), "greedy_agreement"),
         "kv_quality": kv_summary(read(rep / "kv_quality.json")),
         "checkpoint_bytes": sizes,
         "corpus": {k: v for k, v in read(rep / "corpus_meta.json").items() if k not in ("rejected_packages",)},
