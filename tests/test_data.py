@@ -95,3 +95,31 @@ def test_reused_tokenizer_must_exist(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         data.main(["--out", str(tmp_path / "out"), "--tokenizer", str(tmp_path)])
     assert exit_info.value.code == 2 and "no tokenizer.json" in capsys.readouterr().err
+
+
+def test_outside_texts_leave_out_the_corpus(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "tests").mkdir(parents=True)
+    fresh, corpus_text = "def fresh():\n    return 2\n", "x = 1\n"
+    files = {"a.py": fresh, "copy_of_a.py": fresh, "vendored.py": corpus_text, "tests/helpers.py": fresh + "#\n",
+             "b_test.py": fresh + "##\n", "empty.py": ""}
+    for rel, text in files.items():
+        (pkg / rel).write_text(text)
+    texts, info = pq.outside_texts(str(pkg), {"packages": []}, {pq.sha1(corpus_text)})
+    assert texts == [fresh] and info["files_in_corpus"] == 1
+    with pytest.raises(ValueError, match="corpus read"):
+        pq.outside_texts("Some_Pkg", {"packages": [{"name": "some-pkg"}]}, set())
+
+
+def test_sample_texts_is_seeded_within_budget_in_order():
+    texts = [f"t{i}" * (i + 1) for i in range(20)]
+    picked = pq.sample_texts(texts, 100, seed=3)
+    assert picked == pq.sample_texts(texts, 100, seed=3) and sum(map(len, picked)) <= 100
+    assert picked == sorted(picked, key=texts.index) and pq.sample_texts(texts, None, 0) == texts
+
+
+def test_jobs_skip_what_cannot_run():
+    assert pq.jobs(["bpb", "agree"], ["validation", "outside"], draft=False, val_npy=True) == [
+        ("bpb", "validation", "target"), ("bpb", "outside", "target")]
+    assert ("agree", "validation", "pair") in pq.jobs(["agree"], ["validation", "outside"], True, True)
+    assert pq.jobs(["tau", "agree"], ["validation"], draft=True, val_npy=False) == [("tau", "validation", "pair")]

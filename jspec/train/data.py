@@ -260,13 +260,15 @@ def split_documents(root: Path) -> dict[str, list[str]]:
     return corpus_documents(root, with_packages=False, workers=1)[0]
 
 
-def corpus_documents(root: Path, with_packages: bool = True, max_files: int | None = None,
-                    max_package_bytes: int = MAX_PACKAGE_BYTES, workers: int | None = None,
-                    quality_filter: bool = False):
-    """-> ({"train": [...], "val": [...]}, meta about sources). max_files: a smoke-test subset per source."""
-    rels = corpus_files(root)[:max_files]
-    sources = [(rel, root / rel) for rel in rels]
+def corpus_sources(root: Path, with_packages: bool = True, max_files: int | None = None,
+                   max_package_bytes: int = MAX_PACKAGE_BYTES, names: set[str] | None = None):
+    """-> ((rel, path) of every source file in corpus order, kept packages (with file counts), rejected ones).
+
+    rel is the path the split is decided by (`site-packages/PATH` for package files); names: only these
+    distributions (a corpus built elsewhere, rebuilt from the packages installed here)."""
+    sources = [(rel, root / rel) for rel in corpus_files(root)[:max_files]]
     kept, rejected = packages(max_package_bytes) if with_packages else ([], [])
+    kept = [pkg for pkg in kept if names is None or pkg["name"] in names]
     site = Path(sysconfig.get_paths()["purelib"])
     for pkg in kept:
         files = pkg.pop("files")[:max_files]
@@ -274,9 +276,18 @@ def corpus_documents(root: Path, with_packages: bool = True, max_files: int | No
         for f in files:
             rel = f.relative_to(site).as_posix() if f.is_relative_to(site) else f.as_posix()
             sources.append((f"site-packages/{rel}", f))
+    return sources, kept, rejected
+
+
+def corpus_documents(root: Path, with_packages: bool = True, max_files: int | None = None,
+                    max_package_bytes: int = MAX_PACKAGE_BYTES, workers: int | None = None,
+                    quality_filter: bool = False):
+    """-> ({"train": [...], "val": [...]}, meta about sources). max_files: a smoke-test subset per source."""
+    sources, kept, rejected = corpus_sources(root, with_packages, max_files, max_package_bytes)
     read = read_all(sources, workers)
     docs, dropped, filtered = dedupe_and_split(((rel, *r) for (rel, _), r in zip(sources, read)), quality_filter)
-    meta = {"stdlib_files": len(rels), "packages": kept, "rejected_packages": rejected, "duplicates_dropped": dropped,
+    meta = {"stdlib_files": sum(not rel.startswith("site-packages/") for rel, _ in sources), "packages": kept,
+            "rejected_packages": rejected, "duplicates_dropped": dropped,
             "quality_filter": dataclasses.asdict(QualityFilter()) if quality_filter else None,
             "filtered_train": filtered}
     return docs, meta
