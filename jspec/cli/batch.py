@@ -6,12 +6,17 @@ Input lines: {"id": ..., "prompt": str, optional "max_new_tokens", "temperature"
 of that line's bytes: exactly one record per non-empty input line. Anything wrong with one line (bad
 JSON or UTF-8, an unknown field, a value out of range, a prompt that does not fit) is that line's error
 record, never the end of the job. Results are appended and flushed batch by batch, so a killed job loses
-at most the batch in flight; a re-run skips every line already answered, after checking that those
+at most the rows in flight; a re-run skips every line already answered, after checking that those
 lines have not changed. The output is locked while a job writes it, and a file that is not a jspec
 results file is never written to.
 
 An input whose first valid line has "custom_id" and "body" is an OpenAI batch file, read and answered in
 OpenAI's format (jspec.cli.openai_batch: a Format); resume then keys lines by custom_id.
+
+Rows are refilled as they finish (jspec.runtime.slots): each capacity bucket's lines run in one batch of
+--batch-size slots, a slot whose row is done is written out and takes the bucket's next line, so no row waits
+for the slowest of its batch. The summary's wasted_row_rounds counts the rounds in which a slot was done or
+empty (refill=False: static batches, each run until its last row is done).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
+from jspec.runtime import slots
 from jspec.runtime.buckets import pad_rows
 from jspec.runtime.engine import Stats
 
@@ -70,12 +76,14 @@ class Summary:
     proposed: int = 0
     round_tokens: int = 0  # tokens emitted by rounds (each row's first token comes from the prefill)
     kv_bytes: int = 0  # the largest batch's KV caches
+    row_rounds: int = 0  # jobs: the rounds the batches ran, times their rows (done and padding rows included)
     compile_s: float = 0.0
     decode_s: float = 0.0
     wall_s: float = 0.0
 
-    def add(self, stats: list[Stats]) -> None:
-        """Adds one batch: the per-row stats of one compiled call."""
+    def add(self, stats: list[Stats], call: tuple[float, float, int] | None = None) -> None:
+        """Adds one batch: the per-row stats of one compiled call; or, with call = (compile s, decode s,
+        row-rounds), the rows that one step of a refilled batch finished and what the step cost."""
         for st in stats:
             self.prompts += 1
             self.new_tokens += st.new_tokens
@@ -84,7 +92,11 @@ class Summary:
             self.proposed += st.lookahead * st.rounds
             self.round_tokens += max(st.new_tokens - 1, 0)
             self.kv_bytes = max(self.kv_bytes, st.batch_kv_bytes)
-        if stats:  # compile and decode time are per batch, repeated in each row
+        if call is not None:
+            self.compile_s += call[0]
+            self.decode_s += call[1]
+            self.row_rounds += call[2]
+        elif stats:  # compile and decode time are per batch, repeated in each row
             self.compile_s += stats[0].compile_s
             self.decode_s += stats[0].decode_s
 
@@ -96,12 +108,16 @@ class Summary:
                  decode_tokens_per_s=round(_ratio(self.new_tokens, self.decode_s), 1),
                  accept_length=round(_ratio(self.round_tokens, self.rounds), 3),
                  accept_rate=round(_ratio(self.accepted, self.proposed), 3))
+        if self.row_rounds:
+            d.update(wasted_row_rounds=self.row_rounds - self.rounds,
+                     wasted_fraction=round(_ratio(self.row_rounds - self.rounds, self.row_rounds), 4))
         return d
 
     def line(self) -> str:
         d = self.as_dict()
         skipped = f" ({self.skipped} done before)" if self.skipped else ""
         spec = f", accept_length {d['accept_length']:.2f}, accept_rate {d['accept_rate']:.2f}" if self.proposed else ""
+        spec += f", wasted row-rounds {d['wasted_fraction']:.1%}" if self.row_rounds else ""
         return (f"[summary: {self.prompts} prompts{skipped}, {self.errors} errors, {self.new_tokens} new tokens "
                 f"in {self.wall_s:.1f}s ({d['tokens_per_s']:.1f} tok/s; compile {self.compile_s:.1f}s, decode "
                 f"{self.decode_s:.1f}s at {d['decode_tokens_per_s']:.1f} tok/s){spec}, "
@@ -370,10 +386,11 @@ def _answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Forma
 
 
 def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,
-            batch_size: int, progress: bool = True, restart: bool = False) -> Summary:
+            batch_size: int, progress: bool = True, restart: bool = False, refill: bool = True) -> Summary:
     """Runs a JSONL job; returns the end-of-run summary. Interrupted (Ctrl-C, kill), the output holds whole
     records only, and the same command resumes it. restart discards the output's records first. The
-    progress bar shows only when stderr is a terminal."""
+    progress bar shows only when stderr is a terminal. refill: rows refilled as they finish (the module
+    docstring); False: static batches."""
     t0 = time.perf_counter()
     base.validate()
     engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
@@ -386,17 +403,51 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
         summary = Summary(errors=len(errors), skipped=skipped)
         with tqdm(total=len(jobs), unit="row", disable=None if progress else True) as bar:  # None: off if no tty
             _write(out, errors)
-            size = batch_rows(batch_size, len(jobs))
-            capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
-            for chunk in chunks(jobs, size, capacity):
-                answered = _answer(engine, chunk, gen, size, fmt)
+            steps = _refilled if refill and engine.mesh is None else _static
+            for answered, call in steps(engine, jobs, gen, batch_size, fmt):
                 _write(out, [rec for rec, _ in answered])
-                summary.add([st for _, st in answered if st is not None])
+                summary.add([st for _, st in answered if st is not None], call)
                 summary.errors += sum(st is None for _, st in answered)
-                bar.update(len(chunk))
+                bar.update(len(answered))
                 bar.set_postfix(tok_s=f"{summary.new_tokens / (time.perf_counter() - t0):.0f}")
     summary.wall_s = time.perf_counter() - t0
     return summary
+
+
+def _static(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format):
+    """Static batches (chunks): yields (answered, (compile s, decode s, row-rounds)) per batch."""
+    size = batch_rows(batch_size, len(jobs))
+    capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
+    for chunk in chunks(jobs, size, capacity):
+        answered = _answer(engine, chunk, gen, size, fmt)
+        stats = [st for _, st in answered if st is not None]
+        # the batch ran until its slowest row was done: every row slot ran that row's rounds
+        call = (stats[0].compile_s, stats[0].decode_s, size * max(st.rounds for st in stats)) if stats else None
+        yield answered, call
+
+
+def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format):
+    """Each capacity bucket's jobs in one batch whose rows are refilled as they finish (runtime.slots): yields
+    (answered, (compile s, decode s, row-rounds)) per step. A bucket of one row, or one the engine refuses
+    (ConfigError, OverflowError: a value parse_line did not foresee), runs in static batches (_static), where a
+    refused row costs only itself."""
+    groups: dict[int, list[Job]] = {}
+    for j in jobs:
+        groups.setdefault(engine.capacity(gen, [len(j.ids)], [j.max_new]), []).append(j)
+    for _, group in sorted(groups.items()):
+        size = batch_rows(batch_size, len(group))
+        if size == 1:
+            yield from _static(engine, group, gen, 1, fmt)
+            continue
+        left = {id(j): j for j in group}
+        try:
+            for f in slots.refilled(engine, group, gen, size):
+                for job, _, _ in f.done:
+                    del left[id(job)]
+                yield [(fmt.record(engine, j, t, st), st) for j, t, st in f.done], (f.compile_s, f.decode_s,
+                                                                                       f.row_rounds)
+        except (ConfigError, OverflowError):
+            yield from _static(engine, list(left.values()), gen, size, fmt)
 
 
 def _record(engine, job: Job, tokens, stats) -> dict:
