@@ -403,8 +403,7 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
         summary = Summary(errors=len(errors), skipped=skipped)
         with tqdm(total=len(jobs), unit="row", disable=None if progress else True) as bar:  # None: off if no tty
             _write(out, errors)
-            steps = _refilled if refill and engine.mesh is None else _static
-            for answered, call in steps(engine, jobs, gen, batch_size, fmt):
+            for answered, call in run_rows(engine, jobs, gen, batch_size, fmt, refill):
                 _write(out, [rec for rec, _ in answered])
                 summary.add([st for _, st in answered if st is not None], call)
                 summary.errors += sum(st is None for _, st in answered)
@@ -426,22 +425,31 @@ def _static(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: 
         yield answered, call
 
 
-def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format):
-    """Each capacity bucket's jobs in one batch whose rows are refilled as they finish (runtime.slots): yields
-    (answered, (compile s, decode s, row-rounds)) per step. A bucket of one row, or one the engine refuses
-    (ConfigError, OverflowError: a value parse_line did not foresee), runs in static batches (_static), where a
-    refused row costs only itself."""
-    groups: dict[int, list[Job]] = {}
-    for j in jobs:
-        groups.setdefault(engine.capacity(gen, [len(j.ids)], [j.max_new]), []).append(j)
-    for _, group in sorted(groups.items()):
+def run_rows(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format | None = None,
+             refill: bool = True, refill_at: int | None = None):
+    """The jobs' (record, stats or None) pairs as they are answered: yields (answered, (compile s, decode s,
+    row-rounds)) per batch, or per step of a refilled batch (refill_at: slots.refilled's)."""
+    fmt = fmt or JSPEC
+    if refill and engine.mesh is None:
+        yield from _refilled(engine, jobs, gen, batch_size, fmt, refill_at)
+    else:
+        yield from _static(engine, jobs, gen, batch_size, fmt)
+
+
+def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format, refill_at=None):
+    """The jobs in batches whose rows are refilled as they finish, one per group of capacity buckets
+    (runtime.slots.groups): yields (answered, (compile s, decode s, row-rounds)) per step. A group of one row, or
+    one the engine refuses (ConfigError, OverflowError: a value parse_line did not foresee), runs in static
+    batches (_static), where a refused row costs only itself."""
+    capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
+    for group in slots.groups(jobs, batch_rows(batch_size, len(jobs)), capacity):
         size = batch_rows(batch_size, len(group))
         if size == 1:
             yield from _static(engine, group, gen, 1, fmt)
             continue
         left = {id(j): j for j in group}
         try:
-            for f in slots.refilled(engine, group, gen, size):
+            for f in slots.refilled(engine, group, gen, size, refill_at):
                 for job, _, _ in f.done:
                     del left[id(job)]
                 yield [(fmt.record(engine, j, t, st), st) for j, t, st in f.done], (f.compile_s, f.decode_s,

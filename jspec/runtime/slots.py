@@ -48,6 +48,25 @@ def default_refill_at(size: int) -> int:
     return max(1, size // 8)
 
 
+def groups(rows: list, size: int, capacity, fills: int = 4) -> list[list]:
+    """The rows by capacity bucket (capacity(row): its own bucket), smallest first, one refilled batch each; a
+    bucket of fewer than `fills` x size rows joins the next one up (its rows fit the larger cache), so that a
+    batch's tail, the rounds once no row is left to place, is a small part of its rounds."""
+    by_bucket: dict[int, list] = {}
+    for r in rows:
+        by_bucket.setdefault(capacity(r), []).append(r)
+    out, group = [], []
+    for _, bucket in sorted(by_bucket.items()):
+        group += bucket
+        if len(group) >= fills * size:
+            out, group = out + [group], []
+    if group and out and len(group) < fills * size:  # the last rows join the largest group: they fit its cache
+        out[-1] += group
+    elif group:
+        out.append(group)
+    return out
+
+
 def refilled(engine, rows: list, gen: GenerateConfig, size: int, refill_at: int | None = None,
              limit: int = INT32_MAX):
     """Yields a Flush per step until every row is done; rows: one capacity bucket's (see the module docstring),
