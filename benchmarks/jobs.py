@@ -7,8 +7,9 @@
 
 A job of --prompts prompts (default 256) whose max_new_tokens are drawn uniformly from 16..512 (divided by
 --scale), EOS allowed, run through batch.run_rows (the job runner's loop, without the files) at --batch-size
-slots: static batches (each until its slowest row is done), then refilled batches for each --refill-at (rows
-done before the rounds stop for a refill; 0: slots.default_refill_at). Each run reports the decode time and
+slots: static batches (each until its slowest row is done), then refilled batches for each --fills (rows per
+refilled batch, at least this many times its slots: slots.groups) and --refill-at (rows done before the rounds
+stop for a refill; 0: slots.default_refill_at). Each run reports the decode time and
 tokens/s (compile excluded), the rounds the rows took, the row-rounds the batches ran (slots x rounds), and the
 wasted fraction (row-rounds in which a slot was done or empty). Writes benchmarks/results/jobs.json (or --out):
 the rows and the commit, device, jax version, date and command.
@@ -35,7 +36,7 @@ from jspec.cli import batch  # noqa: E402
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig  # noqa: E402
 from jspec.decode.state import Drafter, DraftMode  # noqa: E402
 from jspec.model import decoder as model, rotation  # noqa: E402
-from jspec.runtime import engine  # noqa: E402
+from jspec.runtime import engine, slots  # noqa: E402
 
 TINY = ModelConfig("llama", 512, 128, 256, 4, 4, 2, 32, max_position=4096, eos_token_ids=(2,))
 PROMPTS = ["def fibonacci(n):", "class Stack:", "import numpy as np\n", "def quicksort(xs):", "# parse a CSV file\n",
@@ -74,9 +75,9 @@ def make_jobs(prompt_ids, n: int, lo: int, hi: int, seed: int = 0) -> list[batch
 FORMAT = dataclasses.replace(batch.JSPEC, record=lambda eng, job, tokens, stats: {"id": job.id})
 
 
-def run(eng, jobs, gen, batch_size: int, refill: bool, refill_at: int | None) -> dict:
+def run(eng, jobs, gen, batch_size: int, refill: bool, refill_at: int | None, fills: int) -> dict:
     summary, t0 = batch.Summary(), time.perf_counter()
-    for answered, call in batch.run_rows(eng, jobs, gen, batch_size, FORMAT, refill, refill_at):
+    for answered, call in batch.run_rows(eng, jobs, gen, batch_size, FORMAT, refill, refill_at, fills):
         summary.add([st for _, st in answered if st is not None], call)
         summary.errors += sum(st is None for _, st in answered)
     summary.wall_s = time.perf_counter() - t0
@@ -103,21 +104,33 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="max_new_tokens drawn from 16..512 divided by this")
     ap.add_argument("--refill-at", type=int, nargs="+", default=[0, 1],
                     help="rows done before a refill, one run each (0: the default, slots.default_refill_at)")
+    ap.add_argument("--fills", type=int, nargs="+", default=[slots.FILLS],
+                    help="a refilled batch's rows at least this many times its slots (slots.groups), one run each")
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each configuration, interleaved (the first "
+                    "compiles); the fastest decode is reported")
     ap.add_argument("--small", action="store_true", help="a quick check: 32 prompts of 4..32 tokens, batch 8")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "jobs.json")
     a = ap.parse_args(argv)
     if a.small:
-        a.prompts, a.batch_size, a.scale = 32, 8, 16.0
+        a.prompts, a.batch_size, a.scale, a.repeats = 32, 8, 16.0, 1
     lo, hi = max(1, round(16 / a.scale)), max(2, round(512 / a.scale))
     eng, prompt_ids, K = make_engine(a.model)
     jobs = make_jobs(prompt_ids, a.prompts, lo, hi)
     gen = GenerateConfig(max_new_tokens=hi, lookahead=K)
     rows = []
-    for refill, at in [(False, None)] + [(True, x or None) for x in a.refill_at]:
-        r = dict(mode="refill" if refill else "static", refill_at=at, batch_size=a.batch_size, max_new=[lo, hi],
-                 **run(eng, jobs, gen, a.batch_size, refill, at))
-        print(json.dumps(r), flush=True)
-        rows.append(r)
+    runs = [(False, None, None)] + [(True, x or None, f) for f in a.fills for x in a.refill_at]
+    for rep in range(a.repeats):  # interleaved: a busy machine slows every configuration alike
+        for i, (refill, at, fills) in enumerate(runs):
+            r = run(eng, jobs, gen, a.batch_size, refill, at, fills or slots.FILLS)
+            print(json.dumps(r), flush=True)
+            if rep == 0:
+                rows.append(dict(mode="refill" if refill else "static", fills=fills, batch_size=a.batch_size,
+                                 refill_at=at or (slots.default_refill_at(a.batch_size) if refill else None),
+                                 max_new=[lo, hi], **r, decode_s_runs=[]))
+            rows[i]["decode_s_runs"].append(r["decode_s"])
+    for r in rows:  # the fastest run of each (the rounds are the same in every run)
+        r["decode_s"] = min(r["decode_s_runs"])
+        r["decode_tokens_per_s"] = round(r["new_tokens"] / r["decode_s"], 1)
     base = rows[0]["decode_tokens_per_s"]
     for r in rows:
         r["decode_speedup_vs_static"] = round(r["decode_tokens_per_s"] / base, 3) if base else None

@@ -426,23 +426,24 @@ def _static(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: 
 
 
 def run_rows(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format | None = None,
-             refill: bool = True, refill_at: int | None = None):
+             refill: bool = True, refill_at: int | None = None, fills: int = slots.FILLS):
     """The jobs' (record, stats or None) pairs as they are answered: yields (answered, (compile s, decode s,
-    row-rounds)) per batch, or per step of a refilled batch (refill_at: slots.refilled's)."""
+    row-rounds)) per batch, or per step of a refilled batch (refill_at: slots.refilled's; fills: slots.groups')."""
     fmt = fmt or JSPEC
     if refill and engine.mesh is None:
-        yield from _refilled(engine, jobs, gen, batch_size, fmt, refill_at)
+        yield from _refilled(engine, jobs, gen, batch_size, fmt, refill_at, fills)
     else:
         yield from _static(engine, jobs, gen, batch_size, fmt)
 
 
-def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format, refill_at=None):
+def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format, refill_at=None,
+              fills: int = slots.FILLS):
     """The jobs in batches whose rows are refilled as they finish, one per group of capacity buckets
     (runtime.slots.groups): yields (answered, (compile s, decode s, row-rounds)) per step. A group of one row, or
     one the engine refuses (ConfigError, OverflowError: a value parse_line did not foresee), runs in static
     batches (_static), where a refused row costs only itself."""
     capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
-    for group in slots.groups(jobs, batch_rows(batch_size, len(jobs)), capacity):
+    for group in slots.groups(jobs, batch_rows(batch_size, len(jobs)), capacity, fills):
         size = batch_rows(batch_size, len(group))
         if size == 1:
             yield from _static(engine, group, gen, 1, fmt)

@@ -48,7 +48,10 @@ def default_refill_at(size: int) -> int:
     return max(1, size // 8)
 
 
-def groups(rows: list, size: int, capacity, fills: int = 4) -> list[list]:
+FILLS = 8  # a refilled batch takes at least this many times its slots in rows (groups; benchmarks/jobs.py)
+
+
+def groups(rows: list, size: int, capacity, fills: int = FILLS) -> list[list]:
     """The rows by capacity bucket (capacity(row): its own bucket), smallest first, one refilled batch each; a
     bucket of fewer than `fills` x size rows joins the next one up (its rows fit the larger cache), so that a
     batch's tail, the rounds once no row is left to place, is a small part of its rounds."""
