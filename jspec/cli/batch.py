@@ -13,10 +13,11 @@ results file is never written to.
 An input whose first valid line has "custom_id" and "body" is an OpenAI batch file, read and answered in
 OpenAI's format (jspec.cli.openai_batch: a Format); resume then keys lines by custom_id.
 
-Rows are refilled as they finish (jspec.runtime.slots): each capacity bucket's lines run in one batch of
---batch-size slots, a slot whose row is done is written out and takes the bucket's next line, so no row waits
-for the slowest of its batch. The summary's wasted_row_rounds counts the rounds in which a slot was done or
-empty (refill=False: static batches, each run until its last row is done).
+Rows are refilled as they finish (jspec.runtime.slots): the lines of a capacity bucket (small buckets joined
+to the next) run in one batch of --batch-size slots, and a slot whose row is done is written out and takes the
+group's next line, longest first, so no row waits for the slowest of its batch. The summary's wasted_row_rounds
+counts the rounds in which a slot was done or empty. refill=False, or an engine on a mesh: static batches,
+each run until its last row is done.
 """
 
 from __future__ import annotations
