@@ -4,10 +4,10 @@ The generate program (decode.loop) runs its rows until the last is done, so a ba
 Here the rounds stop early instead, and a second program restarts the slots that are done with new prompts:
 
 - empty_program: a state of the batch's shapes with every row done (no prompt yet, no model run);
-- refill_program: the prefill of the rows in a mask [B], written into the batch's caches and state in place.
-  The other rows are given a prompt length of 0 there, so they commit nothing to either cache and their state
-  is kept as it was; the masked rows get the state decode.loop._start gives a new row (keys from their seeds,
-  the first token emitted);
+- refill_program: R new rows (R fixed per batch, at most B) started as decode.loop._start starts a batch of R
+  (their prefill into fresh caches of R rows, keys from their seeds, the first token emitted), then scattered
+  into the batch's caches and state at their slots [R] (a slot index of B: a padding row, dropped). Only the R
+  rows are prefilled, and only their rows of the caches are written; the other rows are left as they are;
 - rounds_until_program: rounds until every row is done, `want` rows are done or `limit` rounds have run
   (arrays: any bound without a recompile); it returns the rounds it ran.
 
@@ -23,6 +23,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from jspec.cache.kvcache import KVCache
 from jspec.decode.loop import _start, first_state, round_step
 from jspec.decode.state import DecodeState, Models
 from jspec.model.sampling import Sampler
@@ -39,26 +40,39 @@ def _empty(m: Models, prompts, prompt_lens, max_new, seeds, cache, draft_cache, 
                        draft_cache, zeros, zeros, keys, feat)
 
 
-def _rows(mask, new, old):
-    """new where mask [B] is set, else old (arrays [B, ...])."""
-    return jnp.where(mask.reshape(mask.shape + (1,) * (new.ndim - 1)), new, old)
+def _put(slots, axis: int, big, rows):
+    """big with rows [.., R, ..] written at big's rows `slots` [R] along axis (an index past the end: dropped)."""
+    return big.at[(slice(None),) * axis + (slots,)].set(rows, mode="drop")
 
 
-def _refill(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, eos_ids, stop_strings, mask,
-            s: DecodeState) -> DecodeState:
-    """s with the rows of mask [B] started afresh on prompts [B, P] (prompt_lens, max_new, seeds as _start's);
-    the other rows and their cache slots are left as they are."""
-    restart = lambda c: None if c is None else c.replace(length=jnp.where(mask, 0, c.length))
-    # the other rows read a prompt of 0 tokens: the prefill commits nothing of theirs
-    fresh = _start(m, prompts, jnp.where(mask, prompt_lens, 0), max_new, sampler, seeds, restart(s.cache),
-                   restart(s.draft_cache), eos_ids, stop_strings)
+def _cache_map(fn, cache: KVCache | None, *others: KVCache):
+    """fn(leaf, *other leaves, batch axis) over a cache's arrays (a stacked cache's layers: [L, B, ...])."""
+    if cache is None:
+        return None
+    axis = 1 if cache.stacked else 0
+    layers = jax.tree.map(lambda *x: fn(*x, axis), cache.layers, *(o.layers for o in others))
+    return cache.replace(layers=layers, length=fn(cache.length, *(o.length for o in others), 0))
+
+
+def _refill(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, eos_ids, stop_strings, all_stops,
+            slots, s: DecodeState) -> DecodeState:
+    """s with R new rows started at its rows `slots` [R] (B: a padding row): prompts [R, P], prompt_lens,
+    max_new, sampler, seeds and stop_strings the R rows' (as _start's); all_stops: every row's stop strings
+    after the refill (or None). The other rows and their cache rows are left as they are."""
+    R = prompts.shape[0]
+    empty = lambda c: _cache_map(lambda x, axis: jnp.zeros(x.shape[:axis] + (R,) + x.shape[axis + 1:], x.dtype), c)
+    fresh = _start(m, prompts, prompt_lens, max_new, sampler, seeds, empty(s.cache), empty(s.draft_cache), eos_ids,
+                   stop_strings)
+    put = functools.partial(_put, slots)
     per_row = lambda x: x.replace(cache=None, draft_cache=None, stop=None)
-    out = jax.tree.map(functools.partial(_rows, mask), per_row(fresh), per_row(s))
+    out = jax.tree.map(lambda big, rows: put(0, big, rows), per_row(s), per_row(fresh))
     stop = None
-    if s.stop is not None:  # the stop strings are the call's (every row's, packed by the host); the tails per row
-        stop = fresh.stop.replace(tail=_rows(mask, fresh.stop.tail, s.stop.tail),
-                                  started=_rows(mask, fresh.stop.started, s.stop.started))
-    return out.replace(cache=fresh.cache, draft_cache=fresh.draft_cache, stop=stop)
+    if s.stop is not None:  # the stop strings of every row now; each row's tail
+        stop = s.stop.replace(stops=all_stops, tail=put(0, s.stop.tail, fresh.stop.tail),
+                              started=put(0, s.stop.started, fresh.stop.started))
+    cache = lambda big, rows: _cache_map(lambda b, r, axis: put(axis, b, r), big, rows)
+    return out.replace(cache=cache(s.cache, fresh.cache), draft_cache=cache(s.draft_cache, fresh.draft_cache),
+                       stop=stop)
 
 
 def _rounds_until(m: Models, sampler: Sampler, max_new, eos_ids, limit, want, s: DecodeState):
@@ -74,5 +88,5 @@ def _rounds_until(m: Models, sampler: Sampler, max_new, eos_ids, limit, want, s:
 
 
 empty_program = jax.jit(_empty, donate_argnames=("cache", "draft_cache"))
-refill_program = jax.jit(_refill, donate_argnums=(9,))
+refill_program = jax.jit(_refill, donate_argnums=(10,))
 rounds_until_program = jax.jit(_rounds_until, donate_argnums=(6,))

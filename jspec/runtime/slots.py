@@ -4,8 +4,9 @@ next waiting row as soon as its row is done (decode.refill's programs, compiled 
     for flush in refilled(engine, rows, gen, size=16):
         for row, token_ids, stats in flush.done: ...
 
-The loop on the host: place waiting rows into the free slots (refill_program: their prefill only), run rounds
-until `refill_at` more rows are done (rounds_until_program), hand the finished rows out, repeat. A row is any
+The loop on the host: place waiting rows into the free slots (refill_program: the prefill of `refill_at` rows
+at a time, scattered into their slots), run rounds until `refill_at` more rows are done (rounds_until_program),
+hand the finished rows out, repeat. A row is any
 object with ids, sampling, max_new and stop (cli.batch.Job). Waiting rows are taken longest first (max_new):
 the batch's tail, when no row is left to place, is then its shortest rows. A row's output equals what it gives
 in a batch of its own (greedy; sampled rows draw from their own seed's keys, as in generate).
@@ -42,9 +43,8 @@ class Flush:
 
 
 def default_refill_at(size: int) -> int:
-    """Rows that must be done before the rounds stop for a refill: an eighth of the batch (see
-    benchmarks/jobs.py: each refill is a prefill of the whole batch's width, so refilling row by row costs more
-    than the rounds it saves)."""
+    """Rows that must be done before the rounds stop for a refill: an eighth of the batch, at least one (each
+    stop is a host sync and a refill program; benchmarks/jobs.py measures the choices)."""
     return max(1, size // 8)
 
 
@@ -77,10 +77,9 @@ def refilled(engine, rows: list, gen: GenerateConfig, size: int, refill_at: int 
     most this many rounds per step."""
     if not rows:
         return
-    batch = _Batch(engine, rows, gen, size)
-    refill_at = refill_at or default_refill_at(size)
+    batch = _Batch(engine, rows, gen, size, min(refill_at or default_refill_at(size), size))
     while True:
-        flush = batch.step(refill_at, limit)
+        flush = batch.step(limit)
         if flush is None:
             return
         yield flush
@@ -89,8 +88,10 @@ def refilled(engine, rows: list, gen: GenerateConfig, size: int, refill_at: int 
 class _Batch:
     """The slots, their rows and the device state of one bucket's batch."""
 
-    def __init__(self, engine, rows: list, gen: GenerateConfig, size: int):
-        self.engine, self.size = engine, size
+    def __init__(self, engine, rows: list, gen: GenerateConfig, size: int, refill_at: int):
+        # refill_at: rows done before the rounds stop, and the rows one refill prefills (R: padded, or several
+        # refills where more slots are free)
+        self.engine, self.size, self.refill_at = engine, size, refill_at
         self.queue = sorted(rows, key=lambda r: -r.max_new)
         lengths, max_new = [len(r.ids) for r in rows], [r.max_new for r in rows]
         need = max(zip(lengths, max_new), key=sum)  # "auto" K: planned for the most demanding row in every slot
@@ -107,7 +108,7 @@ class _Batch:
         self.slots: list = [None] * size
         self.life: list = [None] * size  # per slot: (device s, compile s, batch tokens) when its row was placed
         self.clock = dict(decode_s=0.0, compile_s=0.0, tokens=0)
-        host = self._host()
+        host = self._args(self.slots)
         self.compile_s = 0.0
         empty = self._program("empty", refill.empty_program, args.models, host["prompts"], host["prompt_lens"],
                               host["max_new"], host["seeds"], args.cache, args.draft_cache, args.eos_ids,
@@ -125,10 +126,9 @@ class _Batch:
             self.compile_s += time.perf_counter() - t0
         return self.engine._compiled[key]
 
-    def _host(self) -> dict:
-        """The slots' rows as program arguments (an empty slot: a one-token prompt, max_new 0)."""
-        B, rows = self.size, self.slots
-        prompts = np.zeros((B, self.width), np.int32)
+    def _args(self, rows: list) -> dict:
+        """Rows as program arguments (None, an empty slot: a one-token prompt, max_new 0)."""
+        prompts = np.zeros((len(rows), self.width), np.int32)
         for b, r in enumerate(rows):
             if r is not None:
                 prompts[b, : len(r.ids)] = r.ids
@@ -145,42 +145,52 @@ class _Batch:
                     max_new=put(col(lambda r: r.max_new, np.int32, 0)),
                     seeds=put(col(lambda r: r.sampling.seed, np.uint32, 0)), sampler=sampler, stops=stop)
 
-    def _place(self) -> np.ndarray:
-        """Waiting rows into the free slots -> the mask [B] of the slots filled."""
-        mask = np.zeros(self.size, bool)
+    def _place(self) -> list[int]:
+        """Waiting rows into the free slots -> the slots filled."""
+        placed = []
         for b in range(self.size):
             if self.slots[b] is None and self.queue:
-                self.slots[b], mask[b] = self.queue.pop(0), True
+                self.slots[b] = self.queue.pop(0)
                 self.life[b] = (self.clock["decode_s"], self.clock["compile_s"], self.clock["tokens"])
-        return mask
+                placed.append(b)
+        return placed
 
-    def step(self, refill_at: int, limit: int) -> Flush | None:
-        self.compile_s = 0.0
-        mask = self._place()
+    def _refill(self, placed: list[int], all_stops, s: DecodeState) -> DecodeState:
+        """s with the rows of the slots `placed` started, refill_at rows per refill program."""
+        R = self.refill_at
+        for i in range(0, len(placed), R):
+            at = placed[i: i + R] + [self.size] * (R - len(placed[i: i + R]))  # slot B: a padding row, dropped
+            h = self._args([self.slots[b] if b < self.size else None for b in at])
+            a = (self.models, h["prompts"], h["prompt_lens"], h["max_new"], h["sampler"], h["seeds"], self.eos_ids,
+                 h["stops"], all_stops, jax.device_put(np.asarray(at, np.int32)), s)
+            s = self._program("refill", refill.refill_program, *a)(*a)
+        return s
+
+    def step(self, limit: int) -> Flush | None:
+        """Places waiting rows, refills their slots, runs rounds -> what finished (None: nothing left)."""
+        placed = self._place()
         active = sum(r is not None for r in self.slots)
         if not active:
             return None
-        t0 = time.perf_counter()
-        h = self._host()
-        m, s = self.models, self.state
-        if mask.any():
-            a = (m, h["prompts"], h["prompt_lens"], h["max_new"], h["sampler"], h["seeds"], self.eos_ids, h["stops"],
-                 jax.device_put(mask), s)
-            s = self._program("refill", refill.refill_program, *a)(*a)
-        want = (self.size - active) + min(refill_at, active)
-        a = (m, h["sampler"], h["max_new"], self.eos_ids, jax.device_put(np.int32(limit)),
+        t0, compiled = time.perf_counter(), self.compile_s  # compile_s: this step's, and the empty state's before
+        h = self._args(self.slots)
+        s = self._refill(placed, h["stops"], self.state) if placed else self.state
+        want = (self.size - active) + min(self.refill_at, active)
+        a = (self.models, h["sampler"], h["max_new"], self.eos_ids, jax.device_put(np.int32(limit)),
              jax.device_put(np.int32(want)), s)
         self.state, n = self._program("rounds", refill.rounds_until_program, *a)(*a)
         done, count = np.asarray(self.state.done), np.asarray(self.state.count)
-        decode_s = time.perf_counter() - t0 - self.compile_s
+        decode_s = time.perf_counter() - t0 - (self.compile_s - compiled)
         self.clock["decode_s"] += decode_s
         self.clock["compile_s"] += self.compile_s
-        self.clock["tokens"] += int(np.where(mask, count, count - self.count).sum())
+        new = np.isin(np.arange(self.size), placed)
+        self.clock["tokens"] += int(np.where(new, count, count - self.count).sum())
         self.count = count
         finished = [b for b in range(self.size) if self.slots[b] is not None and done[b]]
         flush = Flush(self._finish(finished), self.compile_s, decode_s, self.size * int(n))
         for b in finished:
             self.slots[b] = None
+        self.compile_s = 0.0
         return flush
 
     def _finish(self, finished: list[int]) -> list:
