@@ -144,3 +144,15 @@ def test_killed_mid_job_and_resumed(dirs, tmp_path, cache_dir):
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
     assert _records(dst) == _records(whole) and len(_records(dst)) == 24
+
+
+def test_acceptance_is_learnt_from_real_rows_only(dirs, tmp_path):
+    """Lookahead "auto" learns from the rows a refilled batch finished, never from its empty slots: 3 rows in 4
+    slots add exactly their own drafts (K x their rounds) to the engine's acceptance record."""
+    eng = _engine(dirs, "ngram")
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(b"\n".join(_lines(3)) + b"\n")
+    _run(eng, src, dst, 4)
+    recs = [json.loads(x) for x in dst.read_bytes().split(b"\n") if x]
+    [(key, (drafts, _))] = eng._seen.items()
+    assert key[1] == 4 and drafts == GEN.lookahead * sum(r["stats"]["rounds"] for r in recs) > 0
