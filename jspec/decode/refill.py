@@ -60,7 +60,10 @@ def _refill(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, e
     max_new, sampler, seeds and stop_strings the R rows' (as _start's); all_stops: every row's stop strings
     after the refill (or None). The other rows and their cache rows are left as they are."""
     R = prompts.shape[0]
-    empty = lambda c: _cache_map(lambda x, axis: jnp.zeros(x.shape[:axis] + (R,) + x.shape[axis + 1:], x.dtype), c)
+    # zeros behind a barrier: XLA constant-folded the prefill's reads of them (a "constant folding > 1s" alarm in
+    # benchmarks/jobs.py; the tiny model's first step compiled in 11.8 s with it, 12.9 s without, CPU)
+    empty = lambda c: jax.lax.optimization_barrier(
+        _cache_map(lambda x, axis: jnp.zeros(x.shape[:axis] + (R,) + x.shape[axis + 1:], x.dtype), c))
     fresh = _start(m, prompts, prompt_lens, max_new, sampler, seeds, empty(s.cache), empty(s.draft_cache), eos_ids,
                    stop_strings)
     put = functools.partial(_put, slots)
