@@ -6,19 +6,17 @@ The Ray tests carry the `ray` marker and are skipped where ray[data] is not inst
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from test_refill import _lines, _records
 
 from jspec.cli import batch
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig
 from jspec.runtime import engine
-
-from test_refill import _lines, _records
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = GenerateConfig(max_new_tokens=16, lookahead=0)

@@ -9,6 +9,7 @@ compiles one refilled batch's programs and one batch-1 program.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import build_hf_model, tiny_tokenizer
+from test_head import _write_head
 
 from jspec.cli import batch
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig, load_model_config
 from jspec.runtime import engine, slots
-
-from conftest import build_hf_model, tiny_tokenizer
-from test_head import _write_head
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = GenerateConfig(max_new_tokens=16, lookahead=2)
@@ -117,11 +117,9 @@ def test_stopped_mid_refill_and_resumed(dirs, tmp_path, monkeypatch):
 
 
 def _spawn(*args) -> subprocess.Popen:
-    env = {"JAX_PLATFORMS": "cpu"}
-    import os
-
     return subprocess.Popen([sys.executable, "-m", "jspec.generate", *map(str, args)], cwd=ROOT,
-                            env=os.environ | env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=os.environ | {"JAX_PLATFORMS": "cpu"}, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
 
 
 def test_killed_mid_job_and_resumed(dirs, tmp_path, cache_dir):

@@ -75,7 +75,8 @@ class Worker:
 
     def __init__(self, load_args: dict, gen: GenerateConfig, base: SamplingConfig, batch_size: int, fmt_name: str,
                  compile_cache: tuple[str, float] | None = None):
-        from jspec.runtime import compile_cache as cc, engine
+        from jspec.runtime import compile_cache as cc
+        from jspec.runtime import engine
 
         if compile_cache:
             cc.use_compile_cache(compile_cache[0], max_gib=compile_cache[1])
