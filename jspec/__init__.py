@@ -13,6 +13,7 @@ _EXPORTS = {
     "ModelConfig": "jspec.config", "SamplingConfig": "jspec.config",
     "Engine": "jspec.runtime.engine", "Result": "jspec.runtime.engine", "load": "jspec.runtime.engine",
     "calibrate": "jspec.train.calibrate",  # the module: calibrate.calibrate(params, cfg, batches), and its CLI
+    "ray": "jspec.cli.ray_jobs",  # the module: ray.run_job, a job on a Ray cluster (jspec[ray])
 }
 
 __all__ = sorted(_EXPORTS)
@@ -22,7 +23,7 @@ def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'jspec' has no attribute {name!r}")
     module = importlib.import_module(_EXPORTS[name])
-    value = module if name == "calibrate" else getattr(module, name)
+    value = module if name in ("calibrate", "ray") else getattr(module, name)
     globals()[name] = value  # cached: __getattr__ runs once per name
     return value
 

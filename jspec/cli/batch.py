@@ -6,12 +6,18 @@ Input lines: {"id": ..., "prompt": str, optional "max_new_tokens", "temperature"
 of that line's bytes: exactly one record per non-empty input line. Anything wrong with one line (bad
 JSON or UTF-8, an unknown field, a value out of range, a prompt that does not fit) is that line's error
 record, never the end of the job. Results are appended and flushed batch by batch, so a killed job loses
-at most the batch in flight; a re-run skips every line already answered, after checking that those
+at most the rows in flight; a re-run skips every line already answered, after checking that those
 lines have not changed. The output is locked while a job writes it, and a file that is not a jspec
 results file is never written to.
 
 An input whose first valid line has "custom_id" and "body" is an OpenAI batch file, read and answered in
 OpenAI's format (jspec.cli.openai_batch: a Format); resume then keys lines by custom_id.
+
+Rows are refilled as they finish (jspec.runtime.slots): the lines of a capacity bucket (small buckets joined
+to the next) run in one batch of --batch-size slots, and a slot whose row is done is written out and takes the
+group's next line, longest first, so no row waits for the slowest of its batch. The summary's wasted_row_rounds
+counts the rounds in which a slot was done or empty. refill=False, or an engine on a mesh: static batches,
+each run until its last row is done.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from jspec import files
 from jspec.cli import openai_batch
 from jspec.cli.job_lines import Format, Job, JobError, fingerprint, loads, resume_key, stop_strings
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
+from jspec.runtime import slots
 from jspec.runtime.buckets import pad_rows
 from jspec.runtime.engine import Stats
 
@@ -55,13 +62,15 @@ class Summary:
     proposed: int = 0
     round_tokens: int = 0  # tokens emitted by rounds (each row's first token comes from the prefill)
     kv_bytes: int = 0  # the largest batch's KV caches
+    row_rounds: int = 0  # jobs: the rounds the batches ran, times their rows (done and padding rows included)
     compile_s: float = 0.0
     measure_s: float = 0.0  # measuring (or reading back) lookahead costs (--lookahead auto)
     decode_s: float = 0.0
     wall_s: float = 0.0
 
-    def add(self, stats: list[Stats]) -> None:
-        """Adds one batch: the per-row stats of one compiled call."""
+    def add(self, stats: list[Stats], call: tuple[float, float, int] | None = None) -> None:
+        """Adds one batch: the per-row stats of one compiled call; or, with call = (compile s, decode s,
+        row-rounds), the rows that one step of a refilled batch finished and what the step cost."""
         for st in stats:
             self.prompts += 1
             self.new_tokens += st.new_tokens
@@ -70,7 +79,11 @@ class Summary:
             self.proposed += st.lookahead * st.rounds
             self.round_tokens += max(st.new_tokens - 1, 0)
             self.kv_bytes = max(self.kv_bytes, st.batch_kv_bytes)
-        if stats:  # compile and decode time are per batch, repeated in each row
+        if call is not None:
+            self.compile_s += call[0]
+            self.decode_s += call[1]
+            self.row_rounds += call[2]
+        elif stats:  # compile and decode time are per batch, repeated in each row
             self.compile_s += stats[0].compile_s
             self.decode_s += stats[0].decode_s
             self.measure_s += (stats[0].lookahead_auto or {}).get("measure_s", 0.0)
@@ -84,12 +97,16 @@ class Summary:
                  decode_tokens_per_s=round(_ratio(self.new_tokens, self.decode_s), 1),
                  accept_length=round(_ratio(self.round_tokens, self.rounds), 3),
                  accept_rate=round(_ratio(self.accepted, self.proposed), 3))
+        if self.row_rounds:
+            d.update(wasted_row_rounds=self.row_rounds - self.rounds,
+                     wasted_fraction=round(_ratio(self.row_rounds - self.rounds, self.row_rounds), 4))
         return d
 
     def line(self) -> str:
         d = self.as_dict()
         skipped = f" ({self.skipped} done before)" if self.skipped else ""
         spec = f", accept_length {d['accept_length']:.2f}, accept_rate {d['accept_rate']:.2f}" if self.proposed else ""
+        spec += f", wasted row-rounds {d['wasted_fraction']:.1%}" if self.row_rounds else ""
         return (f"[summary: {self.prompts} prompts{skipped}, {self.errors} errors, {self.new_tokens} new tokens "
                 f"in {self.wall_s:.1f}s ({d['tokens_per_s']:.1f} tok/s; compile {self.compile_s:.1f}s, costs "
                 f"{self.measure_s:.1f}s, decode "
@@ -362,11 +379,13 @@ def _answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Forma
 
 
 def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,
-            batch_size: int, progress: bool = True, restart: bool = False, data: bytes | None = None) -> Summary:
+            batch_size: int, progress: bool = True, restart: bool = False, data: bytes | None = None,
+            refill: bool = True) -> Summary:
     """Runs a JSONL job; returns the end-of-run summary. Interrupted (Ctrl-C, kill), the output holds whole
     records only, and the same command resumes it. restart discards the output's records first. The
     progress bar shows only when stderr is a terminal. data: the input's bytes when the caller read them
-    (preflight), else the input is read here."""
+    (preflight), else the input is read here. refill: rows refilled as they finish (the module docstring);
+    False: static batches."""
     t0 = time.perf_counter()
     base.validate()
     engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
@@ -380,17 +399,60 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
         summary = Summary(errors=len(errors), skipped=skipped)
         with tqdm(total=len(jobs), unit="row", disable=None if progress else True) as bar:  # None: off if no tty
             _write(out, errors)
-            size = batch_rows(batch_size, len(jobs))
-            capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
-            for chunk in chunks(jobs, size, capacity):
-                answered = _answer(engine, chunk, gen, size, fmt)
+            for answered, call in run_rows(engine, jobs, gen, batch_size, fmt, refill):
                 _write(out, [rec for rec, _ in answered])
-                summary.add([st for _, st in answered if st is not None])
+                summary.add([st for _, st in answered if st is not None], call)
                 summary.errors += sum(st is None for _, st in answered)
-                bar.update(len(chunk))
+                bar.update(len(answered))
                 bar.set_postfix(tok_s=f"{summary.new_tokens / (time.perf_counter() - t0):.0f}")
     summary.wall_s = time.perf_counter() - t0
     return summary
+
+
+def _static(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format):
+    """Static batches (chunks): yields (answered, (compile s, decode s, row-rounds)) per batch."""
+    size = batch_rows(batch_size, len(jobs))
+    capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
+    for chunk in chunks(jobs, size, capacity):
+        answered = _answer(engine, chunk, gen, size, fmt)
+        stats = [st for _, st in answered if st is not None]
+        # the batch ran until its slowest row was done: every row slot ran that row's rounds
+        call = (stats[0].compile_s, stats[0].decode_s, size * max(st.rounds for st in stats)) if stats else None
+        yield answered, call
+
+
+def run_rows(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format | None = None,
+             refill: bool = True, refill_at: int | None = None, fills: int = slots.FILLS):
+    """The jobs' (record, stats or None) pairs as they are answered: yields (answered, (compile s, decode s,
+    row-rounds)) per batch, or per step of a refilled batch (refill_at: slots.refilled's; fills: slots.groups')."""
+    fmt = fmt or JSPEC
+    if refill and engine.mesh is None:
+        yield from _refilled(engine, jobs, gen, batch_size, fmt, refill_at, fills)
+    else:
+        yield from _static(engine, jobs, gen, batch_size, fmt)
+
+
+def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt: Format, refill_at=None,
+              fills: int = slots.FILLS):
+    """The jobs in batches whose rows are refilled as they finish, one per group of capacity buckets
+    (runtime.slots.groups): yields (answered, (compile s, decode s, row-rounds)) per step. A group of one row, or
+    one the engine refuses (ConfigError, OverflowError: a value parse_line did not foresee), runs in static
+    batches (_static), where a refused row costs only itself."""
+    capacity = lambda j: engine.capacity(gen, [len(j.ids)], [j.max_new])
+    for group in slots.groups(jobs, batch_rows(batch_size, len(jobs)), capacity, fills):
+        size = batch_rows(batch_size, len(group))
+        if size == 1:
+            yield from _static(engine, group, gen, 1, fmt)
+            continue
+        left = {id(j): j for j in group}
+        try:
+            for f in slots.refilled(engine, group, gen, size, refill_at):
+                for job, _, _ in f.done:
+                    del left[id(job)]
+                yield [(fmt.record(engine, j, t, st), st) for j, t, st in f.done], (f.compile_s, f.decode_s,
+                                                                                       f.row_rounds)
+        except (ConfigError, OverflowError):
+            yield from _static(engine, list(left.values()), gen, size, fmt)
 
 
 def _record(engine, job: Job, tokens, stats) -> dict:

@@ -3,6 +3,7 @@
     python -m jspec.generate "def fibonacci(n):"                 # the shipped pair, INT2 OSCAR cache
     python -m jspec.generate --model DIR --draft none --kv bf16 --json "Hello"
     python -m jspec.generate --input in.jsonl --output out.jsonl --batch-size 16
+    python -m jspec.generate --input in.jsonl --output out.jsonl --ray       # on a Ray cluster (jspec[ray])
 """
 
 from __future__ import annotations
@@ -107,7 +108,11 @@ def parser() -> argparse.ArgumentParser:
                    help="JSONL results (appended; a re-run skips the lines answered, if the input has not changed)")
     o.add_argument("--restart", action="store_true",
                    help="discard the results already in --output (a jspec results file) and start the job over")
-    o.add_argument("--batch-size", type=int, default=8, help="prompts (job rows) per compiled batch")
+    o.add_argument("--batch-size", type=int, default=8,
+                   help="prompts (job rows) per compiled batch; in a job, rows refilled as they finish")
+    o.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the job on a Ray cluster, one engine per GPU (jspec[ray]); ADDRESS: the cluster's "
+                        "(without one: RAY_ADDRESS, else a cluster on this machine)")
     o.add_argument("--compile-cache", default=str(cache_root() / "xla"),
                    help="JAX persistent compilation cache directory ('' disables)")
     o.add_argument("--compile-cache-gib", type=float, default=4.0,
@@ -129,6 +134,7 @@ def _check(a) -> None:
     bad = [(a.batch_size < 1, "--batch-size must be >= 1"),
            (not 0 < a.compile_cache_gib < 2**20, "--compile-cache-gib must be a positive size"),
            (a.restart and a.input is None, "--restart goes with --input and --output"),
+           (a.ray is not None and a.input is None, "--ray goes with --input and --output"),
            ((a.input is None) != (a.output is None), "--input and --output go together"),
            (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
            (a.stream and (a.json or a.input is not None), "--stream prints text: it does not combine with "
@@ -210,6 +216,8 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
     if a.compile_cache:
         compile_cache.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
     data = batch.preflight(a.input, a.output, a.restart) if a.input is not None else None
+    if a.ray is not None:  # each Ray actor loads the model
+        return _run_ray(a, kv, gen, sampling)
     _say(f"loading {a.model or 'the shipped code model'}")
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
                       attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
@@ -284,6 +292,18 @@ def _chat(eng, prompts: list[str], gen: GenerateConfig, sampling: SamplingConfig
     texts = [chat.render(eng.chat_template, [{"role": "user", "content": p}], **named) for p in prompts]
     results = eng.generate([eng.tokenizer.encode(t, add_special_tokens=False) for t in texts], gen, sampling)
     return [dataclasses.replace(r, prompt=t) for r, t in zip(results, texts)]
+
+
+def _run_ray(a, kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> int:
+    from jspec.cli import ray_jobs
+
+    load = dict(model=a.model, draft=a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
+                attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
+    summary = ray_jobs.run_job(load, a.input, a.output, gen, sampling, a.batch_size, address=a.ray or None,
+                               restart=a.restart, compile_cache=(a.compile_cache, a.compile_cache_gib)
+                               if a.compile_cache else None)
+    print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
+    return 0
 
 
 class Interrupts:

@@ -100,8 +100,6 @@ def draft_prefill(m: Models, prompts, prompt_lens, draft_cache):
         return _over_chunks(m, prompts, prompt_lens, chunk, draft_cache)
 
 
-
-
 def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
     """Writes seq[:, :n_emit] at each row's count; stops rows at EOS (dropping what follows), max_new or a stop
     string (dropping the tokens after the one that completes it) -> (tokens, count, done, stop state)."""
@@ -183,11 +181,19 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
 def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache, eos_ids,
            stop_strings=None):
     """Prefill and the first emitted token: the state the rounds start from."""
-    B = prompts.shape[0]
-    N = cache.capacity  # output buffer: a row emits at most capacity - its prompt (max_new + K + 1) tokens
     keys = jax.vmap(jax.random.key)(seeds)
     cache, draft_cache, first, last, keys, feat = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
                                                           keys)
+    return first_state(m, prompts, prompt_lens, max_new, eos_ids, stop_strings, cache, draft_cache, first, last,
+                       keys, feat)
+
+
+def first_state(m: Models, prompts, prompt_lens, max_new, eos_ids, stop_strings, cache, draft_cache, first, last,
+                keys, feat) -> DecodeState:
+    """The state after the prefill: the first token emitted (first [B], drawn from the prefill's logits; last [B]
+    the last prompt token; feat [B, E] the head's feature at it, or None)."""
+    B = prompts.shape[0]
+    N = cache.capacity  # output buffer: a row emits at most capacity - its prompt (max_new + K + 1) tokens
     zeros = jnp.zeros((B,), jnp.int32)
     history = None
     if m.ngram:  # the prompt, then `next` at position prompt_len (padding past it is never read)

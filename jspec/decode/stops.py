@@ -184,12 +184,13 @@ def bucket(n: int, low: int) -> int:
     return max(low, 1 << max(n - 1, 0).bit_length())
 
 
-def pack(tb: TokenBytes, rows: list[tuple[str, ...]]) -> dict[str, np.ndarray]:
+def pack(tb: TokenBytes, rows: list[tuple[str, ...]], shape: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     """The host arrays of Stops for one batch: each row's stop strings, right-aligned in [B, S, L], S and L
-    bucketed (bucket), so that other stop strings of the same bucket share the compiled program."""
+    bucketed (bucket), so that other stop strings of the same bucket share the compiled program; shape: at
+    least (S, L) (a refilled batch keeps the shape of its whole job's: pack_shape)."""
     enc = [[s.encode() for s in row] for row in rows]
-    S = bucket(max(len(r) for r in enc), 4)
-    L = bucket(max((len(s) for r in enc for s in r), default=1), 8)
+    S, L = pack_shape(rows)
+    S, L = (max(S, shape[0]), max(L, shape[1])) if shape else (S, L)
     strings = np.full((len(rows), S, L), NEVER, np.uint8)
     sizes = np.zeros((len(rows), S), np.int32)
     for b, row in enumerate(enc):
@@ -197,6 +198,12 @@ def pack(tb: TokenBytes, rows: list[tuple[str, ...]]) -> dict[str, np.ndarray]:
             strings[b, i, L - len(s):] = np.frombuffer(s, np.uint8)
             sizes[b, i] = len(s)
     return dict(table=tb.table, lens=tb.lens, lead=tb.lead, strings=strings, sizes=sizes)
+
+
+def pack_shape(rows: list[tuple[str, ...]]) -> tuple[int, int]:
+    """(S, L) of pack's arrays for these rows' stop strings."""
+    enc = [[s.encode() for s in row] for row in rows]
+    return bucket(max(len(r) for r in enc), 4), bucket(max((len(s) for r in enc for s in r), default=1), 8)
 
 
 def truncate(text: str, stop) -> tuple[str, bool]:

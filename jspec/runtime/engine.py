@@ -315,17 +315,19 @@ class Engine:
         choice = lookahead.Choice(K, mode, alpha, source, gain, costs, time.perf_counter() - t0)
         return dataclasses.replace(gen, lookahead=K), choice
 
-    def prepare(self, ids, rows, max_new, gen, stop: list[tuple[str, ...]] | None = None) -> ProgramArgs:
+    def prepare(self, ids, rows, max_new, gen, stop: list[tuple[str, ...]] | None = None,
+                capacity: int | None = None) -> ProgramArgs:
         """The program's arguments for a batch (caches included), checked, padded to its capacity bucket
         and to the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan). stop:
-        each row's stop strings (generate_ids)."""
+        each row's stop strings (generate_ids). capacity: a larger cache than the batch's own (runtime.slots:
+        a batch whose slots take the rows of a whole bucket)."""
         stop = _per_row_stops(gen, stop, len(ids))
         gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
         dp = sharding.dp_size(self.mesh)
         stop = stop + [()] * (-(-len(ids) // dp) * dp - len(ids))
         ids, rows, max_new = pad_rows(ids, rows, max_new, -(-len(ids) // dp) * dp)
-        capacity = self.capacity(gen, [len(x) for x in ids], max_new)
+        capacity = max(capacity or 0, self.capacity(gen, [len(x) for x in ids], max_new))
         prompts = np.zeros((len(ids), capacity), np.int32)  # as wide as the cache: the prefill reads it in chunks
         for b, x in enumerate(ids):
             prompts[b, : len(x)] = x
