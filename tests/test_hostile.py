@@ -339,7 +339,7 @@ def test_malformed_lookahead_cost_files_are_measured_again(tmp_path, monkeypatch
     monkeypatch.setattr(lookahead.programs, "compile_all", lambda lowered, options: [None] * len(lowered))
     timed = []
     monkeypatch.setattr(lookahead, "_time", lambda run, loop: timed.append(loop) or 0.25)
-    loops = lambda n: lambda: [SimpleNamespace(lowered=None, options=None) for _ in range(n)]
+    loops = lambda n: lambda: [SimpleNamespace(lowered="a timed loop", options=None) for _ in range(n)]
     parts = {"verify": ({"part": "verify", "probe": "hostile"}, 3, loops(3)),
              "draft": ({"part": "draft", "probe": "hostile"}, 1, loops(1))}
     assert lookahead._cached({}, parts) == {"verify": [0.25] * 3, "draft": [0.25]} and len(timed) == 4
