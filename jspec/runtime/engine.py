@@ -269,11 +269,8 @@ class Engine:
         dt = jnp.dtype(self.dtype)
         B = len(ids)
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params))
-        draft_cache, d = None, self.drafter
-        if K and d.model is not None:
-            draft_cache = kvcache.init_cache(d.model_cfg, KVConfig("bf16"), B, capacity, dt, stacked=is_stacked(d.model))
-        if K and d.head is not None:
-            draft_cache = kvcache.init_cache(d.head_cfg.layer, KVConfig("bf16"), B, capacity, dt)
+        # the draft model's or head's: windowed where the capacity exceeds its window (Drafter.cache_kv)
+        draft_cache = self.drafter.init_cache(B, capacity, dt, K, is_stacked(self.drafter.model)) if K else None
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
         eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
         # made on the host and put on the device: a conversion or jnp.asarray there would each be a program

@@ -259,7 +259,7 @@ def _draft_loop(m: Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
         dc, d, _ = drafters.model_token(m, cache, tok, jnp.full((B,), 2, jnp.int32), None, greedy)
         return jnp.stack([d, d], 1), dc.replace(length=cache.length)
 
-    cache = lambda: kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype, 0, is_stacked(m.draft))
+    cache = lambda: m.drafter.init_cache(B, capacity, dtype, m.lookahead, is_stacked(m.draft))  # as the engine's
     make = lambda: _at(cache(), context, jnp.zeros((B, 2), jnp.int32), mesh, heads=False)
     return _loop(step, m.replace(target=None), make, steps)
 
@@ -274,7 +274,7 @@ def _head_loop(m: Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
         return d, h, hc.replace(length=cache.length)
 
     def make():
-        cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
+        cache = m.drafter.init_cache(B, capacity, dtype, m.lookahead)  # as the engine's
         tok, cache = _at(cache, context, jnp.zeros((B,), jnp.int32), mesh, heads=False)
         h = jnp.zeros((B, m.target_cfg.hidden_size), dtype)
         return tok, h if mesh is None else sharding.shard_batch(h, mesh), cache
