@@ -6,9 +6,12 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
 (no speculation) unless the best beats plain decoding by MIN_GAIN.
 
 - Costs are measured on the device by a few small jitted loops (a target forward over n tokens per row
-  for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one n-gram lookup),
-  once per batch size and power of two of the cache capacity (cost_shape: a measurement costs seconds of
-  compiling; keyed by the exact capacity, every batch of a job paid for its own), and kept in memory and on
+  for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one self-draft step; one
+  n-gram lookup), each at the call's batch and context: the target's forward reads the whole cache, so its cost
+  grows with the context, while a self-draft step and a windowed draft model's or head's read a window only,
+  and stay flat. Measured once per batch size and power of two of the cache capacity (cost_shape: a
+  measurement costs seconds of compiling; keyed by the exact capacity, every batch of a job paid for its
+  own), and kept in memory and on
   disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). Files
   of the same names shipped in SHIPPED (costs measured on the GPUs jspec is tuned on, for the README
   command) are read where the disk cache has none: a first run on such a GPU skips the measurement. The
@@ -58,7 +61,10 @@ MIN_GAIN = 1.05  # speculate only if predicted at least this much faster than pl
 # (greedy, K = 4: model 0.39 at batch 1; ngram 0.52 and ngram+model 0.68 at batch 8).
 # "head": EAGLE-3's published chain acceptance (tau 2.8-3.5 at K = 7 on Llama-3.1-8B: alpha about 0.65-0.75),
 # taken lower for the short training runs a head gets here; the online estimate corrects it after one call.
-PRIOR_ALPHA = {DraftMode.MODEL: 0.4, DraftMode.NGRAM: 0.45, DraftMode.NGRAM_MODEL: 0.55, DraftMode.HEAD: 0.6}
+# "self" and "ngram+self": the shipped target over its own window, greedy, K = 4, 2K-4K contexts
+# (benchmarks/results/long_context_acceptance.json), taken a little under.
+PRIOR_ALPHA = {DraftMode.MODEL: 0.4, DraftMode.NGRAM: 0.45, DraftMode.NGRAM_MODEL: 0.55, DraftMode.HEAD: 0.6,
+               DraftMode.SELF: 0.6, DraftMode.NGRAM_SELF: 0.65}
 PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
 # Spread of per-row alpha across prompts: the slowest of B rows sits about ROW_SPREAD * sqrt(2 ln B) below
 # the mean (the expected maximum of B normals). Fitted to the shipped pair at batch 32 on the H200 (mean
@@ -81,6 +87,7 @@ class Costs:
     draft_step: float = 0.0  # one draft-model token per row: a forward of two rows, commit, draw (drafters.model_token)
     ngram: float = 0.0  # one n-gram lookup over the history and its update
     head_step: float = 0.0  # one EAGLE-3 head token per row (forward + commit + draw)
+    self_step: float = 0.0  # one self-draft token per row: the target over its window and scratch, draw
 
     def verify_at(self, n: int) -> float:
         """Piecewise-linear between the measured n (the cost is flat, then linear: an upper bound)."""
@@ -95,12 +102,13 @@ class Costs:
         not timed: the verify is timed without it)."""
         if mode == DraftMode.HEAD:
             return K * self.head_step
-        return (K * self.draft_step if mode.uses_model else 0.0) + (self.ngram if mode.copies else 0.0)
+        steps = self.draft_step if mode.uses_model else self.self_step if mode.drafts_itself else 0.0
+        return K * steps + (self.ngram if mode.copies else 0.0)
 
     def as_ms(self) -> dict:
         return dict(verify={str(n): round(t * 1e3, 4) for n, t in self.verify},
                     draft_step=round(self.draft_step * 1e3, 4), ngram=round(self.ngram * 1e3, 4),
-                    head_step=round(self.head_step * 1e3, 4))
+                    head_step=round(self.head_step * 1e3, 4), self_step=round(self.self_step * 1e3, 4))
 
 
 def expected_tokens(alpha: float, K: int) -> float:
@@ -282,6 +290,24 @@ def _head_loop(m: Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
     return _loop(step, m.without_draft_model(), make, steps)
 
 
+def _self_loop(m: Models, kv: KVConfig, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    """One self-draft token: the drafter's own step (drafters.self_token) over a target cache of this capacity
+    (read through its window: the cost stays flat with the context) and a round's scratch, its row put back."""
+    greedy = Sampler.make(B)
+
+    def step(m, carry):
+        tok, sc, cache = carry
+        sc, d, _ = drafters.self_token(m, cache, sc, tok, None, greedy)
+        return d, sc.replace(at=jnp.minimum(sc.at, m.lookahead - 1)), cache
+
+    def make():
+        cache = kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, m.lookahead, is_stacked(m.target))
+        tok, cache = _at(cache, context, jnp.zeros((B,), jnp.int32), mesh)
+        return tok, drafters.new_scratch(m, cache), cache
+
+    return _loop(step, m, make, steps)
+
+
 def _ngram_loop(m: Models, B, capacity, context, K: int, mesh, steps) -> _Loop:
     """One lookup of K drafts over a [B, capacity] history and their write into it."""
     def step(m, history):
@@ -319,19 +345,24 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
     stacked = lambda p: {"stacked": True} if is_stacked(p) else {}  # (no new key for the default: shipped files)
     parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **stacked(m.target)),
                         lambda: [_target_loop(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])}
+    # a windowed drafter cache (Drafter.cache_kv) is part of the key: its cost stays flat with the context
+    window = dict(window=m.drafter.cache_kv(capacity)) if m.drafter.window is not None else {}
     if m.draft is not None:
-        parts["draft"] = (dict(model=m.draft_cfg, **stacked(m.draft)),
+        parts["draft"] = (dict(model=m.draft_cfg, **window, **stacked(m.draft)),
                           lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)])
     if m.head is not None:
-        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg),
+        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg, **window),
                          lambda: [_head_loop(m, B, capacity, context, dtype, mesh, steps)])
+    if m.drafter.mode.drafts_itself:
+        parts["self"] = (dict(model=m.target_cfg, kv=kv, K=k_max, layers=m.drafter.self_layers, **stacked(m.target)),
+                         lambda: [_self_loop(m, kv, B, capacity, context, dtype, mesh, steps)])
     if m.ngram:
         parts["ngram"] = dict(K=k_max), lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
     with sharding.context(mesh):
         seconds = _cached(memo, {name: (dict(part=name, **what, **shapes), loops)
                                  for name, (what, loops) in parts.items()})
     one = lambda name: seconds[name][0] if name in seconds else 0.0
-    return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"))
+    return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"), one("self"))
 
 
 # ----------------------------------------------------------------------------------- the disk cache
