@@ -8,7 +8,8 @@ draft model with a full BF16 cache and with a windowed one (decode.state.DRAFT_W
 likewise. Greedy, batch = the prompts, one row per prompt. Prompts: held-out code, cut deep inside the
 validation files of the shipped corpus (jspec.train.data: stdlib_root, corpus_files, is_validation): for each of
 the longest validation files, a cut at a line end past the longest context, and for a context of c tokens the c
-tokens before that cut (the same continuation at every context).
+tokens before that cut (the same continuation at every context; "4096" is the shipped pair's whole context less
+the new tokens, the lookahead and the bonus token: prompt_tokens in each row).
 
 Per row and round the accepted count a is read between rounds (decode.loop's round program, one host sync per
 round; the tokens are the generate program's), so each row also gives where its drafts were rejected: the
@@ -151,11 +152,13 @@ def main(argv=None) -> int:
                 engine.drafter, name = engine.drafter.replace(self_layers=a.self_layers), f"{name}[:{a.self_layers}]"
             for K in a.ks:
                 for context in a.contexts:
-                    ids = prompts(engine.tokenizer, a.prompts, context, a.new_tokens)
-                    row = dict(drafter=name, dtype=dtype, K=K, context=context, prompts=a.prompts,
+                    # the longest context holds the new tokens, the lookahead and the bonus token too
+                    n = min(context, engine.cfg.context - a.new_tokens - K - 1)
+                    ids = prompts(engine.tokenizer, a.prompts, n, a.new_tokens)
+                    row = dict(drafter=name, dtype=dtype, K=K, context=context, prompt_tokens=n, prompts=a.prompts,
                                new_tokens=a.new_tokens,
                                draft_cache=engine.drafter.cache_kv(engine.capacity(
-                                   GenerateConfig(a.new_tokens, lookahead=K), [context] * a.prompts,
+                                   GenerateConfig(a.new_tokens, lookahead=K), [n] * a.prompts,
                                    [a.new_tokens] * a.prompts)).mode if name.startswith(("model", "head")) else None,
                                **run(engine, ids, K, a.new_tokens))
                     record["rows"].append(row)

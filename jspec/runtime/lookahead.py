@@ -100,6 +100,7 @@ class Costs:
         matches): an upper bound. A head round is its resync forward (K + 1 pairs, costed as one step: both
         read the same weights) and K - 1 steps; its features come with the verify forward (one fc matmul,
         not timed: the verify is timed without it)."""
+        mode = DraftMode(mode)  # a name ("model") or the enum
         if mode == DraftMode.HEAD:
             return K * self.head_step
         steps = self.draft_step if mode.uses_model else self.self_step if mode.drafts_itself else 0.0
