@@ -40,7 +40,7 @@ from jspec.model import decoder as model, head, rotation
 from jspec.runtime import lookahead
 
 from decode import LLAMA3_8B  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from long_context_acceptance import OUT as ACCEPTANCE, prompts  # noqa: E402
+from long_context_acceptance import HEAD, OUT as ACCEPTANCE, prompts  # noqa: E402
 from speculative import LLAMA3_8B_EAGLE3, QWEN3_06B_SHAPE  # noqa: E402
 
 K = 4
@@ -144,7 +144,8 @@ def part_b(contexts, new_tokens: int, reps: int) -> list[dict]:
     rows = []
     engines = {name: jspec.load(draft=arg, **kw) for name, (arg, kw) in dict(
         plain=(None, {}), self=("self", {}), ngram=("ngram", {}), model=("auto", dict(draft_window=None)),
-        **{"model-window": ("auto", {})}).items()}
+        head=(str(HEAD), dict(draft_window=None)), **{"ngram+self": ("ngram+self", {}), "model-window": ("auto", {}),
+                                                      "head-window": (str(HEAD), {})}).items()}
     for ctx in contexts:
         [ids] = prompts(engines["plain"].tokenizer, 1, ctx, new_tokens)
         call = lambda name, K: engines[name].generate_ids([ids], [SamplingConfig()], [new_tokens],
@@ -169,16 +170,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/long_context.json"))
     ap.add_argument("--small", action="store_true", help="CPU-sized shapes and contexts")
     ap.add_argument("--budget-s", type=float, default=480.0, help="part A skips what is left after this")
-    ap.add_argument("--no-paired", action="store_true", help="skip part B (the shipped pair, measured directly)")
+    ap.add_argument("--parts", default="ab", help="a: the 8B-shaped costs and derived speed-ups; b: the shipped pair's "
+                    "measured speed-up")
     a = ap.parse_args(argv)
     preset = SMALL if a.small else FULL
     cfg, dcfg, hcfg = shapes(a.small, max(preset["contexts"]))
     result = dict(device=str(jax.devices()[0]), jax=jax.__version__, small=a.small, K=K,
                   shapes=dict(target=cfg.hidden_size, draft=dcfg.hidden_size, head=hcfg.layer.hidden_size),
                   draft_window=dataclasses.asdict(DRAFT_WINDOW))
-    result["part_a"] = part_a(cfg, dcfg, hcfg, preset["contexts"], preset["batches"], a.budget_s)
-    a.out.write_text(json.dumps(result, indent=1))
-    if not a.no_paired:
+    if "a" in a.parts:
+        result["part_a"] = part_a(cfg, dcfg, hcfg, preset["contexts"], preset["batches"], a.budget_s)
+        a.out.write_text(json.dumps(result, indent=1))
+    if "b" in a.parts:
         result["part_b"] = part_b(preset["paired_contexts"], preset["new_tokens"], preset["reps"])
         a.out.write_text(json.dumps(result, indent=1))
     return 0
