@@ -23,7 +23,7 @@ from jspec.config import KVConfig
 from jspec.decode import loop as decode
 from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
 from jspec.model.sampling import Sampler
-from jspec.runtime import lookahead
+from jspec.runtime import engine, lookahead
 from test_speculative import (_COMPILE, B, CFG, KVS, LENS, MAX_NEW, NO_EOS, P, PROMPTS, _assert_dead_parts_unchanged,
                               _assert_output, _cut, _draft, _eos, _head, _plain, _poison_all, _target)
 
@@ -180,3 +180,23 @@ def test_windowed_draft_cost_is_flat_with_context():
     loops = [lookahead._draft_loop(m, 1, cap, cap - 4, jnp.float32, None, 1) for cap in (32, 64)]
     shapes = [[x.shape for x in jax.tree.leaves(loop.make())] for loop in loops]
     assert shapes[0] == shapes[1]
+
+
+def test_load_parses_self_drafts():
+    """load's draft argument: "self" and "ngram+self" need no weights."""
+    for arg, mode in (("self", DraftMode.SELF), ("ngram+self", DraftMode.NGRAM_SELF)):
+        d = engine._load_drafter(arg, None, CFG, None, jnp.float32)
+        assert d.mode == mode and d.model is None and d.head is None and d.init_cache(1, 64, jnp.float32, 3) is None
+    assert DraftMode.NGRAM_SELF.copies and DraftMode.NGRAM_SELF.drafts_itself and not DraftMode.SELF.copies
+
+
+def test_lookahead_prices_the_self_draft_by_its_step():
+    """A self-draft round costs K of its steps (and the lookup with ngram+self); where a step costs what a target
+    step does (a short context) no K pays, where it costs a tenth (a long one: the target reads its whole cache)
+    speculation does."""
+    short = lookahead.Costs(((1, 1.0), (5, 1.1), (17, 1.5)), ngram=0.01, self_step=1.0)
+    long = dataclasses.replace(short, self_step=0.1)
+    assert short.draft(DraftMode.SELF, 4) == 4.0 and short.draft("ngram+self", 4) == pytest.approx(4.01)
+    assert lookahead.choose(short, DraftMode.SELF, 0.7, 16) == (0, 1.0)
+    K, gain = lookahead.choose(long, DraftMode.SELF, 0.7, 16)
+    assert K > 0 and gain > 1.5
