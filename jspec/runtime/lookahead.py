@@ -346,8 +346,9 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
     stacked = lambda p: {"stacked": True} if is_stacked(p) else {}  # (no new key for the default: shipped files)
     parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **stacked(m.target)),
                         lambda: [_target_loop(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])}
-    # a windowed drafter cache (Drafter.cache_kv) is part of the key: its cost stays flat with the context
-    window = dict(window=m.drafter.cache_kv(capacity)) if m.drafter.window is not None else {}
+    # a windowed drafter cache (Drafter.cache_kv) is part of the key (none for a full one: the shipped files' keys)
+    drafter_kv = m.drafter.cache_kv(capacity)
+    window = dict(window=drafter_kv) if drafter_kv.windowed else {}
     if m.draft is not None:
         parts["draft"] = (dict(model=m.draft_cfg, **window, **stacked(m.draft)),
                           lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)])
