@@ -129,7 +129,6 @@ def main(argv=None) -> int:
     p.add_argument("--drafters", nargs="+", default=list(DRAFTERS), choices=list(DRAFTERS))
     p.add_argument("--prompts", type=int, default=3)
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--self-layers", type=int, help="the self-draft over the target's first N layers (layer skip)")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--append", action="store_true", help="add to the rows of --out (a run in several parts)")
     a = p.parse_args(argv)
@@ -148,8 +147,6 @@ def main(argv=None) -> int:
     for dtype in a.dtypes:
         for name in a.drafters:
             engine = load(name, dtype)
-            if a.self_layers and engine.drafter.mode.drafts_itself:
-                engine.drafter, name = engine.drafter.replace(self_layers=a.self_layers), f"{name}[:{a.self_layers}]"
             for K in a.ks:
                 for context in a.contexts:
                     # the longest context holds the new tokens, the lookahead and the bonus token too

@@ -179,8 +179,8 @@ def _copy_or(m: Models, s: DecodeState, sampler: Sampler, rollout, dc):
 
 
 def new_scratch(m: Models, cache) -> Scratch:
-    """An empty scratch for a self-draft round: K rows per layer the self-draft runs, in the cache's dtype."""
-    L = m.drafter.self_layers or m.target_cfg.num_layers
+    """An empty scratch for a self-draft round: K rows per layer, in the cache's dtype."""
+    L = m.target_cfg.num_layers
     B, (_, H, _, D) = cache.length.shape[0], cache.layer(0).k.shape
     rows = lambda: jnp.zeros((L, B, m.lookahead, H, D), cache.layer(0).k.dtype)  # two buffers: both may be donated
     return Scratch(rows(), rows(), jnp.int32(0))

@@ -63,7 +63,6 @@ class Drafter:
     # The draft model's or the head's cache where a call's capacity exceeds this window: sink + recent only
     # (kvcache's "window" layout), so its memory and step cost stay flat with the context; None: always full BF16.
     window: KVConfig | None = struct.field(pytree_node=False, default=DRAFT_WINDOW)
-    self_layers: int | None = struct.field(pytree_node=False, default=None)  # the self-draft's first N layers; None: all
 
     def at(self, K: int) -> Drafter:
         """The drafter of a call with lookahead K: none at K = 0 (plain decoding needs no draft at all)."""
@@ -132,10 +131,7 @@ class Models:
     def self_forward(self, tokens, cache, scratch: Scratch):
         """A self-draft step (tokens [B, 1]): the target over the window of its cache and the round's scratch
         rows, never its INT2 history; the cache is read, never committed to."""
-        params, cache, N = self.target, window_view(cache), self.drafter.self_layers
-        if N is not None:  # the first N layers, then the final norm and the LM head
-            params, cache = params.replace(layers=params.layers[:N]), cache.replace(layers=cache.layers[:N])
-        return forward(params, self.target_cfg, tokens, cache, options=self.options, scratch=scratch)
+        return forward(self.target, self.target_cfg, tokens, window_view(cache), options=self.options, scratch=scratch)
 
     def target_features(self, tokens, cache):
         """target_forward, and the head's fused features [B, n, E] at the same positions."""

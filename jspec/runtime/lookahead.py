@@ -356,7 +356,7 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
         parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg, **window),
                          lambda: [_head_loop(m, B, capacity, context, dtype, mesh, steps)])
     if m.drafter.mode.drafts_itself:
-        parts["self"] = (dict(model=m.target_cfg, kv=kv, K=k_max, layers=m.drafter.self_layers, **stacked(m.target)),
+        parts["self"] = (dict(model=m.target_cfg, kv=kv, K=k_max, **stacked(m.target)),
                          lambda: [_self_loop(m, kv, B, capacity, context, dtype, mesh, steps)])
     if m.ngram:
         parts["ngram"] = dict(K=k_max), lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
