@@ -3,8 +3,10 @@
 Greedy: self, ngram+self and the draft model and EAGLE-3 head over windowed caches emit the plain tokens in
 float32, with drafts accepted. The self-draft's provisional rows never reach the target's cache: after a run
 over a poisoned INT2 cache, its dead slots still hold the poison and its live ones equal the plain run's.
-The window path of the attention rule equals a dense masked softmax. (The sampled rule with the self-draft's
-own distributions: test_speculative's exact enumeration, kind "self".)
+The window path of the attention rule equals a dense masked softmax; a stacked target's self-draft steps equal
+an unstacked one's; a windowed drafter's cache (so its cost part) is the same at every capacity; load parses the
+self-draft modes and --lookahead auto prices them by their step. (The sampled rule with the self-draft's own
+distributions: test_speculative's exact enumeration, kind "self".)
 
 Built on test_speculative's tiny models and compiled programs' conventions.
 """
@@ -200,3 +202,25 @@ def test_lookahead_prices_the_self_draft_by_its_step():
     assert lookahead.choose(short, DraftMode.SELF, 0.7, 16) == (0, 1.0)
     K, gain = lookahead.choose(long, DraftMode.SELF, 0.7, 16)
     assert K > 0 and gain > 1.5
+
+
+def test_self_steps_with_stacked_layers():
+    """Two self-draft steps over a target whose layers are stacked (one scan, the scratch's layers scanned with
+    them) give the drafts and scratch rows of the unstacked target."""
+    from jspec.decode import drafters
+    from jspec.model import decoder
+
+    def steps(params, stacked):
+        m = Models(params, Drafter(mode=DraftMode.SELF), CFG, 3)
+        cache = kvcache.init_cache(CFG, KVS["int2"], B, 36, jnp.float32, 3, stacked=stacked)
+        _, (k, v) = decoder.forward(params, CFG, jnp.asarray(PROMPTS["random"]()), cache)
+        cache = kvcache.commit(cache, k, v, jnp.asarray(LENS) - 1)
+        sc, d1, _ = drafters.self_token(m, cache, drafters.new_scratch(m, cache), jnp.ones((B,), jnp.int32), None,
+                                        Sampler.make(B))
+        sc, d2, _ = drafters.self_token(m, cache, sc, d1, None, Sampler.make(B))
+        return d1, d2, sc.k
+
+    flat, stacked = jax.jit(lambda p: steps(p, False))(_target()), jax.jit(lambda p: steps(p, True))(
+        decoder.stack_layers(_target()))
+    for x, y in zip(flat, stacked):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
