@@ -253,10 +253,12 @@ class KVConfig:
     """The target's KV cache: plain BF16, or OSCAR mixed (BF16 sink + BF16 recent + INT2 history).
 
     The attention rule: a query at position t reads key p in BF16 iff p < sink or p > t - recent,
-    otherwise the INT2 (dequantized) copy. `mode="bf16"` keeps every key in BF16.
+    otherwise the INT2 (dequantized) copy. `mode="bf16"` keeps every key in BF16. `mode="window"`: the BF16 sink
+    and a ring of the recent keys only, no history: a key outside the window is not attended at all (a drafter's
+    cache whose size and cost stay flat with the context, and the self-draft's view of the target's cache).
     """
 
-    mode: str = "int2"  # "bf16" | "int2" ("auto" is resolved by jspec.load from the model directory)
+    mode: str = "int2"  # "bf16" | "int2" | "window" ("auto" is resolved by jspec.load from the model directory)
     sink: int = 64
     recent: int = 256
     group_size: int | None = None  # None: one group per row (G = head_dim)
@@ -271,9 +273,14 @@ class KVConfig:
     def int2(self) -> bool:
         return self.mode == "int2"
 
+    @property
+    def windowed(self) -> bool:
+        """Only the sink and the recent window are attended (no history)."""
+        return self.mode == "window"
+
     def check_values(self) -> None:
         """The checks that need no model ("auto" is still a mode here)."""
-        if self.mode not in ("auto", "bf16", "int2"):
+        if self.mode not in ("auto", "bf16", "int2", "window"):
             raise ConfigError(f"unknown kv mode {self.mode!r}; use bf16 or int2")
         for name in ("clip_k", "clip_v"):  # a quantile: 1 (the row's maximum) or <= 0 disables
             check_number(name, getattr(self, name), -FLOAT32_MAX, 1.0)
@@ -283,7 +290,7 @@ class KVConfig:
             check_int("group_size", self.group_size, 1, INT32_MAX)
 
     def validate(self, head_dim: int, lookahead: int = 0) -> None:
-        if self.mode not in ("bf16", "int2"):
+        if self.mode not in ("bf16", "int2", "window"):
             raise ConfigError(f"unknown kv mode {self.mode!r}; use bf16 or int2")
         self.check_values()
         if not self.int2:

@@ -4,6 +4,12 @@ The rule (the semantics of a model under OSCAR): a query at position t reads key
 p < S or p > t - R, otherwise the INT2 (dequantized) copy. It holds alike for prefill, chunked prefill,
 decode and K+1 verification; rows of the current chunk are fake-quantized exactly as commit will
 quantize them, so a cached decode equals one full forward over the same tokens.
+
+The window-only path (a cache whose KVConfig is "window": a drafter's flat cache, or kvcache.window_view of
+the target's for the self-draft) keeps the BF16 half of the rule and drops the other: a query at t reads key
+p <= t iff p < S or p > t - R, and nothing else. It reads the S + W window slots as they lie (never the INT2
+history, so on the split path no kernel runs), and its queries may sit past the rows given (offset: a
+self-draft step's query over its round's scratch rows).
 """
 
 from __future__ import annotations
@@ -20,14 +26,17 @@ from jspec.numerics import dot_scores, einsum_f32
 
 
 def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference", qkv=None,
-           fused_window: bool | None = None):
-    """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
+           fused_window: bool | None = None, offset=0):
+    """q: [B, n, Hq, D] rotated queries at positions length + offset + 0..n-1; k, v: [B, m, Hkv, D] new rows at
+    positions length + 0..m-1 (m = n and offset 0 but for a self-draft's scratch: see attend_reference).
 
     layer is this layer's cache (None: no cache, plain causal attention over the n rows). qkv: the one
     [B, n, Hkv, g + 2, D] array that q, k and v are slices of (model.qkv_slots), if the caller has it (the split
     path's window kernel reads it whole).
     Returns [B, n, Hq, D].
     """
+    if kv is not None and kv.windowed:  # no history to read: the BF16 window in XLA, whatever the impl
+        return attend_reference(q, k, v, layer, length, kv, offset)
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
@@ -36,23 +45,31 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     return attend_reference(q, k, v, layer, length, kv)
 
 
-def attend_reference(q, k, v, layer, length, kv):
-    """Pure-jnp attention implementing the rule by selecting, per (query, key), BF16 or INT2 scores.
+def attend_reference(q, k, v, layer, length, kv, offset=0):
+    """Pure-jnp attention implementing the rule by selecting, per (query, key), BF16 or INT2 scores (a "window"
+    kv: the window's keys alone, see the module docstring).
 
     The cache and the chunk's own rows are scored separately and joined only at the softmax, so the
     cache is read in place (never concatenated with the new rows: that would copy it every step).
+    offset [B] or a scalar: the queries sit at length + offset + 0..n-1, the rows k, v [B, m, ..] at length +
+    0..m-1, and the rows past a query are its future (masked): a self-draft step's query attends the scratch
+    rows of its round's earlier steps and its own.
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
     qg = q.reshape(B, n, H, Hq // H, D)
-    t = length[:, None] + jnp.arange(n)  # [B, n] query positions
-    parts = [_chunk_keys(k, v, t, kv)]
+    t = length[:, None] + jnp.reshape(offset, (-1, 1)) + jnp.arange(n)  # [B, n] query positions
+    window = kv is not None and kv.windowed
+    parts = [_chunk_keys(k, v, length, kv)]
     if layer is not None:
-        parts.insert(0, _cache_keys(layer, length, kv, k.dtype))
+        parts.insert(0, (_window_keys if window else _cache_keys)(layer, length, kv, k.dtype))
     scores, values = [], []
     for kpos, exists, kb, vb, kq, vq in parts:
         s = dot_scores(qg, kb)  # [B, H, G, n, X]
-        valid = (exists[:, None, :] & (kpos[:, None, :] <= t[:, :, None]))[:, None, None]  # [B,1,1,n,X]
+        valid = exists[:, None, :] & (kpos[:, None, :] <= t[:, :, None])  # [B, n, X]
+        if window:  # outside the window: not attended
+            valid &= (kpos[:, None, :] < kv.sink) | (kpos[:, None, :] > t[:, :, None] - kv.recent)
+        valid = valid[:, None, None]  # [B, 1, 1, n, X]
         use_bf = True
         if kq is not None:
             use_bf = (kpos[:, None, :] < kv.sink) | (kpos[:, None, :] > t[:, :, None] - kv.recent)
@@ -77,11 +94,22 @@ def attend_reference(q, k, v, layer, length, kv):
     return out.reshape(B, n, Hq, D).astype(q.dtype)  # [B, n, H, G, D] -> [B, n, Hq, D]
 
 
-def _chunk_keys(k, v, t, kv):
-    """The forward's own rows: (positions, exists, k, v, INT2 k, INT2 v), each [B, H, n, D]."""
+def _chunk_keys(k, v, length, kv):
+    """The forward's own rows [B, m, ..] at positions length + 0..m-1: (positions, exists, k, v, INT2 k, INT2 v),
+    each [B, H, m, D]."""
     kb, vb = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     kq, vq = fake_quantize_kv(kb, vb, kv) if kv is not None and kv.int2 else (None, None)
+    t = length[:, None] + jnp.arange(k.shape[1])
     return t, jnp.ones(t.shape, bool), kb, vb, kq, vq
+
+
+def _window_keys(layer: LayerKV, length, kv, dtype):
+    """The window's slots as they lie [B, H, S + W, D], with the position each holds (layer.window_positions):
+    a pinned slot p exists once p < length, a ring slot when it holds a position >= S."""
+    S = layer.pinned_slots
+    kpos = layer.window_positions(length)  # [B, S + W]
+    exists = (kpos >= 0) & (kpos < length[:, None]) & ((jnp.arange(kpos.shape[1]) < S) | (kpos >= S))
+    return kpos, exists, layer.k.astype(dtype), layer.v.astype(dtype), None, None
 
 
 def _cache_keys(layer: LayerKV, length, kv, dtype):

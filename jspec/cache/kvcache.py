@@ -7,7 +7,12 @@ the layout; both attention paths and the kernel wrapper ask it rather than repea
   S + p mod W, so the ring holds the latest W positions; window_positions says which). In "int2" mode the
   pinned slots are the attention sink (S = kv.sink) and W = kv.recent. In "bf16" mode every position
   is pinned (S = the capacity, rounded up to ALIGN) and there is no ring and no history: one
-  structure, one code path, and the attention rule reads every key in BF16.
+  structure, one code path, and the attention rule reads every key in BF16. In "window" mode (a drafter's
+  flat cache) S = kv.sink, W = kv.recent + lookahead + 1 and there is no history: attention reads the
+  window alone (attention.rule), so its size and cost do not grow with the context. The slack of
+  lookahead + 1 ring slots is for a drafter's own provisional rows: it commits its drafts past the
+  target's length, and they must not overwrite a position the window still attends after the round
+  (window_view: the target's own cache seen that way, for the self-draft, which never commits).
 - the INT2 history, T slots (position p in slot p; T = capacity in "int2" mode, 0 in "bf16"), two
   buffers shared by keys and values: codes [B, H, 2, T, D/4] with planes CODE_PLANES, and the
   quantisation parameters [B, H, 4, T, D/G] with planes QPARAM_PLANES.
@@ -120,7 +125,9 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
             "no sliding-window attention, so longer runs would silently differ from the model"
         )
     B, H, D = batch, cfg.num_kv_heads, cfg.head_dim
-    if kv.int2:
+    if kv.windowed:
+        S, W, T = min(kv.sink, capacity), kv.recent + lookahead + 1, 0
+    elif kv.int2:
         # W = R ring slots: a query at t >= length reads from the cache in BF16 only positions in
         # (t - R, length), at most R - 1 of them, whatever the lookahead (its own chunk is attended
         # from the forward's rows).
@@ -137,6 +144,12 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
     bufs = _zeros(parts * cfg.num_layers + (((B,), jnp.dtype(jnp.int32)),))
     layers = tuple(LayerKV(*bufs[i: i + 4], S) for i in range(0, 4 * cfg.num_layers, 4))
     return KVCache(layers, bufs[-1], kv, capacity)
+
+
+def window_view(cache: KVCache) -> KVCache:
+    """The same buffers read as a "window" cache (only the sink and the recent window attended, in BF16): the
+    self-draft's view of the target's cache. Reading only: a view is never committed to."""
+    return cache.replace(kv=dataclasses.replace(cache.kv, mode="window"))
 
 
 @functools.partial(jax.jit, static_argnums=0)

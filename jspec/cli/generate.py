@@ -58,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--draft", default="auto",
                    help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
                         "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
-                        "'ngram+auto' (the n-gram copy where it matches, the model elsewhere); 'none' (no "
+                        "'ngram+auto' (the n-gram copy where it matches, the model elsewhere); 'self' (the target "
+                        "over the BF16 window of its own cache, no extra weights); 'ngram+self'; 'none' (no "
                         "speculation); 'auto': the shipped draft with the shipped target")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
     m.add_argument("--attn", choices=ATTENTION_IMPLS, default="auto",

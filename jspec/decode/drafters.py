@@ -7,7 +7,13 @@ q [B, K, V] or None when greedy, draft cache); a copied draft's q is a point mas
 - NGRAM_MODEL: the n-gram copy where the row has a match, the draft model's tokens otherwise;
 - HEAD: an EAGLE-3 head (model.head) on the target's own hidden states: the verify forward also returns the
   fused features of its K+1 positions, and the next round's drafting starts by feeding the a+1 accepted
-  (feature, following token) pairs to the head (its own BF16 cache, masked commit).
+  (feature, following token) pairs to the head (its own BF16 cache, masked commit);
+- SELF: the target itself over the BF16 sink + recent window of its own cache (kvcache.window_view: the INT2
+  history is never read) and the round's provisional rows, kept in a scratch (model.decoder.Scratch) that lives
+  for the round only: nothing it drafts reaches the cache, the ring's accounting or the history;
+- NGRAM_SELF: the n-gram copy where the row has a match, the self-draft's tokens otherwise.
+The draft model's and the head's caches may be windowed (Drafter.cache_kv): the same drafters, whose forwards
+then attend the window alone.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from jspec.cache.kvcache import KVCache
 from jspec.decode import ngram
 from jspec.decode.state import DecodeState, DraftMode, Models
 from jspec.model import head, sampling
+from jspec.model.decoder import Scratch
 from jspec.model.sampling import Sampler
 
 
@@ -50,11 +57,6 @@ def draw_head(m: Models, keys, h, sampler: Sampler):
 def pick(x, idx):
     """x [B, n, ...], idx [B] -> [B, ...]: row idx[b] of each x[b]."""
     return jnp.take_along_axis(x, idx.reshape(-1, *(1,) * (x.ndim - 1)), axis=1)[:, 0]
-
-
-# The prompt is run through the models in chunks of at most this many tokens (a loop inside the program):
-# the prompt array can then be as wide as the cache, so one compiled program serves every prompt length
-# up to the capacity, while the work follows the longest prompt of the call and the attention scores of
 
 
 def _resync(m: Models, dc: KVCache, tokens, at):
@@ -151,22 +153,62 @@ def draft_combined(m: Models, s: DecodeState, sampler: Sampler, keys):
     every row still running has a match.
     """
     K, length = m.lookahead, s.cache.length
-    copied, found = ngram.propose(s.history, length + 1, K, 2, m.drafter.ngram_max)
     start = jnp.maximum(length - K - 1, 0)
     window = jnp.take_along_axis(s.history, start[:, None] + jnp.arange(K + 2), axis=1, mode="clip")
     dc, logits = _resync(m, s.draft_cache.replace(length=start), window, length - start)
-    V = m.target_cfg.vocab_size
-    skip = lambda: (copied, None if sampler.greedy else jnp.zeros((*copied.shape, V), jnp.float32), dc)
+
     def rollout():
         d, q = draw(None if keys is None else keys[0], logits, sampler)
         step = lambda dc, d, aux, key: (*model_token(m, dc, d[:, None], jnp.ones_like(d), key, sampler), None)
         return _rollout(m, dc, d, q, step, None, keys)
 
+    return _copy_or(m, s, sampler, rollout, dc)
+
+
+def _copy_or(m: Models, s: DecodeState, sampler: Sampler, rollout, dc):
+    """The n-gram copy where a row has a match of 2 tokens or more, rollout() -> (drafts, q, draft cache) elsewhere;
+    rollout is skipped (cond) when every row still running has a match, dc then the draft cache returned."""
+    copied, found = ngram.propose(s.history, s.cache.length + 1, m.lookahead, 2, m.drafter.ngram_max)
+    V = m.target_cfg.vocab_size
+    skip = lambda: (copied, None if sampler.greedy else jnp.zeros((*copied.shape, V), jnp.float32), dc)
     drafted, q, dc = jax.lax.cond((found | s.done).all(), skip, rollout)
     drafts = jnp.where(found[:, None], copied, drafted)
     if q is not None:
         q = jnp.where(found[:, None, None], point_mass(copied, V, sampler), q)
     return drafts, q, dc
+
+
+def new_scratch(m: Models, cache) -> Scratch:
+    """An empty scratch for a self-draft round: K rows per layer, in the cache's dtype."""
+    L = m.target_cfg.num_layers
+    B, (_, H, _, D) = cache.length.shape[0], cache.layer(0).k.shape
+    rows = lambda: jnp.zeros((L, B, m.lookahead, H, D), cache.layer(0).k.dtype)  # two buffers: both may be donated
+    return Scratch(rows(), rows(), jnp.int32(0))
+
+
+def self_token(m: Models, cache, sc: Scratch, d, key, sampler: Sampler):
+    """One self-draft step: d [B] fed at position cache.length + sc.at, its rows written into the scratch ->
+    (the scratch advanced by one row, the next draft [B], its q [B, V] or None). The cache is only read."""
+    logits, (k, v) = m.self_forward(d[:, None], cache, sc)
+    stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, K, Hkv, D]
+    d, q = draw(key, logits[:, -1], sampler)
+    return Scratch(stack(k), stack(v), sc.at + 1), d, q
+
+
+def draft_self(m: Models, s: DecodeState, sampler: Sampler, keys):
+    """The target's K tokens over its own window: `next` fed at position length (row 0 of a fresh scratch), then
+    each draft at the next row, one traced step in a fori_loop. The scratch is dropped with the round."""
+    key = lambda i: None if keys is None else keys[i]
+    step = lambda sc, d, aux, k: (*self_token(m, s.cache, sc, d, k, sampler), None)
+    sc, d, q, _ = step(new_scratch(m, s.cache), s.next, None, key(0))
+    drafts, qs, _ = _rollout(m, sc, d, q, step, None, keys)
+    return drafts, qs, s.draft_cache
+
+
+def draft_ngram_self(m: Models, s: DecodeState, sampler: Sampler, keys):
+    """The n-gram copy where a row has a match of 2 tokens or more, the self-draft elsewhere (skipped when every
+    row still running has a match)."""
+    return _copy_or(m, s, sampler, lambda: draft_self(m, s, sampler, keys), s.draft_cache)
 
 
 def draft_head(m: Models, s: DecodeState, sampler: Sampler, keys):
@@ -185,4 +227,4 @@ def draft_head(m: Models, s: DecodeState, sampler: Sampler, keys):
 
 
 DRAFTERS = {DraftMode.MODEL: draft_model, DraftMode.NGRAM: draft_ngram, DraftMode.NGRAM_MODEL: draft_combined,
-            DraftMode.HEAD: draft_head}
+            DraftMode.HEAD: draft_head, DraftMode.SELF: draft_self, DraftMode.NGRAM_SELF: draft_ngram_self}

@@ -9,13 +9,17 @@ from typing import NamedTuple
 import jax
 
 from jspec import struct
-from jspec.cache.kvcache import KVCache
-from jspec.config import ModelConfig, Options
+from jspec.cache.kvcache import KVCache, init_cache, window_view
+from jspec.config import KVConfig, ModelConfig, Options
 from jspec.decode import ngram, stops
 from jspec.model import head
-from jspec.model.decoder import Params, forward, forward_taps
+from jspec.model.decoder import Params, Scratch, forward, forward_taps
 from jspec.model.head import HeadConfig, HeadParams
 from jspec.model.sampling import Sampler
+
+# A draft model's or head's window (Drafter.window): the shipped pair's acceptance at 2K-4K contexts with it
+# (benchmarks/results/long_context_acceptance.json)
+DRAFT_WINDOW = KVConfig("window", sink=64, recent=512)
 
 
 class DraftMode(enum.StrEnum):
@@ -26,11 +30,19 @@ class DraftMode(enum.StrEnum):
     NGRAM = "ngram"  # prompt lookup over the prompt and the tokens emitted so far
     NGRAM_MODEL = "ngram+model"  # the copy where a row has a match of 2 tokens or more, the draft model elsewhere
     HEAD = "head"  # an EAGLE-3 head on the target's own hidden states
+    # the target drafting for itself over its BF16 sink + recent window and the round's own rows (never the INT2
+    # history); no weights of its own
+    SELF = "self"
+    NGRAM_SELF = "ngram+self"  # the copy where a row has a match of 2 tokens or more, the self-draft elsewhere
 
     @property
     def copies(self) -> bool:
         """Whether it copies from the token history (which the state then keeps)."""
-        return self in (DraftMode.NGRAM, DraftMode.NGRAM_MODEL)
+        return self in (DraftMode.NGRAM, DraftMode.NGRAM_MODEL, DraftMode.NGRAM_SELF)
+
+    @property
+    def drafts_itself(self) -> bool:
+        return self in (DraftMode.SELF, DraftMode.NGRAM_SELF)
 
     @property
     def uses_model(self) -> bool:
@@ -48,10 +60,26 @@ class Drafter:
     model_cfg: ModelConfig | None = struct.field(pytree_node=False, default=None)
     head_cfg: HeadConfig | None = struct.field(pytree_node=False, default=None)
     ngram_max: int = struct.field(pytree_node=False, default=ngram.MAX_N)  # the longest n-gram looked up
+    # The draft model's or the head's cache where a call's capacity exceeds this window: sink + recent only
+    # (kvcache's "window" layout), so its memory and step cost stay flat with the context; None: always full BF16.
+    window: KVConfig | None = struct.field(pytree_node=False, default=DRAFT_WINDOW)
 
     def at(self, K: int) -> Drafter:
         """The drafter of a call with lookahead K: none at K = 0 (plain decoding needs no draft at all)."""
         return self if K else Drafter()
+
+    def cache_kv(self, capacity: int) -> KVConfig:
+        """The KV layout of the draft model's or head's cache for a call of this capacity: the window where the
+        capacity exceeds it, else full BF16."""
+        w = self.window
+        return w if w is not None and capacity > w.sink + w.recent else KVConfig("bf16")
+
+    def init_cache(self, batch: int, capacity: int, dtype, K: int, stacked: bool = False) -> KVCache | None:
+        """An empty cache for the draft model or the head (None for the other drafters), laid out by cache_kv."""
+        cfg = self.head_cfg.layer if self.head is not None else self.model_cfg
+        if cfg is None:
+            return None
+        return init_cache(cfg, self.cache_kv(capacity), batch, capacity, dtype, K, stacked)
 
 
 @struct.dataclass
@@ -99,6 +127,11 @@ class Models:
 
     def draft_forward(self, tokens, cache):
         return forward(self.draft, self.draft_cfg, tokens, cache, options=self.options)
+
+    def self_forward(self, tokens, cache, scratch: Scratch):
+        """A self-draft step (tokens [B, 1]): the target over the window of its cache and the round's scratch
+        rows, never its INT2 history; the cache is read, never committed to."""
+        return forward(self.target, self.target_cfg, tokens, window_view(cache), options=self.options, scratch=scratch)
 
     def target_features(self, tokens, cache):
         """target_forward, and the head's fused features [B, n, E] at the same positions."""

@@ -23,7 +23,7 @@ from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
                           ModelConfig, Options, SamplingConfig, check_stops)
 from jspec.decode import loop as decode, stops
-from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
+from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3
 from jspec.model import rotation
 from jspec.model.decoder import Params, compile_options, is_stacked, stack_layers
@@ -353,11 +353,8 @@ class Engine:
         dt = jnp.dtype(self.dtype)
         B = len(ids)
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params))
-        draft_cache, d = None, self.drafter
-        if K and d.model is not None:
-            draft_cache = kvcache.init_cache(d.model_cfg, KVConfig("bf16"), B, capacity, dt, stacked=is_stacked(d.model))
-        if K and d.head is not None:
-            draft_cache = kvcache.init_cache(d.head_cfg.layer, KVConfig("bf16"), B, capacity, dt)
+        # the draft model's or head's: windowed where the capacity exceeds its window (Drafter.cache_kv)
+        draft_cache = self.drafter.init_cache(B, capacity, dt, K, is_stacked(self.drafter.model)) if K else None
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
         eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
         # made on the host and put on the device: a conversion or jnp.asarray there would each be a program
@@ -484,14 +481,18 @@ _apply_rotations = jax.jit(rotation.apply_rotations, static_argnums=1, donate_ar
 def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False,
-         options: Options = Options()) -> Engine:
+         options: Options = Options(), draft_window: KVConfig | None = DRAFT_WINDOW) -> Engine:
     """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories
     or GGUF files (model.gguf: jspec.io.gguf; its rotations default to model.rotations.safetensors beside it).
 
     draft: a draft model's directory, or an EAGLE-3 head's (its config.json's architectures name
     LlamaForCausalLMEagle3: jspec.io.eagle3); "auto": the shipped draft when the shipped target is used;
     "ngram": prompt lookup, no model; "ngram+DIR" or "ngram+auto": the n-gram copy where a row has a
-    match, the draft model elsewhere; None/"none": no speculation.
+    match, the draft model elsewhere; "self": the target drafts for itself over the BF16 window of its own cache
+    (no extra weights); "ngram+self": the copy where a row has a match, the self-draft elsewhere; None/"none": no
+    speculation.
+    draft_window: the draft model's or head's cache where a call's capacity exceeds this window (KV mode
+    "window": sink + recent only, so its cost and memory stay flat with the context); None: always full BF16.
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.runtime.sharding).
@@ -510,7 +511,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
     params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
-    drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype))
+    drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype)).replace(window=draft_window)
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
     impl = _default_impl() if attn_impl == "auto" else attn_impl
@@ -534,6 +535,8 @@ def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Draft
         ngram, draft = (ngram, DEFAULT_DRAFT) if shipped else (True, None)
     if draft in (None, "none"):
         return Drafter(mode=DraftMode.NGRAM if ngram else DraftMode.NONE)
+    if draft == "self":
+        return Drafter(mode=DraftMode.NGRAM_SELF if ngram else DraftMode.SELF)
     if eagle3.is_head_dir(draft):
         if ngram:
             raise ConfigError("an EAGLE-3 head does not combine with ngram: give the head's directory alone")
@@ -550,5 +553,5 @@ def _split_draft(draft: str | Path | None) -> tuple[bool, str | Path | None]:
         return False, draft
     model = draft.partition("+")[2]
     if draft != "ngram" and not model:
-        raise ConfigError("draft 'ngram+' needs a draft model after the '+': a directory or auto")
+        raise ConfigError("draft 'ngram+' needs a draft model after the '+': a directory, auto or self")
     return True, model or None

@@ -6,9 +6,12 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
 (no speculation) unless the best beats plain decoding by MIN_GAIN.
 
 - Costs are measured on the device by a few small jitted loops (a target forward over n tokens per row
-  for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one n-gram lookup),
-  once per batch size and power of two of the cache capacity (cost_shape: a measurement costs seconds of
-  compiling; keyed by the exact capacity, every batch of a job paid for its own), and kept in memory and on
+  for a few n, interpolated in between; one draft-model token; one EAGLE-3 head step; one self-draft step; one
+  n-gram lookup), each at the call's batch and context: the target's forward reads the whole cache, so its cost
+  grows with the context, while a self-draft step and a windowed draft model's or head's read a window only,
+  and stay flat. Measured once per batch size and power of two of the cache capacity (cost_shape: a
+  measurement costs seconds of compiling; keyed by the exact capacity, every batch of a job paid for its
+  own), and kept in memory and on
   disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). Files
   of the same names shipped in SHIPPED (costs measured on the GPUs jspec is tuned on, for the README
   command) are read where the disk cache has none: a first run on such a GPU skips the measurement. The
@@ -60,7 +63,11 @@ MIN_GAIN = 1.05  # speculate only if predicted at least this much faster than pl
 # (greedy, K = 4: model 0.39 at batch 1; ngram 0.52 and ngram+model 0.68 at batch 8).
 # "head": EAGLE-3's published chain acceptance (tau 2.8-3.5 at K = 7 on Llama-3.1-8B: alpha about 0.65-0.75),
 # taken lower for the short training runs a head gets here; the online estimate corrects it after one call.
-PRIOR_ALPHA = {DraftMode.MODEL: 0.4, DraftMode.NGRAM: 0.45, DraftMode.NGRAM_MODEL: 0.55, DraftMode.HEAD: 0.6}
+# "self" and "ngram+self": the shipped target over its own window (sink 64 + recent 256), greedy, K = 4, held-out
+# code at 2K-4K contexts: 3.3-4.0 and 3.3-3.7 tokens per round, alpha 0.79-0.89 and 0.79-0.85 (3 prompts of 32
+# tokens each, benchmarks/results/long_context_acceptance.json), taken well under for so few tokens.
+PRIOR_ALPHA = {DraftMode.MODEL: 0.4, DraftMode.NGRAM: 0.45, DraftMode.NGRAM_MODEL: 0.55, DraftMode.HEAD: 0.6,
+               DraftMode.SELF: 0.7, DraftMode.NGRAM_SELF: 0.7}
 PRIOR_WEIGHT = 16  # the prior counts as this many drafts in the online estimate
 # Spread of per-row alpha across prompts: the slowest of B rows sits about ROW_SPREAD * sqrt(2 ln B) below
 # the mean (the expected maximum of B normals). Fitted to the shipped pair at batch 32 on the H200 (mean
@@ -83,6 +90,7 @@ class Costs:
     draft_step: float = 0.0  # one draft-model token per row: a forward of two rows, commit, draw (drafters.model_token)
     ngram: float = 0.0  # one n-gram lookup over the history and its update
     head_step: float = 0.0  # one EAGLE-3 head token per row (forward + commit + draw)
+    self_step: float = 0.0  # one self-draft token per row: the target over its window and scratch, draw
 
     def verify_at(self, n: int) -> float:
         """Piecewise-linear between the measured n (the cost is flat, then linear: an upper bound)."""
@@ -95,15 +103,16 @@ class Costs:
         matches): an upper bound. A head round is its resync forward (K + 1 pairs, costed as one step: both
         read the same weights) and K - 1 steps; its features come with the verify forward (one fc matmul,
         not timed: the verify is timed without it)."""
-        mode = DraftMode(mode)
+        mode = DraftMode(mode)  # a name ("model") or the enum
         if mode == DraftMode.HEAD:
             return K * self.head_step
-        return (K * self.draft_step if mode.uses_model else 0.0) + (self.ngram if mode.copies else 0.0)
+        steps = self.draft_step if mode.uses_model else self.self_step if mode.drafts_itself else 0.0
+        return K * steps + (self.ngram if mode.copies else 0.0)
 
     def as_ms(self) -> dict:
         return dict(verify={str(n): round(t * 1e3, 4) for n, t in self.verify},
                     draft_step=round(self.draft_step * 1e3, 4), ngram=round(self.ngram * 1e3, 4),
-                    head_step=round(self.head_step * 1e3, 4))
+                    head_step=round(self.head_step * 1e3, 4), self_step=round(self.self_step * 1e3, 4))
 
 
 def expected_tokens(alpha: float, K: int) -> float:
@@ -285,7 +294,7 @@ def _draft_loop(m: Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
         dc, d, _ = drafters.model_token(m, cache, tok, jnp.full((B,), 2, jnp.int32), None, greedy)
         return jnp.stack([d, d], 1), dc.replace(length=cache.length)
 
-    cache = lambda: kvcache.init_cache(m.draft_cfg, KVConfig("bf16"), B, capacity, dtype, 0, is_stacked(m.draft))
+    cache = lambda: m.drafter.init_cache(B, capacity, dtype, m.lookahead, is_stacked(m.draft))  # as the engine's
     make = lambda: _at(cache(), context, jnp.zeros((B, 2), jnp.int32), mesh, heads=False)
     return _loop(step, m.replace(target=None), make, steps)
 
@@ -300,12 +309,30 @@ def _head_loop(m: Models, B, capacity, context, dtype, mesh, steps) -> _Loop:
         return d, h, hc.replace(length=cache.length)
 
     def make():
-        cache = kvcache.init_cache(m.head_cfg.layer, KVConfig("bf16"), B, capacity, dtype)
+        cache = m.drafter.init_cache(B, capacity, dtype, m.lookahead)  # as the engine's
         tok, cache = _at(cache, context, jnp.zeros((B,), jnp.int32), mesh, heads=False)
         h = jnp.zeros((B, m.target_cfg.hidden_size), dtype)
         return tok, h if mesh is None else sharding.shard_batch(h, mesh), cache
 
     return _loop(step, m.without_draft_model(), make, steps)
+
+
+def _self_loop(m: Models, kv: KVConfig, B, capacity, context, dtype, mesh, steps) -> _Loop:
+    """One self-draft token: the drafter's own step (drafters.self_token) over a target cache of this capacity
+    (read through its window: the cost stays flat with the context) and a round's scratch, its row put back."""
+    greedy = Sampler.make(B)
+
+    def step(m, carry):
+        tok, sc, cache = carry
+        sc, d, _ = drafters.self_token(m, cache, sc, tok, None, greedy)
+        return d, sc.replace(at=jnp.minimum(sc.at, m.lookahead - 1)), cache
+
+    def make():
+        cache = kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, m.lookahead, is_stacked(m.target))
+        tok, cache = _at(cache, context, jnp.zeros((B,), jnp.int32), mesh)
+        return tok, drafters.new_scratch(m, cache), cache
+
+    return _loop(step, m, make, steps)
 
 
 def _ngram_loop(m: Models, B, capacity, context, K: int, mesh, steps) -> _Loop:
@@ -346,12 +373,18 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
     stacked = lambda p: {"stacked": True} if is_stacked(p) else {}  # (no new key for the default: shipped files)
     parts = {"verify": (dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, n=points, **stacked(m.target)), len(points),
                         lambda: [_target_loop(m, kv, B, capacity, context, n, dtype, mesh, steps) for n in points])}
+    # a windowed drafter cache (Drafter.cache_kv) is part of the key (none for a full one: the shipped files' keys)
+    drafter_kv = m.drafter.cache_kv(capacity)
+    window = dict(window=drafter_kv) if drafter_kv.windowed else {}
     if m.draft is not None:
-        parts["draft"] = (dict(model=m.draft_cfg, **stacked(m.draft)), 1,
+        parts["draft"] = (dict(model=m.draft_cfg, **window, **stacked(m.draft)), 1,
                           lambda: [_draft_loop(m, B, capacity, context, dtype, mesh, steps)])
     if m.head is not None:
-        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg), 1,
+        parts["head"] = (dict(draw="draft vocabulary", model=m.head_cfg, **window), 1,
                          lambda: [_head_loop(m, B, capacity, context, dtype, mesh, steps)])
+    if m.drafter.mode.drafts_itself:
+        parts["self"] = (dict(model=m.target_cfg, kv=kv, K=k_max, **stacked(m.target)), 1,
+                         lambda: [_self_loop(m, kv, B, capacity, context, dtype, mesh, steps)])
     if m.ngram:
         parts["ngram"] = dict(K=k_max), 1, lambda: [_ngram_loop(m, B, capacity, context, k_max, mesh, steps)]
     with sharding.context(mesh):
@@ -360,7 +393,7 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
                           say and (lambda: say(f"measuring lookahead costs at batch {B}, capacity {capacity} (once "
                                                f"per shape: kept in {cache_root() / 'lookahead'})")))
     one = lambda name: seconds[name][0] if name in seconds else 0.0
-    return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"))
+    return Costs(tuple(zip(points, seconds["verify"])), one("draft"), one("ngram"), one("head"), one("self"))
 
 
 # ----------------------------------------------------------------------------------- the disk cache
