@@ -290,4 +290,4 @@ def test_smollm2_ngram_speculation_equals_plain_decoding_in_float32():
     prompt = "List the numbers: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21"
     spec = eng.generate([prompt], GenerateConfig(max_new_tokens=24, lookahead=3))[0]
     plain = eng.generate([prompt], GenerateConfig(max_new_tokens=24, lookahead=0))[0]
-    assert spec.token_ids == plain.token_ids and spec.stats["lookahead"] == 3
+    assert spec.token_ids == plain.token_ids and spec.stats.lookahead == 3
