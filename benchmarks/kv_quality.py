@@ -1,7 +1,7 @@
 """KV cache quality of the shipped target: perplexity and top-1 agreement with BF16 under INT2 KV.
 
     PYTHONPATH=. python benchmarks/kv_quality.py [--windows 4] [--out benchmarks/results/kv_quality.json]
-        [--extra NAME=ROTATION_FILE ...] [--sr 64,256] [--clip on]
+        [--extra NAME=ROTATION_FILE ...] [--sr 64,256] [--clip on] [--forward model|blocked]
 
 Validation split of the shipped corpus (data/code/val.npy; build it with `python -m jspec.train.data`),
 cut into consecutive 2048-token windows (jspec.train.data.eval_windows); a fixed, evenly spaced subset of

@@ -113,13 +113,13 @@ def rows(results: dict, vs: list) -> list[dict]:
 
 
 def markdown(text_rows: dict) -> str:
-    lines = ["| text | rotation | (S, R) | PPL | gap to BF16 (mean +- s.e. over windows) | top-1 agree |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| text | rotation | clip | (S, R) | PPL | gap to BF16 (mean +- s.e. over windows) | top-1 agree |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for text, rs in text_rows.items():
         for r in rs:
             sr = "-" if r["sink"] is None else f"({r['sink']}, {r['recent']})"
             gap = "-" if r["gap_mean_pct"] is None else f"{r['gap_mean_pct']:+.2f}% +- {r['gap_sem_pct']:.2f}"
-            lines.append(f"| {text} | {r['rotation']} | {sr} | {r['ppl']:.3f} | {gap} | {r['top1_agree']:.4f} |")
+            lines.append(f"| {text} | {r['rotation']} | {r['clip']} | {sr} | {r['ppl']:.3f} | {gap} | {r['top1_agree']:.4f} |")
     return "\n".join(lines)
 
 
@@ -144,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--extra", nargs="*", default=[], metavar="NAME=FILE", help="more rotation files to run")
     ap.add_argument("--sr", nargs="*", default=["64,256", "16,64"], metavar="S,R")
     ap.add_argument("--clip", nargs="*", choices=tuple(kvq.CLIPS), default=["on"])
+    ap.add_argument("--clip-kv", nargs="*", default=[], metavar="K,V",
+                    help="more clip settings (key and value quantiles), each run as clip setting 'K,V'")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality_real.json"))
     args = ap.parse_args(argv)
     if args.model is None:
@@ -167,7 +169,9 @@ def main(argv=None) -> int:
     rots = {k: r for k, r in rots.items() if k in ["none", *args.only, *extra]}  # none: BF16 runs on it
     by_rot = kvq.rotated_params(params, cfg, rots)
     sr = [tuple(int(x) for x in p.split(",")) for p in args.sr]
-    vs = kvq.variants(list(args.only) + list(extra), sr, args.clip)
+    for kv_pair in args.clip_kv:  # a clip setting of its own, named by its values
+        kvq.CLIPS[kv_pair] = tuple(float(x) for x in kv_pair.split(","))
+    vs = kvq.variants(list(args.only) + list(extra), sr, [*args.clip, *args.clip_kv])
     texts = {"prose": lambda: encode(tok, prose_text()), "code": lambda: encode(tok, code_text(True))}
     report_texts, text_rows = {}, {}
     for name in args.texts:
