@@ -1,7 +1,8 @@
 """KV cache quality of the shipped target: perplexity and top-1 agreement with BF16 under INT2 KV.
 
     PYTHONPATH=. python benchmarks/kv_quality.py [--windows 4] [--out benchmarks/results/kv_quality.json]
-        [--extra NAME=ROTATION_FILE ...] [--sr 64,256] [--clip on] [--forward model|blocked]
+        [--extra NAME=ROTATION_FILE ...] [--sr 64,256] [--clip on] [--clip-kv K,V ...]
+        [--forward model|blocked]
 
 Validation split of the shipped corpus (data/code/val.npy; build it with `python -m jspec.train.data`),
 cut into consecutive 2048-token windows (jspec.train.data.eval_windows); a fixed, evenly spaced subset of
@@ -258,6 +259,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sr", nargs="*", default=[f"{S},{R}" for S, R in WINDOWS], metavar="S,R",
                     help="(sink, recent) pairs to run")
     ap.add_argument("--clip", nargs="*", choices=tuple(CLIPS), default=list(CLIPS), help="clip settings to run")
+    ap.add_argument("--clip-kv", nargs="*", default=[], metavar="K,V",
+                    help="more clip settings (key and value quantiles), each run as clip setting 'K,V'")
     ap.add_argument("--forward", choices=("model", "blocked"), default="model",
                     help="model.forward with an empty int2 cache, or the blocked forward (kv_blocked.py, faster)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality.json"))
@@ -271,7 +274,9 @@ def main(argv=None) -> int:
     picked = np.linspace(0, len(all_windows) - 1, n).round().astype(int)
     extra = dict(e.split("=", 1) for e in args.extra)
     sr = [tuple(int(x) for x in p.split(",")) for p in args.sr]
-    vs = variants(list(args.only) + list(extra), sr, args.clip)
+    for pair in args.clip_kv:  # a clip setting of its own, named by its values
+        CLIPS[pair] = tuple(float(x) for x in pair.split(","))
+    vs = variants(list(args.only) + list(extra), sr, [*args.clip, *args.clip_kv])
     rots = rotation_sets(cfg, rot_file, {k: Path(f) for k, f in extra.items()})
     results = evaluate(rotated_params(params, cfg, rots), cfg, all_windows[picked], vs, forward=args.forward)
     kvb = bytes_table(cfg, vs)
