@@ -46,7 +46,7 @@ def _gap_and_agreement(params, cfg, w, ref):
     return 100 * (np.exp(nll - ref[0]) - 1), float((np.asarray(lp.argmax(-1)) == ref[1]).mean())
 
 
-@pytest.mark.slow  # the 30-layer model calibrated and run on the CPU: 7 min on two shared, busy cores
+@pytest.mark.slow  # the 30-layer model calibrated and run on the CPU: 70 s on two shared cores, 7 min when busy
 def test_oscar_holds_a_real_model_where_no_rotation_does_not():
     cfg, params, tok = _model()
     rot_k, rot_v, _ = calibrate.calibrate(params, cfg, real.calibration_batches(tok, CALIB, 256))
