@@ -88,3 +88,24 @@ def test_evaluate_table(tmp_path):
     assert "gap_windows" not in res["bf16"]
     table = kvq.markdown(res, kvq.bytes_table(CFG, vs), vs)
     assert table.count("\n") == len(vs) + 1
+
+
+def test_blocked_forward_is_the_window_forward():
+    """kv_blocked.logp (causal query blocks, each key read once from a mixed copy plus the band) scores what
+    window_logp scores, for blocks smaller and larger than the windows and per-layer settings."""
+    spec = importlib.util.spec_from_file_location(
+        "kv_blocked", Path(__file__).resolve().parent.parent / "benchmarks" / "kv_blocked.py")
+    kvb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kvb)
+    params, tokens = _setup()
+    x = jnp.asarray(tokens[:1, :-1])
+    for kv in (KVConfig("bf16"), KV, KVConfig("int2", sink=0, recent=9), KVConfig("int2", sink=5, recent=1)):
+        want = np.asarray(kvq.window_logp(params, CFG, kv, x))
+        for C in (4, 7, 64):
+            got = kvb.logp(params, CFG, x, [kv if kv.int2 else None] * CFG.num_layers, C=C)
+            np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
+    # per layer: only layer 1 INT2, resumed from layer 1's BF16 input, equals the full forward with that setting
+    mixed = [None, KV]
+    res = kvb.residuals(params, CFG, x, [None, None])
+    np.testing.assert_allclose(np.asarray(kvb.logp(params, CFG, x, mixed, start=(1, res[1]))),
+                               np.asarray(kvb.logp(params, CFG, x, mixed)), atol=2e-5)
