@@ -259,10 +259,10 @@ def test_no_line_ends_the_job_whatever_its_bytes(shipped, tmp_path, cli_run):
                  _line(id="g", prompt="def g(x):")])
     summary = _run(shipped, src, dst)
     pairs = _pairs(dst)
-    assert set(pairs) == {("a", 1), ("b", 2), (None, 3), (None, 4), (None, 5), (None, 6), ("g", 7)}  # no JSON, no id
+    assert set(pairs) == {("a", 1), ("b", 2), (None, 3), (None, 4), (None, 5), ("f", 6), ("g", 7)}  # no JSON, no id
     assert pairs["a", 1] == pairs["g", 7] == "text" and (summary.prompts, summary.errors) == (2, 5)
     assert "lone surrogate" in pairs["b", 2] and "digits" in pairs[None, 3] and "nested too deeply" in pairs[None, 4]
-    assert "NaN is not a JSON number" in pairs[None, 5] and "-Infinity is not a JSON number" in pairs[None, 6]
+    assert "id must be standard JSON (no NaN or Infinity)" in pairs[None, 5] and "'seed' has the wrong type" in pairs["f", 6]
     assert all(json.loads(line) for line in dst.read_bytes().splitlines())  # standard JSON, every record
     with pytest.raises(ConfigError, match="lone surrogate"):
         shipped.generate(["\ud800"], GEN)

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from jspec import files
 from jspec.cli import openai_batch
-from jspec.cli.job_lines import Format, Job, JobError, fingerprint, loads, resume_key, stop_strings
+from jspec.cli.job_lines import Format, Job, JobError, fingerprint, line_id, loads, resume_key, stop_strings
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
 from jspec.runtime import slots
 from jspec.runtime.buckets import pad_rows
@@ -159,7 +159,9 @@ def parse_line(raw: bytes, engine, gen: GenerateConfig, base: SamplingConfig):
     rec, error = _decode(raw)
     if error:
         return rec, error
-    rid = rec.get("id")
+    rid, error = line_id(rec.get("id"))
+    if error:
+        return None, error
     if rid is None:
         return None, "missing id"
     error = _check_fields(rec)

@@ -61,19 +61,25 @@ def stop_strings(value) -> tuple:
 
 def loads(text: str | bytes):
     """-> (a line's JSON value, None) or (None, why not): every way a line can fail to parse (not UTF-8, not JSON,
-    nesting too deep to recurse, an integer of more digits than Python converts, NaN or Infinity, which JSON does
-    not have and a record could not give back) is that line's error, never the end of the job."""
+    nesting too deep to recurse, an integer of more digits than Python converts) is that line's error, never the end
+    of the job. NaN and Infinity parse (a field's own check names them); an id holding one is refused (line_id)."""
     try:
-        return json.loads(text, parse_constant=_no_constant), None
+        return json.loads(text), None
     except json.JSONDecodeError as e:
         return None, f"invalid JSON: {e.msg} at column {e.colno}"
     except UnicodeDecodeError as e:
         return None, f"line is not valid UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start + 1})"
     except RecursionError:
         return None, "invalid JSON: nested too deeply"
-    except ValueError as e:  # Python's limit on the digits of an integer, or _no_constant
+    except ValueError as e:  # Python's limit on the digits of an integer
         return None, f"invalid JSON: {e}"
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
+def line_id(value, field: str = "id"):
+    """-> (a line's id, None), or (None, why not) for an id a record could not give back as standard JSON (NaN,
+    Infinity)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return None, f"{field} must be standard JSON (no NaN or Infinity), got {value!r}"
+    return value, None

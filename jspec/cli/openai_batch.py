@@ -58,7 +58,9 @@ def parse(raw: bytes, engine, gen: GenerateConfig, base: SamplingConfig):
     rec, error = job_lines.loads(raw)
     if error:
         return None, ("invalid_json", error)
-    cid = rec.get("custom_id") if isinstance(rec, dict) else None
+    cid, error = job_lines.line_id(rec.get("custom_id") if isinstance(rec, dict) else None, "custom_id")
+    if error:
+        return None, ("invalid_request", error)
     try:
         return cid, _request(rec, engine, gen, base)
     except LineError as e:
