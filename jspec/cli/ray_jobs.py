@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from jspec.cli import batch
+from jspec.cli import batch, job_lines
 from jspec.config import GenerateConfig, SamplingConfig
 
 # Summary fields an actor's block adds up (the rest are the driver's)
@@ -57,9 +57,9 @@ def pending(lines, done: dict, gen: GenerateConfig, base: SamplingConfig, fmt: b
         if not raw.strip():
             continue
         rid = _owner(fmt, raw, gen, base)
-        duplicate = rid is not None and batch._key(rid) in owners  # the first line with an id owns it
+        duplicate = rid is not None and job_lines.resume_key(rid) in owners  # the first line with an id owns it
         if rid is not None:
-            owners.add(batch._key(rid))
+            owners.add(job_lines.resume_key(rid))
         if keys[n] in done:
             skipped += 1
         elif duplicate:
