@@ -276,15 +276,15 @@ class Engine:
         return stats
 
     def _rounds(self, args, last: list):
-        """Yields (tokens so far, done) after the prefill and after each round of one row; the final state is
-        left in last."""
+        """Yields (tokens so far, done) after the prefill and after each round of one row; the latest state is
+        kept in last (the reader may stop early: a stop string)."""
         with sharding.context(self.mesh):  # traced under the mesh, like generate's program
             s = decode.start_program(*args)
         while True:
             done = bool(s.done[0])
+            last[:] = [s]
             yield np.asarray(s.tokens[0, : int(s.count[0])]).tolist(), done
             if done:
-                last.append(s)
                 return
             with sharding.context(self.mesh):
                 s = decode.round_program(args.models, args.sampler, args.max_new, args.eos_ids, s)
