@@ -1,7 +1,7 @@
 """Quality of a target/draft pair on the corpus' validation split and on code outside the corpus.
 
-    PYTHONPATH=. python benchmarks/pair_quality.py --target jspec/checkpoints/code-target \
-        --draft jspec/checkpoints/code-draft --data data/code --out pair.json [--only bpb repetition tau agree] \
+    PYTHONPATH=. python benchmarks/pair_quality.py --target checkpoints/code-target \
+        --draft checkpoints/code-draft --data data/code --out pair.json [--only bpb repetition tau agree] \
         [--outside PACKAGE_OR_DIR --sample-bytes 131072 --seed 0 --dtype float32]
 
 Splits (one row per split, model and metric in the report's "rows"):
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     ap.add_argument("--draft", type=Path)
     ap.add_argument("--baseline", type=Path, help="another target whose bits per byte are reported beside")
     ap.add_argument("--data", type=Path, default=Path("data/code"), help="corpus directory (val_texts.json)")
-    ap.add_argument("--corpus-meta", type=Path, default=Path("jspec/checkpoints/corpus_meta.json"),
+    ap.add_argument("--corpus-meta", type=Path, default=Path("checkpoints/corpus_meta.json"),
                     help="the corpus' meta.json: the distributions it read (used when --data has none)")
     ap.add_argument("--outside", help="an installed distribution the corpus never read, or a directory of code")
     ap.add_argument("--sample-bytes", type=int, help="score a seeded sample of whole files of each split")

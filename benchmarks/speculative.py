@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/speculative.py --out $OUT/speculative.json          # one GPU, ~5 min
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/speculative.py --small --out /tmp/spec.json  # CPU check
-    PYTHONPATH=. python benchmarks/speculative.py --head jspec/checkpoints/code-head --batches 1,8 --llama8b \
+    PYTHONPATH=. python benchmarks/speculative.py --head checkpoints/code-head --batches 1,8 --llama8b \
         --out $OUT/speculative_head.json                            # the head against the other modes, 8B shape
 
 Workloads, both held out from training (validation-split stdlib files):
@@ -12,7 +12,7 @@ Workloads, both held out from training (validation-split stdlib files):
   two lines of that rewrite: the continuation repeats or modifies code in the prompt (what prompt lookup
   serves; the shipped target is a small model and does not always copy).
 Modes (jspec.load's draft): none (plain decoding), model (the shipped draft), ngram (prompt lookup),
-ngram+model (both), head (an EAGLE-3 head: --head DIR, default jspec/checkpoints/code-head when it exists;
+ngram+model (both), head (an EAGLE-3 head: --head DIR, default checkpoints/code-head when it exists;
 "random" for a random one of the trained shape, which only checks the plumbing: its tau is ~1).
 Greedy, 128 new tokens. Per KV (bf16, int2) and batch (1, 8, 32): plain decoding,
 each mode at lookahead auto, and a fixed K (a sweep of K at batch 1, K = 4 at the others). Batch 1 runs
@@ -370,7 +370,7 @@ def main():
     ap.add_argument("--singles", type=int, help="batch-1 rows run this many prompts, one call each, in turn "
                     "(preset: 8; 1 is the first prompt alone, as before)")
     ap.add_argument("--head", default=None, help="the head mode's EAGLE-3 head: a directory, 'random' or 'none' "
-                    "(default: jspec/checkpoints/code-head if it exists, else 'random' with --small, else none)")
+                    "(default: checkpoints/code-head if it exists, else 'random' with --small, else none)")
     ap.add_argument("--sweep-ks", help="comma-separated K for every mode's batch-1 sweep instead of the preset's")
     ap.add_argument("--workloads", default="held_out,edit", help="comma-separated workloads (held_out, edit)")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated draft modes (plain always runs)")

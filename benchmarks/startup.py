@@ -285,7 +285,7 @@ def run_job(tmp: Path, timeout: float, n: int = 24) -> dict:
 
     from jspec.io.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(ROOT / "jspec" / "checkpoints" / "code-target")
+    tok = load_tokenizer(ROOT / "checkpoints" / "code-target")
     rng = np.random.default_rng(0)
     lines = [json.dumps(dict(id=i, prompt=p, max_new_tokens=int(rng.choice([16, 40, 64, 100, 128]))))
              for i, p in enumerate(held_out_prompts(tok, n))]

@@ -7,7 +7,10 @@ import tempfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-CHECKPOINTS = PACKAGE / "checkpoints"  # the shipped model pair (package data: found from any install)
+# The shipped models: checkpoints/ beside the package in a clone (and an editable install), installed as the
+# package jspec.checkpoints by `pip install .` (pyproject.toml maps the folder there).
+CHECKPOINTS = next((p for p in (PACKAGE / "checkpoints", PACKAGE.parent / "checkpoints") if p.is_dir()),
+                   PACKAGE.parent / "checkpoints")
 # XLA's autotuning results (compile_cache.seed_autotune) and lookahead's costs (lookahead.SHIPPED) for the shipped
 # pair and the 8B-shaped benchmark program on an H200.
 AUTOTUNE_DIR = PACKAGE / "autotune"

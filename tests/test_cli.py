@@ -289,7 +289,7 @@ def foreign_draft(tmp_path_factory):
     from conftest import tiny_tokenizer
 
     path = tmp_path_factory.mktemp("foreign-draft")
-    shutil.copytree(ROOT / "jspec" / "checkpoints" / "code-draft", path, dirs_exist_ok=True)
+    shutil.copytree(ROOT / "checkpoints" / "code-draft", path, dirs_exist_ok=True)
     for f in path.glob("tokenizer*"):
         f.unlink()
     tiny_tokenizer().save_pretrained(path)

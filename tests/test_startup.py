@@ -31,7 +31,7 @@ from jspec.runtime import buckets, compile_cache, engine, programs
 from jspec.decode.state import Drafter, DraftMode
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = [ROOT / "jspec" / "checkpoints" / "code-target", ROOT / "jspec" / "checkpoints" / "code-draft"]
+SHIPPED = [ROOT / "checkpoints" / "code-target", ROOT / "checkpoints" / "code-draft"]
 
 
 def _device_loader(model_dir: Path, cfg, dtype):

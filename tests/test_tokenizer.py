@@ -62,7 +62,7 @@ def test_family_fixtures_match_auto_tokenizer(hf_model_dir, family):
 
 @pytest.mark.parametrize("name", ["code-target", "code-draft"])
 def test_shipped_tokenizer_matches_auto_tokenizer(name):
-    tok = _compare(ROOT / "jspec" / "checkpoints" / name)
+    tok = _compare(ROOT / "checkpoints" / name)
     assert tok.encode("def f")[0] == tok.bos_token_id  # the post-processor's BOS
 
 
@@ -186,7 +186,7 @@ def test_missing_tokenizer_falls_back_to_transformers(tmp_path, hf_model_dir):
 
 
 def test_loading_never_imports_transformers_or_torch():
-    code = ("import sys; from jspec.io import tokenizer; t = tokenizer.load_tokenizer('jspec/checkpoints/code-target'); "
+    code = ("import sys; from jspec.io import tokenizer; t = tokenizer.load_tokenizer('checkpoints/code-target'); "
             "t.decode(t.encode('x = 1')); print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)

@@ -14,7 +14,7 @@ import pytest
 from jspec.config import ModelConfig
 from jspec.train import data, train
 
-CHECKPOINTS = Path(__file__).resolve().parents[1] / "jspec" / "checkpoints"
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 TINY = ModelConfig(model_type="qwen3", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
                    num_heads=2, num_kv_heads=1, head_dim=16, max_position=64, tie_embeddings=True, qk_norm=True)
 

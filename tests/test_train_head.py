@@ -2,7 +2,7 @@
 the loss falls on a tiny target, and the draft vocabulary is the most frequent tokens.
 
 The whole script (generation, training, evaluation, export) is checked by hand on the CPU with --small
-against jspec/checkpoints/code-target (minutes of compiling: too slow for the suite); its export is the one
+against checkpoints/code-target (minutes of compiling: too slow for the suite); its export is the one
 tests/test_head.py loads back.
 """
 

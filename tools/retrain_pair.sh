@@ -4,7 +4,7 @@
 #   greedy continuations (jspec/seq_unlikelihood.py, preset target-sequl) -> concurrently on the same GPU:
 #   the shipped draft distilled from the new target || the EAGLE-3 head retrained on it || OSCAR rotations
 #   (--order desc) then KV quality || the shipped pair's and the new target's metrics; then the new pair's
-#   -> $OUT. "old" in the reports is the pair in jspec/checkpoints/ before the run.
+#   -> $OUT. "old" in the reports is the pair in checkpoints/ before the run.
 # Every stage runs under `timeout` with a budget taken from fixed milestones (seconds from the start),
 # so the call cannot overrun; whatever finished is packed into $OUT even when a later stage fails. When
 # the fine-tune fails, or keeps no step better than its start (the repetition of train-split prompts
@@ -16,11 +16,11 @@
 #   SMOKE=1 KEEP_ANY=0 OUT=/tmp/o bash tools/retrain_pair.sh   # CPU check of the fallback path
 #
 # $OUT: log.txt (stage timeline), metrics.json (summary of every report), results.tgz.part-NN (a tar
-# of jspec/checkpoints/code-{target,draft,head} and issue18/ reports + logs, split at 15 MiB).
+# of checkpoints/code-{target,draft,head} and issue18/ reports + logs, split at 15 MiB).
 # Unpack outside the repository (issue18/ must not travel with the working tree), then replace the pair:
 #   mkdir -p /tmp/r18 && cat $FILES_AT/results.tgz.part-* | tar -xz -C /tmp/r18
-#   rm -rf jspec/checkpoints/code-target jspec/checkpoints/code-draft jspec/checkpoints/code-head
-#   cp -r /tmp/r18/checkpoints/code-* jspec/checkpoints/
+#   rm -rf checkpoints/code-target checkpoints/code-draft checkpoints/code-head
+#   cp -r /tmp/r18/checkpoints/code-* checkpoints/
 #   cp /tmp/r18/issue18/kv_quality.json benchmarks/results/kv_quality.json
 set -u
 source "$(dirname "$0")/stages.sh"
@@ -121,13 +121,13 @@ print(' '.join(str(root / f) for f in [f for f in corpus_files(root) if not is_v
 }
 
 eagle_head() {
-  # As jspec/checkpoints/code-head was trained (jspec/checkpoints/README.md), with the time to HEAD_END.
+  # As checkpoints/code-head was trained (checkpoints/README.md), with the time to HEAD_END.
   local budget=$(( $(left "$HEAD_END") - HEAD_MARGIN ))
   # shellcheck disable=SC2086
   stage head "$HEAD_END" "$PY" -m jspec.train.train_head --target "$NEW/code-target" --out "$W/head" \
     --time-budget "$budget" $HEAD_ARGS && cp -r "$W/head" "$NEW/code-head"
   if [ ! -f "$NEW/code-head/model.safetensors" ]; then
-    log "no new head: keeping the one in jspec/checkpoints/"
+    log "no new head: keeping the one in checkpoints/"
     rm -rf "$NEW/code-head" && cp -r "$OLD/code-head" "$NEW/code-head"
   fi
   cp "$NEW/code-head/train_head.json" "$REP/head_train.json" 2>/dev/null
@@ -147,7 +147,7 @@ log "start: work dir $W, smoke=$SMOKE, slack=$SLACK, keep_any=$KEEP_ANY, $(nproc
 { nvidia-smi -L; "$PY" -c "import importlib.metadata as m, sys; print(sys.version); \
 print({p: m.version(p) for p in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'tokenizers', 'numpy')})"; } \
   > "$W/logs/env.log" 2>&1
-cp -r jspec/checkpoints "$OLD"  # the shipped pair: the starting point, and what the new pair is measured against
+cp -r checkpoints "$OLD"  # the shipped pair: the starting point, and what the new pair is measured against
 # shellcheck disable=SC2086
 if stage data "$DATA_END" "$PY" -m jspec.train.data --out "$W/data" --tokenizer "$OLD/code-target" --filter $DATA_ARGS \
     && { [ "$SMOKE" != 1 ] || smoke_round2; }; then

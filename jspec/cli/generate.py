@@ -54,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     m = p.add_argument_group("models")
     m.add_argument("--model", help="target Hugging Face directory or GGUF file (default: the shipped "
-                                   "jspec/checkpoints/code-target)")
+                                   "checkpoints/code-target)")
     m.add_argument("--draft", default="auto",
                    help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
                         "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "

@@ -69,7 +69,7 @@ PUNCT = re.compile(r"[\s,()\[\]{}:+\-*/.=|]*")
 class QualityFilter:
     """Thresholds of the train-split filter. On a local proxy (Python 3.11 stdlib + 141 permissive
     packages, 131.8 MB of train text) the rules, in drop_reason's order, drop 7.2% (generated), 3.9%
-    (repetitive), 4.1% (data) and 0.4% (table) of the bytes: 15.6% in all (jspec/checkpoints/README.md)."""
+    (repetitive), 4.1% (data) and 0.4% (table) of the bytes: 15.6% in all (checkpoints/README.md)."""
     head_lines: int = 15  # where a generated-code marker is looked for
     min_lines: int = 20  # the share rules judge files with at least this many lines
     max_repeated: float = 0.4  # share of non-trivial lines equal to an earlier line of the file

@@ -1,7 +1,7 @@
 """Sequence-level unlikelihood (Welleck et al. 2019, section 5.2): fine-tuning a model on its own greedy
 continuations, pushing down p(token) where the continuation repeats itself (the sequence-level unlikelihood fine-tune).
 
-    python -m jspec.train.train --preset target-sequl --init jspec/checkpoints/code-target --data data/code \
+    python -m jspec.train.train --preset target-sequl --init checkpoints/code-target --data data/code \
         --out runs/sequl --export runs/sequl-hf --time-budget 200
 
 Each training step (jspec.train.train with TrainConfig.sequl set) adds to the corpus loss (cross-entropy plus

@@ -1,15 +1,15 @@
 """Trains the shipped target/draft pair on the code corpus (jspec.train.data) and exports them for HF.
 
     python -m jspec.train.data --out data/code                         # corpus + tokenizer
-    python -m jspec.train.train --preset target --out runs/target --export jspec/checkpoints/code-target
+    python -m jspec.train.train --preset target --out runs/target --export checkpoints/code-target
     python -m jspec.train.train --preset draft --out runs/draft --export runs/draft-pre
-    python -m jspec.train.train --preset draft-distil --init runs/draft-pre --teacher jspec/checkpoints/code-target \
-        --out runs/distil --export jspec/checkpoints/code-draft       # DistillSpec-style, on the target's distributions
-    python -m jspec.train.train --preset target-continue --init jspec/checkpoints/code-target --out runs/target2 \
+    python -m jspec.train.train --preset draft-distil --init runs/draft-pre --teacher checkpoints/code-target \
+        --out runs/distil --export checkpoints/code-draft       # DistillSpec-style, on the target's distributions
+    python -m jspec.train.train --preset target-continue --init checkpoints/code-target --out runs/target2 \
         --export runs/target2-hf                                 # the second training: continue a target
-    python -m jspec.train.train --preset target-sequl --init jspec/checkpoints/code-target --out runs/target3 \
+    python -m jspec.train.train --preset target-sequl --init checkpoints/code-target --out runs/target3 \
         --export runs/target3-hf --time-budget 200              # the third: jspec.train.seq_unlikelihood
-    python -m jspec.train.train --eval-pair jspec/checkpoints/code-target jspec/checkpoints/code-draft
+    python -m jspec.train.train --eval-pair checkpoints/code-target checkpoints/code-draft
 
 Training is data-parallel over every visible device (CUDA_VISIBLE_DEVICES picks them): each batch is
 split by rows, params and optimizer state are replicated, XLA sums the gradients; one device is the
@@ -74,7 +74,7 @@ class TrainConfig:
 # Target: head_dim 128 so the OSCAR INT2 path runs at its real D; GQA 4 query / 2 KV heads (query width
 # 512 over a 384-wide residual, as Qwen3 does). Deep and narrow (MobileLLM's finding for small models:
 # depth buys more than width at a fixed parameter count; not measured here), and 18.5M bf16 parameters
-# (37 MB) leave room for the draft, rotations and an EAGLE head under the 58 MB jspec/checkpoints/ budget.
+# (37 MB) leave room for the draft, rotations and an EAGLE head under the 58 MB checkpoints/ budget.
 # Batch 32 x 2048 = 65K tokens per step: a few thousand steps in the ~5 minutes the device call gives.
 # Draft: same tokenizer, 1/5 of the target's parameters, pre-trained on the corpus then distilled.
 TARGET = ModelConfig(model_type="qwen3", vocab_size=data.VOCAB_SIZE, hidden_size=384, intermediate_size=1152,

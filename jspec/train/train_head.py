@@ -1,6 +1,6 @@
 """Trains an EAGLE-3 head for a target on the target's own generations and exports it (jspec.io.eagle3).
 
-    python -m jspec.train.train_head --target jspec/checkpoints/code-target --out jspec/checkpoints/code-head --time-budget 150
+    python -m jspec.train.train_head --target checkpoints/code-target --out checkpoints/code-head --time-budget 150
 
 1. Data: windows of the stdlib corpus (jspec.train.data's train split, read with the target's tokenizer) as
    prompts, continued by the target itself inside jspec's decode program (half of the rows greedy, half
