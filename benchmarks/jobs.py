@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from jspec.cli import batch  # noqa: E402
+from jspec.jobs import batch  # noqa: E402
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig  # noqa: E402
 from jspec.decode.state import Drafter, DraftMode  # noqa: E402
 from jspec.model import decoder as model, rotation  # noqa: E402

@@ -181,7 +181,7 @@ def rotation_fit(params, cfg: ModelConfig, tokens, rots: dict, clip=CLIPS["on"])
     relative squared error |v - Q(v)|^2 / |v|^2 (R_V is orthogonal: the same in either basis).
     rots: {name: (rot_k, rot_v)}, lists of [Hkv, D, D] per layer.
     """
-    from jspec.train.calibrate import _layer_step
+    from jspec.model.calibrate import _layer_step
 
     G = cfg.head_dim
     x = params.embed[jnp.asarray(tokens)].astype(jnp.float32)

@@ -31,7 +31,7 @@ import kv_quality_real as real  # noqa: E402
 from jspec.config import KVConfig  # noqa: E402
 from jspec.io import checkpoint  # noqa: E402
 from jspec.model import rotation  # noqa: E402
-from jspec.train import calibrate  # noqa: E402
+from jspec.model import calibrate  # noqa: E402
 
 TOKENS = (2048, 8192)
 

@@ -66,7 +66,8 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     import jspec  # noqa: F401  (the import being timed)
     from jspec.config import Options, SamplingConfig
     from jspec.decode import loop as decode
-    from jspec.runtime import compile_cache, parts, programs
+    from jspec.runtime import parts, programs
+    from jspec.runtime.startup import compile_cache
 
     out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
                transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))

@@ -1,8 +1,8 @@
-"""`python -m jspec.calibrate`, kept beside `jspec calibrate`: the command line is jspec.train.calibrate."""
+"""`python -m jspec.calibrate`, kept beside `jspec calibrate`: the command line is jspec.model.calibrate."""
 
 import sys
 
-from jspec.train.calibrate import main
+from jspec.model.calibrate import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from jspec.cli import batch, generate
+from jspec.cli import generate
+from jspec.jobs import batch
 from jspec.config import GenerateConfig, SamplingConfig
 
 ROOT = Path(__file__).resolve().parents[1]

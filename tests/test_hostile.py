@@ -31,7 +31,7 @@ from jspec.io import checkpoint
 from jspec.io.checkpoint import CheckpointError
 from jspec.model import decoder as model, rotation
 from jspec.runtime.buckets import capacity_bucket
-from jspec.train import calibrate
+from jspec.model import calibrate
 
 
 def test_numpy_scalars_in_run_configs_become_python_numbers():
@@ -438,7 +438,7 @@ if ro and os.getuid() == 0:
     os.access = lambda p, mode, **k: not (mode & os.W_OK and str(p).startswith(sys.argv[1])) and real(p, mode, **k)
 seen = []
 jax.monitoring.register_event_listener(lambda event, **_: seen.append(event.rsplit("/", 1)[-1]))
-from jspec.runtime import compile_cache
+from jspec.runtime.startup import compile_cache
 compile_cache.use_compile_cache(sys.argv[1])
 jax.jit(lambda x: np.float32(3) * x + 1)(np.arange(4, dtype=np.float32)).block_until_ready()
 counts = dict(hits=seen.count("cache_hits"), requests=seen.count("compile_requests_use_cache"))
@@ -522,7 +522,8 @@ def _draft_modes_on_a_mesh() -> dict:
     from jspec.config import GenerateConfig, KVConfig, SamplingConfig
     from jspec.decode.state import Drafter, DraftMode
     from jspec.model import head
-    from jspec.runtime import compile_cache, sharding
+    from jspec.runtime import sharding
+    from jspec.runtime.startup import compile_cache
     from jspec.runtime.engine import Engine
 
     assert jax.device_count() == 4, jax.devices()

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec.cli import batch, generate
+from jspec.cli import generate
+from jspec.jobs import batch
 from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig
 from jspec.model.sampling import Sampler, warp
 from jspec.runtime import engine

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from jspec.kernels import common, reference
-from jspec.kernels.hopper import attention as im, cache_keys as mosaic_keys, decode, prepare, verify
+from jspec.kernels.hopper import attention as im, decode, prepare, verify
+from jspec.runtime.startup import mosaic_keys
 from jspec.kernels.hopper.decode import DecodeConfig
 from jspec.kernels.hopper.verify import VerifyConfig
 

@@ -20,7 +20,8 @@ import jax
 import pytest
 from filelock import FileLock
 
-from jspec.cli import batch, generate
+from jspec.cli import generate
+from jspec.jobs import batch
 from jspec.config import ConfigError, GenerateConfig, KVConfig, SamplingConfig
 from jspec.runtime import engine
 

@@ -1,4 +1,4 @@
-"""OpenAI batch JSONL through the real job runner (jspec/cli/openai_batch.py): both endpoints answered in
+"""OpenAI batch JSONL through the real job runner (jspec/jobs/openai_batch.py): both endpoints answered in
 OpenAI's shapes, each bad line its own error record, resume keyed by custom_id and fingerprint, and chat
 templates rendered exactly as transformers renders them.
 """
@@ -11,9 +11,9 @@ import shutil
 
 import pytest
 
-from jspec.cli import batch
+from jspec.jobs import batch
 from jspec.runtime import engine
-from jspec.cli import openai_batch
+from jspec.jobs import openai_batch
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig
 from jspec.io import chat
 

@@ -1,4 +1,4 @@
-"""Jobs on a Ray cluster (jspec/cli/ray_jobs.py): on a local CPU cluster of two actors the output equals the
+"""Jobs on a Ray cluster (jspec/jobs/ray_jobs.py): on a local CPU cluster of two actors the output equals the
 one-process job's, and an actor killed mid-job loses and duplicates no line. Without --ray, nothing imports ray.
 
 The Ray tests carry the `ray` marker and are skipped where ray[data] is not installed (jspec[ray]).
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_refill import _lines, _records
 
-from jspec.cli import batch
+from jspec.jobs import batch
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig
 from jspec.runtime import engine
 
@@ -62,7 +62,7 @@ def single(hf_model_dir, tmp_path_factory):
 
 @pytest.mark.ray
 def test_two_actors_give_the_single_process_output(cluster, single, hf_model_dir, tmp_path):
-    from jspec.cli import ray_jobs
+    from jspec.jobs import ray_jobs
 
     src, expected = single
     dst = tmp_path / "out.jsonl"
@@ -78,7 +78,7 @@ def test_two_actors_give_the_single_process_output(cluster, single, hf_model_dir
 
 @pytest.mark.ray
 def test_a_killed_actor_loses_and_duplicates_no_line(cluster, single, hf_model_dir, tmp_path):
-    from jspec.cli import ray_jobs
+    from jspec.jobs import ray_jobs
 
     src, expected = single
     marker = tmp_path / "killed"

@@ -19,7 +19,7 @@ pytest.importorskip("gguf", reason="the gguf package reads the model file (pip i
 
 from jspec.config import KVConfig  # noqa: E402
 from jspec.model import rotation  # noqa: E402
-from jspec.train import calibrate  # noqa: E402
+from jspec.model import calibrate  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCH))

@@ -21,7 +21,7 @@ import pytest
 from conftest import build_hf_model, tiny_tokenizer
 from test_head import _write_head
 
-from jspec.cli import batch
+from jspec.jobs import batch
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig, load_model_config
 from jspec.runtime import engine, slots
 

@@ -10,7 +10,7 @@ import pytest
 from jspec.config import ConfigError, ModelConfig
 from jspec.model import rotation
 from jspec.model.decoder import forward, init_params
-from jspec.train import calibrate as cal
+from jspec.model import calibrate as cal
 
 TINY = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
                    num_heads=4, num_kv_heads=2, head_dim=16)

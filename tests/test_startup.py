@@ -22,12 +22,13 @@ from conftest import VOCAB
 from safetensors import safe_open
 
 from jspec.cache import kvcache
-from jspec.cli import batch
+from jspec.jobs import batch
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, Options, SamplingConfig, load_model_config
 from jspec.decode import loop as decode
 from jspec.io import checkpoint, tokenizer
 from jspec.model import decoder as model
-from jspec.runtime import buckets, compile_cache, engine, programs
+from jspec.runtime import buckets, engine, programs
+from jspec.runtime.startup import compile_cache
 from jspec.decode.state import Drafter, DraftMode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,7 +309,7 @@ def test_compile_cache_writes_beside_entries_an_unbounded_cache_left(tmp_path):
     time, as an unbounded cache (earlier jspec, or another tool) leaves them: use_compile_cache stamps
     those entries, so a new program is still written, and warns about nothing."""
     (tmp_path / "jit_old-0123-cache").write_bytes(b"an entry an unbounded cache wrote")
-    code = ("import warnings, jax, jax.numpy as jnp\nfrom jspec.runtime import compile_cache\n"
+    code = ("import warnings, jax, jax.numpy as jnp\nfrom jspec.runtime.startup import compile_cache\n"
             f"compile_cache.use_compile_cache({str(tmp_path)!r})\nwarnings.simplefilter('error')\n"
             "jax.jit(lambda x: x * 3 + 1)(jnp.arange(5)).block_until_ready()\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -341,7 +342,7 @@ def test_shipped_autotune_results_seed_a_new_compile_cache(tmp_path):
     ours.mkdir()
     (ours / f"jaxlib-{jaxlib.__version__}.json").write_text(pack({"gpu-kind/c.pb": b"ours"}))
     (ours / "jaxlib-0.0.1.json").write_text(pack({"gpu-kind/d.pb": b"another jaxlib's"}))
-    code = (f"from pathlib import Path\nfrom jspec.runtime import compile_cache\ncompile_cache.AUTOTUNE_DIR = Path({str(ours)!r})\n"
+    code = (f"from pathlib import Path\nfrom jspec.runtime.startup import compile_cache\ncompile_cache.AUTOTUNE_DIR = Path({str(ours)!r})\n"
             f"compile_cache.use_compile_cache({str(tmp_path / 'new')!r})\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, JAX_PLATFORMS="cpu"))

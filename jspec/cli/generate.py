@@ -210,8 +210,9 @@ def main(argv=None, interrupts: Interrupts | None = None) -> int:
 
 
 def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> int:
-    from jspec.cli import batch
-    from jspec.runtime import compile_cache, engine
+    from jspec.jobs import batch
+    from jspec.runtime import engine
+    from jspec.runtime.startup import compile_cache
 
     _check_platform()
     if a.compile_cache:
@@ -296,7 +297,7 @@ def _chat(eng, prompts: list[str], gen: GenerateConfig, sampling: SamplingConfig
 
 
 def _run_ray(a, kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> int:
-    from jspec.cli import ray_jobs
+    from jspec.jobs import ray_jobs
 
     load = dict(model=a.model, draft=a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
                 attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)

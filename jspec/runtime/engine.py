@@ -90,7 +90,7 @@ class Engine:
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.runtime.sharding
     options: Options = Options()
     chat_template: str | None = None  # the model's chat template (jspec.io.chat.template_of), for chat requests
-    source: str = ""  # what load read (model, draft and rotation paths): a job's output records it (cli.batch)
+    source: str = ""  # what load read (model, draft and rotation paths): a job's output records it (jobs.batch)
     # Told each slow phase as it starts (measuring lookahead costs, compiling a program): the CLI prints it on
     # stderr; the library stays quiet unless given one.
     say: typing.Callable[[str], None] | None = dataclasses.field(default=None, repr=False)

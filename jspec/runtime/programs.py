@@ -32,7 +32,7 @@ import jaxlib
 from jax.experimental import serialize_executable
 
 from jspec.files import atomic_write
-from jspec.kernels.hopper import cache_keys as mosaic_keys
+from jspec.runtime.startup import mosaic_keys
 from jspec.paths import PACKAGE
 
 SUFFIX = ".program"

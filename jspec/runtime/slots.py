@@ -7,7 +7,7 @@ next waiting row as soon as its row is done (decode.refill's programs, compiled 
 The loop on the host: place waiting rows into the free slots (refill_program: the prefill of `refill_at` rows
 at a time, scattered into their slots), run rounds until `refill_at` more rows are done (rounds_until_program),
 hand the finished rows out, repeat. A row is any
-object with ids, sampling, max_new and stop (cli.batch.Job). Waiting rows are taken longest first (max_new):
+object with ids, sampling, max_new and stop (jobs.batch.Job). Waiting rows are taken longest first (max_new):
 the batch's tail, when no row is left to place, is then its shortest rows. A row's output equals what it gives
 in a batch of its own (greedy; sampled rows draw from their own seed's keys, as in generate).
 

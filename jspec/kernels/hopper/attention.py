@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec.kernels.common import LN2, LOG2E, RAW_OFFSET, merge_lse
-from jspec.kernels.hopper import decode, jax_patch, verify
+from jspec.kernels.hopper import decode, verify
+from jspec.runtime.startup import jax_patch
 from jspec.kernels.hopper.decode import DECODE_MAX_ROWS, DecodeConfig
 from jspec.kernels.hopper.ptx import plgpu
 from jspec.kernels.hopper.verify import VerifyConfig

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 
-from jspec.kernels.hopper import cache_keys
+from jspec.runtime.startup import mosaic_keys as cache_keys
 
 
 def install() -> None:

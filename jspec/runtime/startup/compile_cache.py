@@ -14,7 +14,7 @@ import jax
 
 from jspec.files import atomic_write
 from jspec.paths import AUTOTUNE_DIR
-from jspec.runtime import jax_cache
+from jspec.runtime.startup import jax_cache
 
 
 def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:

@@ -1,5 +1,5 @@
 """What every job format shares: a job's row, the line fingerprint and resume key, and the Format that reads and
-answers lines (jspec's own in cli.batch, OpenAI's in cli.openai_batch)."""
+answers lines (jspec's own in jobs.batch, OpenAI's in jobs.openai_batch)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Job:
 @dataclasses.dataclass(frozen=True)
 class Format:
     """How a job's lines are read and answered: jspec's own (JSPEC) or OpenAI's batch format
-    (jspec.cli.openai_batch.FORMAT)."""
+    (jspec.jobs.openai_batch.FORMAT)."""
 
     name: str  # in messages: "a jspec results file"
     owner: str  # the field that names a line: "id"

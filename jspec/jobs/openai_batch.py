@@ -1,4 +1,4 @@
-"""OpenAI's batch JSONL as a jspec job format (jspec.cli.job_lines.Format): requests in, responses out.
+"""OpenAI's batch JSONL as a jspec job format (jspec.jobs.job_lines.Format): requests in, responses out.
 
 Input lines: {"custom_id": str, "method": "POST", "url": "/v1/completions" or "/v1/chat/completions",
 "body": {...}}. A completions body has "prompt" (a string or a list of token ids); a chat body has
@@ -21,7 +21,7 @@ import dataclasses
 import json
 import time
 
-from jspec.cli import job_lines
+from jspec.jobs import job_lines
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
 from jspec.io import chat
 

@@ -1,6 +1,6 @@
 """A job on a Ray cluster: `python -m jspec.generate --input IN --output OUT --ray [ADDRESS]`, or jspec.ray.run_job.
 
-The driver reads the input, checks and locks the output as a one-process job does (jspec.cli.batch), answers
+The driver reads the input, checks and locks the output as a one-process job does (jspec.jobs.batch), answers
 what needs no model (a line already answered is skipped, a duplicate id is its error record) and streams the
 other lines through Ray Data to a pool of actors, one Engine each (one GPU each where the cluster has GPUs).
 An actor answers a block of lines as a job would (batch.read_jobs, then batch.run_rows: rows refilled as
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from jspec.cli import batch, job_lines
+from jspec.jobs import batch, job_lines
 from jspec.config import GenerateConfig, SamplingConfig
 
 # Summary fields an actor's block adds up (the rest are the driver's)
@@ -75,7 +75,7 @@ class Worker:
 
     def __init__(self, load_args: dict, gen: GenerateConfig, base: SamplingConfig, batch_size: int, fmt_name: str,
                  compile_cache: tuple[str, float] | None = None):
-        from jspec.runtime import compile_cache as cc
+        from jspec.runtime.startup import compile_cache as cc
         from jspec.runtime import engine
 
         if compile_cache:
@@ -105,7 +105,7 @@ def block_id() -> str:
 
 
 def _openai():
-    from jspec.cli import openai_batch
+    from jspec.jobs import openai_batch
 
     return openai_batch.FORMAT
 

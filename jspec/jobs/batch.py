@@ -11,7 +11,7 @@ lines have not changed. The output is locked while a job writes it, and a file t
 results file is never written to.
 
 An input whose first valid line has "custom_id" and "body" is an OpenAI batch file, read and answered in
-OpenAI's format (jspec.cli.openai_batch: a Format); resume then keys lines by custom_id.
+OpenAI's format (jspec.jobs.openai_batch: a Format); resume then keys lines by custom_id.
 
 Rows are refilled as they finish (jspec.runtime.slots): the lines of a capacity bucket (small buckets joined
 to the next) run in one batch of --batch-size slots, and a slot whose row is done is written out and takes the
@@ -34,8 +34,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from jspec import files
-from jspec.cli import openai_batch
-from jspec.cli.job_lines import Format, Job, JobError, fingerprint, line_id, loads, resume_key, stop_strings
+from jspec.jobs import openai_batch
+from jspec.jobs.job_lines import Format, Job, JobError, fingerprint, line_id, loads, resume_key, stop_strings
 from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
 from jspec.runtime import slots
 from jspec.runtime.buckets import pad_rows
