@@ -12,7 +12,7 @@ _EXPORTS = {
     "ConfigError": "jspec.config", "GenerateConfig": "jspec.config", "KVConfig": "jspec.config",
     "ModelConfig": "jspec.config", "SamplingConfig": "jspec.config",
     "Engine": "jspec.runtime.engine", "Result": "jspec.runtime.engine", "load": "jspec.runtime.engine",
-    "calibrate": "jspec.model.calibrate",  # the module: calibrate.calibrate(params, cfg, batches), and its CLI
+    "calibrate": "jspec.model.calibrate",  # the module: calibrate.calibrate(params, cfg, batches)
     "ray": "jspec.jobs.ray_jobs",  # the module: ray.run_job, a job on a Ray cluster (jspec[ray])
 }
 

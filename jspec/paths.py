@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parent
 # package jspec.checkpoints by `pip install .` (pyproject.toml maps the folder there).
 CHECKPOINTS = next((p for p in (PACKAGE / "checkpoints", PACKAGE.parent / "checkpoints") if p.is_dir()),
                    PACKAGE.parent / "checkpoints")
-# XLA's autotuning results (compile_cache.seed_autotune) and lookahead's costs (lookahead.SHIPPED) for the shipped
-# pair and the 8B-shaped benchmark program on an H200.
+# XLA's autotuning results (compile_cache.seed_autotune) for the shipped pair and the 8B-shaped benchmark program
+# on an H200.
 AUTOTUNE_DIR = PACKAGE / "autotune"
 
 

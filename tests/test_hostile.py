@@ -31,7 +31,8 @@ from jspec.io import checkpoint
 from jspec.io.checkpoint import CheckpointError
 from jspec.model import decoder as model, rotation
 from jspec.runtime.buckets import capacity_bucket
-from jspec.model import calibrate
+from jspec.cli import calibrate
+from jspec.model.calibrate import token_windows
 
 
 def test_numpy_scalars_in_run_configs_become_python_numbers():
@@ -245,7 +246,7 @@ def test_calibrate_arguments_and_data_are_validated(hf_model_dir, tmp_path, caps
         assert message in line, (flags, line)
     assert not out.exists()
     with pytest.raises(ConfigError, match="seq_len must be in"):
-        calibrate.token_windows(None, [text], 100, 0, 1)
+        token_windows(None, [text], 100, 0, 1)
     assert calibrate.main(["--model", str(model), "--out", str(out), "--data", str(text), "--tokens", "64",
                            "--seq-len", "32"]) == 0
     assert rotation.load_rotations(out, checkpoint.load_model_config(model))[2]["calibration_tokens"] == "64"

@@ -10,7 +10,7 @@ import pytest
 
 from jspec.kernels import common, reference
 from jspec.kernels.hopper import attention as im, decode, prepare, verify
-from jspec.runtime.startup import mosaic_keys
+from jspec.runtime.startup import jax_patch, mosaic_keys
 from jspec.kernels.hopper.decode import DecodeConfig
 from jspec.kernels.hopper.verify import VerifyConfig
 
@@ -339,7 +339,9 @@ def test_lowered_kernel_does_not_depend_on_what_the_process_lowered_before():
     """The kernel module is embedded in the program, so in its persistent compile-cache key. jax 0.11
     names each kernel "<kernel>_<n>", n counting the kernels lowered so far in the process: the CLI's
     second run missed the cache because its first had lowered lookahead's timing programs first
-    (issue 14; mosaic_keys). Lowered for CUDA here, on any host."""
+    (issue 14; mosaic_keys). Lowered for CUDA here, on any host, with JAX patched as a compile cache patches it."""
+    jax_patch.install()
+
     def lowered(T):
         shapes = [((1, 2, 8, 128), jnp.bfloat16), ((1, 2, 2, T, 32), jnp.uint8), ((1, 2, 4, T, 1), jnp.bfloat16),
                   ((1, 8), jnp.int32), ((1, 8), jnp.int32)]
@@ -363,6 +365,7 @@ def test_lowering_notes_each_kernel_for_prime_once():
     """Lowering a program notes its kernel; the kernel alone in a program (what mosaic_keys.prime compiles
     ahead of the program) has the same kernel hash, so jaxlib finds it compiled. Lowered again after prime,
     the kernel is not noted again; off a GPU prime compiles nothing and drops the notes."""
+    jax_patch.install()  # as compile_cache.use_compile_cache does
     f, shapes = _kernel_program(264)
     mosaic_keys._lowered.clear()
     text = f.trace(*shapes).lower(lowering_platforms=("cuda",)).as_text()

@@ -107,25 +107,6 @@ def test_auto_measures_once_and_caches_on_disk(hf_model_dir, cache_root, monkeyp
     assert again.stats.lookahead_auto["measure_s"] < auto["measure_s"] / 10  # read from disk
 
 
-def test_shipped_costs_are_read_where_the_disk_cache_has_none(hf_model_dir, cache_root, monkeypatch):
-    """Cost files shipped in lookahead.SHIPPED (as the disk cache names them) spare a first run the
-    measurement; where neither has a file, the costs are measured."""
-    [first] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
-    shipped = cache_root / "shipped"
-    (cache_root / "lookahead").rename(shipped)  # the measured files become the shipped ones; the disk cache is empty
-    monkeypatch.setattr(lookahead, "SHIPPED", shipped)
-    batches, compile_all = [], programs.compile_all
-    monkeypatch.setattr(programs, "compile_all",
-                        lambda lowered, *a: batches.append(len(lowered)) or compile_all(lowered, *a))
-    [again] = _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
-    assert batches == [2]  # the generate program's two parts: no cost loop
-    assert again.stats.lookahead_auto["costs_ms"] == first.stats.lookahead_auto["costs_ms"]
-    monkeypatch.setattr(lookahead, "SHIPPED", cache_root / "absent")
-    batches.clear()
-    _load(hf_model_dir).generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
-    assert batches == COST_LOOPS + [2]  # measured again: the verify points and the n-gram lookup, then the two parts
-
-
 def test_cost_shape():
     assert lookahead.cost_shape(144, 16) == (128, 111)  # the power of two at or below, nearly full
     assert lookahead.cost_shape(256, 16) == (256, 239) and lookahead.cost_shape(511, 16) == (256, 239)

@@ -304,6 +304,22 @@ def test_unreadable_tokenizer_is_one_clear_error(tmp_path):
         checkpoint.load_tokenizer(tmp_path)
 
 
+def test_jax_is_patched_only_when_a_compile_cache_is_turned_on(tmp_path):
+    """Importing the engine and the kernels leaves JAX's internals as they are; use_compile_cache installs both
+    patches (jax_cache's store, jax_patch's Mosaic GPU kernel names)."""
+    pytest.importorskip("jax.experimental.mosaic.gpu")
+    code = ("from jax._src import compilation_cache as cc\nfrom jax.experimental.mosaic.gpu import core\n"
+            "import jspec.kernels.hopper.attention, jspec.runtime.engine\n"
+            "from jspec.runtime.startup import compile_cache, jax_cache\n"
+            "patched = lambda: (cc.get_file_cache is jax_cache._file_cache,\n"
+            "                   getattr(core._mosaic_gpu_lowering_rule, 'names_kernels', False))\n"
+            "assert patched() == (False, False), patched()\n"
+            f"compile_cache.use_compile_cache({str(tmp_path)!r})\nassert patched() == (True, True), patched()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
 def test_compile_cache_writes_beside_entries_an_unbounded_cache_left(tmp_path):
     """JAX's bounded (evicting) cache fails every write in a directory holding an entry without an access
     time, as an unbounded cache (earlier jspec, or another tool) leaves them: use_compile_cache stamps

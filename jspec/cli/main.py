@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
 
         generate.run(rest)
     if command == "calibrate":
-        from jspec.model import calibrate
+        from jspec.cli import calibrate
 
         return calibrate.main(rest)
     if command in ("-h", "--help"):

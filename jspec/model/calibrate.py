@@ -11,15 +11,12 @@ Rotations R = U . H . P_br with U's columns in descending eigenvalue order by de
 the top eigen-direction lands on H's constant row, which the asymmetric INT2 code absorbs in its zero
 point (jspec/rotation.py); --order asc is the released code's order and jspec's before issue 18.
 
-CLI: python -m jspec.calibrate --model DIR [--data PATH_OR_GLOB ...] [--tokens N] [--seq-len L]
-     [--mode oscar|hadamard|none] [--per-layer] [--order desc|asc] [--out FILE]
+The command line over it is jspec.cli.calibrate (`jspec calibrate`).
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -144,12 +141,6 @@ def read_text(path: Path) -> str:
         raise ConfigError(f"calibration file {str(path)!r} cannot be read ({e.strerror or e})") from None
 
 
-def check_args(args) -> None:
-    """ConfigError naming the flag unless the sizes are positive integers."""
-    for flag in ("tokens", "seq_len", "batch_size"):
-        check_int(f"--{flag.replace('_', '-')}", getattr(args, flag), 1, INT32_MAX)
-
-
 def token_windows(tokenizer, files: list[Path], tokens: int, seq_len: int, batch_size: int) -> list[np.ndarray]:
     """Tokenizes each file, concatenates, cuts windows of seq_len (at most `tokens` in all) into batches."""
     for name, value in (("tokens", tokens), ("seq_len", seq_len), ("batch_size", batch_size)):
@@ -166,59 +157,3 @@ def token_windows(tokenizer, files: list[Path], tokens: int, seq_len: int, batch
         raise ConfigError(f"calibration files {[str(f) for f in files]} contain no tokens")
     windows = np.asarray(ids[: len(ids) // L * L], np.int32).reshape(-1, L)  # [N, L]
     return [windows[i : i + batch_size] for i in range(0, len(windows), batch_size)]
-
-
-def check_out(out: Path) -> None:
-    """ConfigError unless out is a new path or a rotation file jspec wrote (rotation.is_rotation_file): --out
-    must never overwrite anything else, such as the model's own weights."""
-    if out.is_dir():
-        raise ConfigError(f"--out {str(out)!r} is a directory: give the rotation file's path")
-    if out.exists() and not rotation.is_rotation_file(out):
-        raise ConfigError(f"--out {str(out)!r} exists and is not a rotation file jspec wrote: refusing to overwrite "
-                          "it (give another path, or remove it first)")
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="jspec calibrate", description="Fit OSCAR KV rotations.")
-    ap.add_argument("--model", required=True, help="local Hugging Face model directory or GGUF file")
-    ap.add_argument("--data", nargs="+",
-                    help="calibration text files or globs (default: DIR/calibration.txt, for FILE.gguf its folder's)")
-    ap.add_argument("--tokens", type=int, default=30000, help="calibration token budget")
-    ap.add_argument("--seq-len", type=int, default=512, help="tokens per calibration window")
-    ap.add_argument("--batch-size", type=int, default=4, help="windows per forward")
-    ap.add_argument("--mode", choices=rotation.MODES, default="oscar")
-    ap.add_argument("--per-layer", action="store_true", help="one rotation per layer shared by its KV heads")
-    ap.add_argument("--order", choices=rotation.ORDERS, default="desc",
-                    help="U's column order: which eigen-direction H maps to the constant row (default desc)")
-    ap.add_argument("--out", help="rotation file (default: DIR/rotations.safetensors, FILE.rotations.safetensors "
-                                  "beside FILE.gguf)")
-    args = ap.parse_args(argv)
-
-    from jspec.io.checkpoint import CheckpointError, is_gguf, load_model, rotation_path
-
-    model_dir = Path(args.model)
-    out = Path(args.out) if args.out else rotation_path(model_dir)
-    try:
-        check_args(args)
-        check_out(out)
-        cfg, params, tokenizer = load_model(model_dir, dtype=jnp.float32)
-        batches = []
-        if args.mode == "oscar":
-            files = data_files(model_dir.parent if is_gguf(model_dir) else model_dir, args.data)
-            batches = token_windows(tokenizer, files, args.tokens, args.seq_len, args.batch_size)
-        rot_k, rot_v, meta = calibrate(params, cfg, batches, args.mode, per_head=not args.per_layer,
-                                       order=args.order)
-    except (FileNotFoundError, ConfigError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        rotation.save_rotations(out, rot_k, rot_v, meta)
-    except OSError as e:
-        print(f"error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    print(f"wrote {out}: mode={meta['mode']} {meta['grouping']}, {meta['calibration_tokens']} tokens", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,9 +12,7 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
   and stay flat. Measured once per batch size and power of two of the cache capacity (cost_shape: a
   measurement costs seconds of compiling; keyed by the exact capacity, every batch of a job paid for its
   own), and kept in memory and on
-  disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). Files
-  of the same names shipped in SHIPPED (costs measured on the GPUs jspec is tuned on, for the README
-  command) are read where the disk cache has none: a first run on such a GPU skips the measurement. The
+  disk (cache_root()/lookahead/, keyed by device kind, models, KV layout, batch and that capacity). The
   ordinary round overhead (accept, emit, loop) is left out of both sides, which favours plain decoding:
   the gain is under- rather than over-estimated.
 - alpha is a prior per draft mode (PRIOR_ALPHA, from the shipped pair's measured acceptance), moved
@@ -53,7 +51,7 @@ from jspec.decode.state import DraftMode, Models
 from jspec.model.decoder import compile_options, is_stacked
 from jspec.model.sampling import Sampler
 from jspec.files import atomic_write
-from jspec.paths import AUTOTUNE_DIR, cache_root
+from jspec.paths import cache_root
 from jspec.runtime import programs, sharding
 
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)  # K tried by auto (<= config.MAX_LOOKAHEAD): few programs to compile
@@ -76,10 +74,6 @@ ROW_SPREAD = 0.07
 # What the costs depend on besides their shapes: the code a timed loop runs (a cost file of other code is never
 # read back; nothing to bump by hand).
 TIMED_CODE = ("config.py", "numerics.py", "struct.py", "int2", "kernels", "cache", "attention", "model", "decode")
-# Cost files as cache_root()/lookahead holds them, measured on an H200 for the README command's shapes, shipped
-# beside XLA's autotuning results (paths.AUTOTUNE_DIR): a key names the device kind, JAX, the models and shapes,
-# so elsewhere none matches and the costs are measured.
-SHIPPED = AUTOTUNE_DIR / "lookahead"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,7 +395,7 @@ def measure(m: Models, kv: KVConfig, B: int, capacity: int, context: int, k_max:
 
 def _cached(memo: dict, parts: dict, starting=None) -> dict:
     """{name: seconds per step of each of its loops} for parts {name: (what it depends on, its loop count, its
-    loops)} on this device and JAX: from memo, else from its file under cache_root()/lookahead or SHIPPED, else
+    loops)} on this device and JAX: from memo, else from its file under cache_root()/lookahead, else
     measured (then kept in memo and the former): the missing parts' loops are compiled together
     (programs.compile_all), then timed one at a time. A file that does not hold as many positive finite times as
     the part has loops is measured again and replaced, with one warning line for all such files."""
@@ -412,12 +406,10 @@ def _cached(memo: dict, parts: dict, starting=None) -> dict:
                       jax=jax.__version__, code=programs.source_digest(*TIMED_CODE))
         key = hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:32]
         path = cache_root() / "lookahead" / f"{name}-{key}.json"
-        for file in (path, SHIPPED / path.name):
-            if key in memo:
-                break
-            value = _read_times(file, count)
+        if key not in memo:
+            value = _read_times(path, count)
             if value is _BAD:
-                bad.append(file)
+                bad.append(path)
             elif value is not None:
                 memo[key] = value
         if key not in memo:

@@ -25,7 +25,6 @@ import numpy as np
 
 from jspec.kernels.common import LN2, LOG2E, RAW_OFFSET, merge_lse
 from jspec.kernels.hopper import decode, verify
-from jspec.runtime.startup import jax_patch
 from jspec.kernels.hopper.decode import DECODE_MAX_ROWS, DecodeConfig
 from jspec.kernels.hopper.ptx import plgpu
 from jspec.kernels.hopper.verify import VerifyConfig
@@ -33,9 +32,6 @@ from jspec.kernels.reference import int2_attention_reference
 
 __all__ = ["DECODE_MAX_ROWS", "MAX_ROWS", "DecodeConfig", "VerifyConfig", "available", "finish",
            "int2_attention_mosaic"]
-
-if plgpu is not None:
-    jax_patch.install()  # the same kernel, the same cache key, whatever the process lowered before
 
 # Query rows per KV head (GQA group x query positions) one call takes: they are wgmma's N, and Q', W and
 # the f32 output tile grow with them in shared memory (about 0.9 KB per row: 256 rows asked 258 KB of the

@@ -14,7 +14,7 @@ import jax
 
 from jspec.files import atomic_write
 from jspec.paths import AUTOTUNE_DIR
-from jspec.runtime.startup import jax_cache
+from jspec.runtime.startup import jax_cache, jax_patch
 
 
 def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
@@ -23,7 +23,8 @@ def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
     is kept, the small ones too (the weight fold, the cache allocation), which would otherwise cost a
     compile each (a tenth of a second on GPU) at every start. Past max_gib, JAX evicts the least recently
     used programs. An entry that cannot be read (torn) is compiled again and replaced, and the cache's
-    troubles are one warning line (jax_cache.Store).
+    troubles are one warning line (jax_cache.Store). Mosaic GPU kernels lowered from now on are named by their
+    content (jax_patch), so a later process finds the programs that hold them.
 
     Always with a size bound where this process may write: JAX's evicting cache keeps an access-time file
     beside each entry and fails every later write in a directory where an entry lacks one (as an unbounded
@@ -38,6 +39,7 @@ def use_compile_cache(path: str | Path, max_gib: float = 4.0) -> None:
         print(f"warning: no compile cache: {e}; compiling every program", file=sys.stderr)
         return
     store = jax_cache.install()
+    jax_patch.install()  # a Mosaic GPU kernel keyed by its content, whatever the process lowered before
     writable = jax_cache.writable(path)
     if writable:
         _stamp_entries(path)

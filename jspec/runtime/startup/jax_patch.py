@@ -1,12 +1,13 @@
-"""The one patch of JAX in jspec: Mosaic GPU's lowering rule wrapped so that each kernel is named by its content.
+"""Mosaic GPU's lowering rule wrapped so that each kernel is named by its content (jax_cache holds the other
+patch of JAX internals; compile_cache.use_compile_cache installs both, when a cache is turned on).
 
 Why a patch: JAX's Mosaic GPU lowering (jax 0.11; jax.experimental.mosaic.gpu.core._mosaic_gpu_lowering_rule,
 which Pallas's plgpu.kernel calls through that module attribute) stamps each kernel module with
 `mosaic_gpu.dump_basename` = "<kernel>_<n>", n counting the kernels the process has lowered so far. The module
 is embedded in the program, so n is part of the program's persistent compilation cache key, and a process that
-lowered other kernels first misses the cache (cache_keys says what that cost). JAX offers no hook to name a
-kernel or to see the modules it lowers, so the rule is wrapped: cache_keys.note renames the module to
-"<sym_name>_<digest of the module>" and notes it for cache_keys.prime. jax 0.10 sets no counted name (the
+lowered other kernels first misses the cache (mosaic_keys says what that cost). JAX offers no hook to name a
+kernel or to see the modules it lowers, so the rule is wrapped: mosaic_keys.note renames the module to
+"<sym_name>_<digest of the module>" and notes it for mosaic_keys.prime. jax 0.10 sets no counted name (the
 wrapper then only notes); a JAX without the private rule gets no patch (install does nothing).
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from jspec.runtime.startup import mosaic_keys as cache_keys
+from jspec.runtime.startup import mosaic_keys
 
 
 def install() -> None:
@@ -30,7 +31,7 @@ def install() -> None:
 
     @functools.wraps(rule)
     def lowering_rule(ctx, *args, module, **params):
-        cache_keys.note(tuple(ctx.avals_in), module, params)
+        mosaic_keys.note(tuple(ctx.avals_in), module, params)
         return rule(ctx, *args, module=module, **params)
 
     lowering_rule.names_kernels = True

@@ -17,7 +17,8 @@ build of 16.2 s against 0.5 s; compiled beside the parts it still waited, 14.3 s
 the programs is found in jaxlib's in-process cache: the 8B + draft cold compile took 30-33 s against 48-52 s
 on one H200 host (docs/kernels.md).
 
-The lowering is reached through jax_patch, the one module that patches JAX (it says why).
+The lowering is reached through jax_patch (it says why), which compile_cache.use_compile_cache installs: kernels
+are named and noted only while a compilation cache is on.
 """
 
 from __future__ import annotations
