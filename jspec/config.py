@@ -423,14 +423,32 @@ class Options:
     # one program serves every prompt length up to the capacity; at most the default recent window, else a chunk
     # would read its own older rows as INT2.
     prefill_chunk: int = 256
+    # The JAX platform the programs are built for ("gpu", "cpu"): the fused switches' auto choice and the kernels'
+    # interpret mode follow it. engine.load decides it once (default_platform); None asks JAX where it is read.
+    platform: str | None = None
 
     def __post_init__(self):
+        if self.platform is not None and not (isinstance(self.platform, str) and self.platform):
+            raise ConfigError(f"platform must be None or a JAX platform name such as 'gpu', got {self.platform!r}")
         for name in ("fused_commit", "fused_window", "fused_norms"):
             if getattr(self, name) not in (None, True, False):
                 raise ConfigError(f"{name} must be None (auto), True or False, got {getattr(self, name)!r}")
         if self.commit_group is not None:
             check_int("commit_group", self.commit_group, 1, INT32_MAX)
         check_int("prefill_chunk", self.prefill_chunk, 1, INT32_MAX)
+
+    @property
+    def gpu(self) -> bool:
+        """Whether the programs are built for a GPU (platform, else JAX's default backend)."""
+        return (self.platform or default_platform()) == "gpu"
+
+
+def default_platform() -> str:
+    """JAX's default backend: where jspec asks which platform it runs on (jax is imported here, not with config:
+    `jspec generate --help` imports no jax)."""
+    import jax
+
+    return jax.default_backend()
 
 
 FUSED_NORM_WIDTH = 1024  # measured to pay at 4096 (the 8B shape); the shipped pair (384, 256) stays in XLA

@@ -96,7 +96,8 @@ def test_add_norm_compiled_matches_xla(shape, dtype):
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 def test_fused_norms_on_gpu():
     """On a GPU forwards of 8B width take the kernel, but not under a mesh, nor the shipped pair's widths."""
-    assert model.fused_norms(4096) and not model.fused_norms(384) and not model.fused_norms(4096, False)
+    assert model.fused_norms(4096) and not model.fused_norms(384)
+    assert not model.fused_norms(4096, Options(fused_norms=False))
     with jax.set_mesh(jax.make_mesh((1, 1), ("dp", "tp"))):
         assert not model.fused_norms(4096)
 

@@ -149,7 +149,7 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
     assert int(got.length[0]) == 13
 
 
-def test_commit_groups_of_layers_lower_to_one_kernel(monkeypatch):
+def test_commit_groups_of_layers_lower_to_one_kernel():
     """Options.commit_group = 2 over four layers: two calls of one Triton kernel (a program lowers and XLA compiles
     it once), where None is one call of a kernel that branches over the four layers. Traced as on a GPU
     (not in interpret mode), lowered for CUDA."""
@@ -157,10 +157,8 @@ def test_commit_groups_of_layers_lower_to_one_kernel(monkeypatch):
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
     cache = kvcache.init_cache(cfg, KVConfig("int2", sink=2, recent=4), 1, 32, jnp.bfloat16)
     rows = tuple(jnp.ones((1, 1, 2, 16), jnp.bfloat16) for _ in range(4))
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-
     def kernels(group):
-        options = Options(commit_group=group)
+        options = Options(commit_group=group, platform="gpu")
         commit = jax.jit(lambda c, k, v: kvcache.commit(c, k, v, jnp.ones((1,), jnp.int32), options))
         text = commit.trace(cache, rows, rows).lower(lowering_platforms=("cuda",)).as_text()
         return re.findall(r"call @(commit_int2\w*)", text), text.count("__gpu$xla.gpu.triton(")
@@ -175,21 +173,20 @@ def test_fused_commit_refuses_groups_smaller_than_a_row():
         _fused(dataclasses.replace(layer, qparams=jnp.zeros((B, H, 4, T, 2), jnp.bfloat16)), k, v, slot, hist, kv)
 
 
-def test_the_fused_commit_is_the_default_on_one_gpu_only(monkeypatch):
+def test_the_fused_commit_is_the_default_on_one_gpu_only():
     """Options.fused_commit None: on a GPU outside a mesh (GSPMD cannot split the kernel), never on the CPU,
     nor for BF16 caches or groups smaller than a row; True and False force it."""
     layer, *_, kv = _case(0, jnp.bfloat16, (0.96, 0.92))
     grouped = dataclasses.replace(layer, qparams=jnp.zeros((B, H, 4, T, 2), jnp.bfloat16))
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("dp", "tp"))
-    on = lambda kv=kv, layer=layer, switch=None: kvcache._fused_commit(kv, layer, switch)  # noqa: E731
-    assert Options().fused_commit is None and on() == (jax.default_backend() == "gpu")
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    on = lambda kv=kv, layer=layer, switch=None, platform="gpu": kvcache._fused_commit(  # noqa: E731
+        kv, layer, Options(fused_commit=switch, platform=platform))
+    assert Options().fused_commit is None and on(platform=None) == (jax.default_backend() == "gpu")
     assert on() and not on(layer=grouped) and not on(kv=KVConfig("bf16"))
     with jax.set_mesh(mesh):
         assert not on()
     assert not on(switch=False)
-    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
-    assert on(switch=True) and not on(layer=grouped, switch=True)
+    assert not on(platform="cpu") and on(switch=True, platform="cpu") and not on(layer=grouped, switch=True)
 
 
 @pytest.mark.gpu
@@ -201,7 +198,7 @@ def test_compiled_fused_commit_matches_commit_layer(sdt, warps):
     value sits on a rounding boundary (the kernel's division may round differently from XLA's). The jnp
     commit_layer, not the kernel it picks by default on a GPU."""
     args = _case(3, sdt, (0.96, 0.92))
-    want = kvcache.commit_layer(*args[:5], kv=args[5], fused=False)
+    want = kvcache.commit_layer(*args[:5], kv=args[5], options=Options(fused_commit=False))
     got = _fused(*args, interpret=False, warps=warps)
     for name in ("k", "v"):
         np.testing.assert_array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name)))
@@ -220,7 +217,7 @@ def test_compiled_all_layers_commit_matches_commit_layer(dtype):
     got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
                                   planes=kvcache.INT2_PLANES)
     for c, g in zip(cases, got):
-        want = kvcache.commit_layer(*c[:5], kv=kv, fused=False)
+        want = kvcache.commit_layer(*c[:5], kv=kv, options=Options(fused_commit=False))
         np.testing.assert_array_equal(np.asarray(g[0]), np.asarray(want.k))
         np.testing.assert_array_equal(np.asarray(g[1]), np.asarray(want.v))
         np.testing.assert_allclose(np.asarray(g[3], np.float32), np.asarray(want.qparams, np.float32), rtol=2.0**-7)

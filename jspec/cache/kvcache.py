@@ -191,12 +191,13 @@ def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options())
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
     stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
-    fused, G = _fused_commit(kv, first, options.fused_commit), options.commit_group
+    fused, G = _fused_commit(kv, first, options), options.commit_group
+    interpret = not options.gpu
     if fused and (cache.stacked or not G):  # every layer's in one kernel
-        layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv)
+        layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv, interpret=interpret)
     elif fused:  # a kernel per G layers
         layers = sum((_commit_fused(cache.layers[i: i + G], stack(new_k[i: i + G]), stack(new_v[i: i + G]), slot,
-                                    hist, kv=kv) for i in range(0, len(cache.layers), G)), ())
+                                    hist, kv=kv, interpret=interpret) for i in range(0, len(cache.layers), G)), ())
     elif cache.stacked:
         layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(
             cache.layers, stack(new_k), stack(new_v))
@@ -206,19 +207,20 @@ def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options())
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
 
-def _fused_commit(kv: KVConfig, layer: LayerKV, switch: bool | None) -> bool:
-    """Whether the INT2 commit runs as kernels/int2_commit.py's kernel (a row is one group); switch:
-    Options.fused_commit (None: on a GPU outside a mesh, where GSPMD would have to split the kernel)."""
+def _fused_commit(kv: KVConfig, layer: LayerKV, options: Options) -> bool:
+    """Whether the INT2 commit runs as kernels/int2_commit.py's kernel (a row is one group): Options.fused_commit
+    (None: on a GPU (Options.platform) outside a mesh, where GSPMD would have to split the kernel)."""
+    switch = options.fused_commit
     if not (kv.int2 and layer.qparams.shape[-1] == 1) or switch is False:
         return False
-    return switch or (jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty)
+    return switch or (options.gpu and jax.sharding.get_abstract_mesh().empty)
 
 
-def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig, fused: bool | None = None) -> LayerKV:
+def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig, options: Options = Options()) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
-    history slots hist [B, n] (out-of-range slots are dropped); fused: Options.fused_commit."""
-    if _fused_commit(kv, layer, fused):
-        return _commit_fused((layer,), k[None], v[None], slot, hist, kv=kv)[0]
+    history slots hist [B, n] (out-of-range slots are dropped); options: Options.fused_commit and platform."""
+    if _fused_commit(kv, layer, options):
+        return _commit_fused((layer,), k[None], v[None], slot, hist, kv=kv, interpret=not options.gpu)[0]
     return _scatter_commit(layer, k, v, slot, hist, kv=kv)
 
 
@@ -233,13 +235,13 @@ def _scatter_commit(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerK
     return dataclasses.replace(layer, **upd)
 
 
-def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig) -> tuple[LayerKV, ...] | LayerKV:
+def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig, interpret: bool) -> tuple[LayerKV, ...] | LayerKV:
     """The fused commit of k, v [L, B, n, Hkv, D] into L layers (or one LayerKV of [L, ...] stacks): one kernel
-    (pallas/int2_commit.py)."""
+    (pallas/int2_commit.py; interpret: off a GPU)."""
     stacked = isinstance(layers, LayerKV)
     layers = (layers,) if stacked else layers
     bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clip_k,
-                       clip_v=kv.clip_v, planes=INT2_PLANES, interpret=jax.default_backend() != "gpu")
+                       clip_v=kv.clip_v, planes=INT2_PLANES, interpret=interpret)
     out = tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
     return out[0] if stacked else out
 

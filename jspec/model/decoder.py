@@ -248,7 +248,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
-    fused = fused_norms(cfg.hidden_size, options.fused_norms)
+    fused = fused_norms(cfg.hidden_size, options)
     y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
     rows = lambda i: None if scratch is None else (scratch.k[i], scratch.v[i], at)  # layer i's scratch
     if is_stacked(params):
@@ -313,14 +313,14 @@ def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, scr
     return entering, x, mlp(lp, h), q, k, v
 
 
-def fused_norms(width: int, switch: bool | None = None) -> bool:
-    """Whether forwards of a model this wide take add_rms_norm's kernel (switch: Options.fused_norms). Auto: on a
-    GPU, without a mesh (a Pallas call takes whole arrays: under GSPMD it would gather the sharded rows onto every
+def fused_norms(width: int, options: Options = Options()) -> bool:
+    """Whether forwards of a model this wide take add_rms_norm's kernel (Options.fused_norms). Auto: on a
+    GPU (Options.platform), without a mesh (a Pallas call takes whole arrays: under GSPMD it would gather the sharded rows onto every
     device), from FUSED_NORM_WIDTH: narrower models stay in XLA, whose fusions the shipped autotuning results
     cover; each kernel shape would add a Triton compile to their cold start, for a gain not measured."""
-    if switch is not None:
-        return switch
-    return width >= FUSED_NORM_WIDTH and jax.default_backend() == "gpu" and jax.sharding.get_abstract_mesh().empty
+    if options.fused_norms is not None:
+        return options.fused_norms
+    return width >= FUSED_NORM_WIDTH and options.gpu and jax.sharding.get_abstract_mesh().empty
 
 
 def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):

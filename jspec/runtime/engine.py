@@ -21,7 +21,7 @@ import numpy as np
 from jspec import files
 from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
-                          ModelConfig, Options, SamplingConfig, check_stops)
+                          ModelConfig, Options, SamplingConfig, check_stops, default_platform)
 from jspec.decode import loop as decode, stops
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3
@@ -446,8 +446,8 @@ def _per_row(name: str, value, n: int) -> list:
     return list(value)
 
 
-def _default_impl() -> str:
-    return "pallas" if jax.default_backend() == "gpu" else "reference"
+def _default_impl(options: Options = Options()) -> str:
+    return "pallas" if options.gpu else "reference"
 
 
 def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> None:
@@ -498,7 +498,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.runtime.sharding).
     scan_layers: the target's and draft's layers stacked (model.stack_layers), each forward one lax.scan: programs
     that compile ~4x and load ~17x faster, a decode step 0-6% slower in INT2 (BF16 11% at batch 1; H200, README).
-    options: how the programs are built (config.Options; the defaults are what runs).
+    options: how the programs are built (config.Options; the defaults are what runs; its platform, where None,
+    is JAX's default backend).
     """
     model_dir = Path(model) if model else DEFAULT_TARGET
     if dtype not in ("bfloat16", "float32"):
@@ -514,7 +515,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype)).replace(window=draft_window)
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
-    impl = _default_impl() if attn_impl == "auto" else attn_impl
+    options = dataclasses.replace(options, platform=options.platform or default_platform())  # decided once, here
+    impl = _default_impl(options) if attn_impl == "auto" else attn_impl
     mesh = sharding.resolve_mesh(mesh, cfg)
     if scan_layers:
         params = stack_layers(params)
