@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from jspec.attention import rule
-from jspec.cache import kvcache
+from jspec.cache import kvcache, scratch
 from jspec.config import KVConfig
 from jspec.decode import drafters, loop as decode
 from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
@@ -146,8 +146,9 @@ def test_self_draft_leaves_the_cache_as_a_plain_run():
 
 
 def test_window_attention_is_a_masked_softmax():
-    """attend over a window view of an INT2 cache, with queries past the given rows (a self-draft step's offset)
-    == softmax over the positions p <= t with p < S or p > t - R, in float32 from the original rows."""
+    """attend over a scratch view of an INT2 cache (its window and the rows written past its length; a self-draft
+    step's) == softmax over the positions p <= t with p < S or p > t - R, in float32 from the original rows. The
+    scratch's unwritten rows (here the query's own and its future) are not read from it."""
     kv, Bq, H, D, T, m, at = KVConfig("int2", sink=2, recent=5), 2, 2, 8, 16, 3, 1
     keys = jax.random.split(jax.random.key(0), 3)
     k_all, v_all = (jax.random.normal(x, (Bq, T + m, H, D)) for x in keys[:2])
@@ -157,8 +158,10 @@ def test_window_attention_is_a_masked_softmax():
     cache = kvcache.commit(cache, [k_all[:, :T]], [v_all[:, :T]], length)
     rows = lambda x: jnp.take_along_axis(x, (length[:, None] + jnp.arange(m))[..., None, None], axis=1)
     q = jax.random.normal(keys[2], (Bq, 1, 2 * H, D))
-    got = rule.attend(q, rows(k_all), rows(v_all), kvcache.window_view(cache).layers[0], length,
-                      dataclasses.replace(kv, mode="window"), offset=at)
+    sc = scratch.Scratch(rows(k_all)[None], rows(v_all)[None], jnp.int32(at))  # rows at length + 0..m-1, `at` written
+    view = scratch.view(cache, sc)
+    got = rule.attend(q, rows(k_all)[:, at: at + 1], rows(v_all)[:, at: at + 1], view.layer(0), view.length,
+                      view.kv)
     for b in range(Bq):
         t = int(length[b]) + at
         p = np.arange(t + 1)

@@ -1,7 +1,6 @@
-"""The self-draft: the target itself over the BF16 sink + recent window of its own cache (kvcache.window_view:
-the INT2 history is never read) and the round's provisional rows, kept in a scratch (model.decoder.Scratch) that
-lives for the round only: nothing it drafts reaches the cache, the ring's accounting or the history. No weights
-of its own."""
+"""The self-draft: the target itself over the BF16 sink + recent window of its own cache and the round's
+provisional rows, read through a cache.scratch view (the INT2 history is never read). The scratch lives for the
+round only: nothing it drafts reaches the cache, the ring's accounting or the history. No weights of its own."""
 
 from __future__ import annotations
 
@@ -9,29 +8,26 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from jspec.cache import kvcache
-from jspec.cache.kvcache import window_view
+from jspec.cache import kvcache, scratch
+from jspec.cache.scratch import Scratch
 from jspec.decode.drafters.base import Probe, Proposer, at_context, draw, key_at, rollout
 from jspec.decode.state import DecodeState, Models
-from jspec.model.decoder import Scratch, forward, is_stacked
+from jspec.model.decoder import forward, is_stacked
 from jspec.model.sampling import Sampler
 
 
 def new_scratch(m: Models, cache) -> Scratch:
-    """An empty scratch for a self-draft round: K rows per layer, in the cache's dtype."""
-    L = m.target_cfg.num_layers
-    B, (_, H, _, D) = cache.length.shape[0], cache.layer(0).k.shape
-    rows = lambda: jnp.zeros((L, B, m.lookahead, H, D), cache.layer(0).k.dtype)  # two buffers: both may be donated
-    return Scratch(rows(), rows(), jnp.int32(0))
+    """An empty scratch for a self-draft round over the target's cache: K rows per layer, in the cache's dtype."""
+    return scratch.new_scratch(cache, m.target_cfg.num_layers, m.lookahead)
 
 
 def self_token(m: Models, cache, sc: Scratch, d, key, sampler: Sampler):
-    """One self-draft step: d [B] fed at position cache.length + sc.at, its rows written into the scratch ->
-    (the scratch advanced by one row, the next draft [B], its q [B, V] or None). The cache is only read."""
-    logits, (k, v) = forward(m.target, m.target_cfg, d[:, None], window_view(cache), options=m.options, scratch=sc)
-    stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, K, Hkv, D]
+    """One self-draft step: d [B] fed at position cache.length + sc.at over the cache's window and the scratch,
+    its rows written into the scratch -> (the scratch advanced by one row, the next draft [B], its q [B, V] or
+    None). The cache is only read."""
+    logits, (k, v) = forward(m.target, m.target_cfg, d[:, None], scratch.view(cache, sc), options=m.options)
     d, q = draw(key, logits[:, -1], sampler)
-    return Scratch(stack(k), stack(v), sc.at + 1), d, q
+    return scratch.write(sc, k, v), d, q
 
 
 @dataclasses.dataclass(frozen=True)
