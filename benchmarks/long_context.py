@@ -35,6 +35,7 @@ import numpy as np
 import jspec
 from jspec.cache import kvcache
 from jspec.config import GenerateConfig, KVConfig, SamplingConfig
+from jspec.decode import drafters
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models
 from jspec.model import decoder as model, head, rotation
 from jspec.runtime import lookahead
@@ -90,7 +91,7 @@ def drafter(name, draft, hp, dcfg, hcfg) -> Drafter:
 def cache_bytes(m: Models, kv: KVConfig, B: int, cap: int) -> int:
     """What the target's and the drafter's caches of a call take (allocation sizes)."""
     caches = jax.eval_shape(lambda: (kvcache.init_cache(m.target_cfg, kv, B, cap, jnp.bfloat16, K),
-                                     m.drafter.init_cache(B, cap, jnp.bfloat16, K)))
+                                     drafters.init_cache(m.drafter, B, cap, jnp.bfloat16, K)))
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(caches))
 
 
@@ -127,7 +128,7 @@ def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float) -> list[dict]:
                     rows.append(dict(row, skipped="time budget"))
                     continue
                 costs = lookahead.measure(m, kv, B, cap, ctx, K, jnp.bfloat16, memo=memo)
-                step, draft_s, verify = costs.verify_at(1), costs.draft(m.draft_mode, K), costs.verify_at(K + 1)
+                step, draft_s, verify = costs.verify_at(1), costs.draft(m.drafter.mode, K), costs.verify_at(K + 1)
                 row.update(measured_ms=dict(plain_step=step * 1e3, verify=verify * 1e3, draft_round=draft_s * 1e3),
                            costs_ms=costs.as_ms())
                 if name in taus:

@@ -52,6 +52,8 @@ import numpy as np
 import jspec
 from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
+from jspec.decode.drafters import Probe
+from jspec.decode.drafters.head import target_features
 from jspec.decode.state import Drafter, DraftMode, Models
 from jspec.paths import CHECKPOINTS
 from jspec.io import eagle3
@@ -318,13 +320,14 @@ def part_b_head(tau: float | None, K: int = 4, ctx: int = 8192, small: bool = Fa
 
     def verify_features(m, carry):  # the verify forward of a head round: logits and features, commit of none
         tok, cache = carry
-        logits, (k, v), f = m.target_features(tok, cache)
+        logits, (k, v), f = target_features(m, tok, cache)
         cache = kvcache.commit(cache, k, v, jnp.zeros_like(cache.length))
         return jnp.argmax(logits, -1).astype(jnp.int32) + (f[..., 0] > 1e30), cache  # f used: fc is not elided
 
     cache = kvcache.init_cache(cfg, int2, 1, cap, jnp.bfloat16, K)
     cache = cache.replace(length=jnp.full((1,), ctx, jnp.int32))
-    t_verify_f = lookahead._per_step(verify_features, m, (jnp.zeros((1, K + 1), jnp.int32), cache), 8)
+    carry = (jnp.zeros((1, K + 1), jnp.int32), cache)
+    t_verify_f = lookahead.per_step(Probe({}, m, verify_features, lambda place: carry), 8)
     t_step, t_verify, t_head = costs.verify_at(1), costs.verify_at(K + 1), costs.head_step
     lc = hcfg.layer
     out = dict(ctx=ctx, K=K, small=small, head=dict(hidden=lc.hidden_size, heads=lc.num_heads, kv_heads=lc.num_kv_heads,

@@ -336,6 +336,32 @@ class SamplingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DraftSpec:
+    """A drafter as load's draft argument and the CLI's --draft name it: "ngram" (the copy alone), "ngram+X" (the
+    copy where a row has a match, X elsewhere) or X alone, where X is a draft model's or head's directory, "auto",
+    "self", "none" or a registered drafter's name (decode.drafters.registry)."""
+
+    copies: bool  # the n-gram copy in front
+    model: str | Path | None  # X; None: the copy alone (or no drafter)
+
+    @classmethod
+    def parse(cls, draft: str | Path | None) -> DraftSpec:
+        """ConfigError for "ngram+" with nothing after the '+'."""
+        if not isinstance(draft, str) or draft.partition("+")[0] != "ngram":
+            return cls(False, draft)
+        model = draft.partition("+")[2]
+        if draft != "ngram" and not model:
+            raise ConfigError("draft 'ngram+' needs a draft model after the '+': a directory, auto or self")
+        return cls(True, model or None)
+
+    def mode(self, model_mode: str | None) -> str:
+        """The drafter's name when X drafts as model_mode ("model", "self", ...; None: no X)."""
+        if model_mode is None:
+            return "ngram" if self.copies else "none"
+        return f"ngram+{model_mode}" if self.copies else model_mode
+
+
+@dataclasses.dataclass(frozen=True)
 class GenerateConfig:
     """One generate call: lengths, speculation and stopping."""
 

@@ -5,6 +5,7 @@ import jax
 import pytest
 
 import jspec
+from jspec.decode import drafters
 from jspec.runtime import lookahead, programs
 from jspec.runtime.lookahead import Costs, choose, expected_tokens, speedup
 
@@ -49,7 +50,7 @@ def test_acceptance_estimate():
         for K in (1, 4, 16):
             assert lookahead.alpha_from_accepted(expected_tokens(alpha, K) - 1, K) == pytest.approx(alpha, abs=1e-6)
     seen = (0, 0)
-    assert lookahead.estimate("ngram", seen) == (lookahead.PRIOR_ALPHA["ngram"], "prior")
+    assert lookahead.estimate("ngram", seen) == (drafters.proposer("ngram").prior_alpha, "prior")
     assert lookahead.observe(seen, 0, 10, 0) == seen  # no drafts, nothing learnt
     seen = lookahead.observe(seen, 4, 100, 400)  # every draft accepted
     alpha, source = lookahead.estimate("ngram", seen)
@@ -62,10 +63,10 @@ def test_batch_learns_from_its_slowest_row():
     starts from a lower prior."""
     slow = lookahead.observe((0, 0), 4, 8, 0)
     assert lookahead.observe_batch((0, 0), 4, [2, 8], [9, 9]) == slow
-    assert lookahead.estimate("ngram", slow)[0] < lookahead.PRIOR_ALPHA["ngram"]
+    assert lookahead.estimate("ngram", slow)[0] < drafters.proposer("ngram").prior_alpha
     assert lookahead.observe_batch((0, 0), 4, [], []) == (0, 0)
     priors = [lookahead.prior("model", B) for B in (1, 8, 64)]
-    assert priors[0] == lookahead.PRIOR_ALPHA["model"] and priors[0] > priors[1] > priors[2] >= 0
+    assert priors[0] == drafters.proposer("model").prior_alpha and priors[0] > priors[1] > priors[2] >= 0
     assert [lookahead.batch_bucket(B) for B in (1, 2, 3, 8, 9)] == [1, 2, 4, 8, 16]
 
 

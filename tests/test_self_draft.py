@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from jspec.attention import rule
-from jspec.cache import kvcache
+from jspec.cache import kvcache, scratch
 from jspec.config import KVConfig
-from jspec.decode import loop as decode
+from jspec.decode import drafters, loop as decode
 from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
 from jspec.model.sampling import Sampler
 from jspec.runtime import engine, lookahead
@@ -51,7 +51,7 @@ def _drafter(draft_mode: str, draft, target: str) -> Drafter:
     if mode == DraftMode.HEAD:
         hcfg, hp = _echo_head(target) if draft == "echo" else _head(draft)
         return Drafter(head=hp, mode=mode, head_cfg=hcfg, window=WINDOW)
-    if mode.uses_model:
+    if mode in (DraftMode.MODEL, DraftMode.NGRAM_MODEL):
         return Drafter(_draft(draft, target), mode=mode, model_cfg=CFG, window=WINDOW)
     return Drafter(mode=mode)
 
@@ -66,7 +66,7 @@ def _generate(mode, K, draft_mode, draft=None, target="random", prompts="random"
         cache = poison(cache)
     args = ProgramArgs(m, jnp.asarray(PROMPTS[prompts]()), jnp.asarray(LENS), jnp.full((B,), MAX_NEW, jnp.int32),
                        Sampler.make(B), jnp.arange(B, dtype=jnp.int32), cache,
-                       drafter.init_cache(B, cap, jnp.float32, K), jnp.asarray([eos], jnp.int32))
+                       drafters.init_cache(drafter, B, cap, jnp.float32, K), jnp.asarray([eos], jnp.int32))
     key = (mode, K, draft_mode, draft, target)
     if key not in _programs:
         _programs[key] = decode.generate_program.lower(*args).compile(_COMPILE)
@@ -85,7 +85,7 @@ def test_greedy_self_equals_plain(mode):
         assert s.accepted.sum() > 0 and (s.accepted < K * s.rounds).any()
     else:
         np.testing.assert_array_equal(s.accepted, K * s.rounds)
-    assert s.draft_cache is None
+    assert s.draft is None  # the self-draft keeps no state between rounds
 
 
 def test_greedy_ngram_self_equals_plain():
@@ -107,8 +107,9 @@ def test_windowed_drafter_caches_equal_plain(draft_mode, draft, target):
     s = _generate("int2", K, draft_mode, draft, target=target)
     _assert_output(s, _cut(_plain("int2", target), NO_EOS))
     assert s.accepted.sum() > 0
-    layer = s.draft_cache.layers[0]
-    assert s.draft_cache.kv == WINDOW and layer.history_slots == 0
+    dc = drafters.proposer(draft_mode).cache_of(s.draft)
+    layer = dc.layers[0]
+    assert dc.kv == WINDOW and layer.history_slots == 0
     assert layer.k.shape[2] == WINDOW.sink + WINDOW.recent + K + 1
 
 
@@ -145,8 +146,9 @@ def test_self_draft_leaves_the_cache_as_a_plain_run():
 
 
 def test_window_attention_is_a_masked_softmax():
-    """attend over a window view of an INT2 cache, with queries past the given rows (a self-draft step's offset)
-    == softmax over the positions p <= t with p < S or p > t - R, in float32 from the original rows."""
+    """attend over a scratch view of an INT2 cache (its window and the rows written past its length; a self-draft
+    step's) == softmax over the positions p <= t with p < S or p > t - R, in float32 from the original rows. The
+    scratch's unwritten rows (here the query's own and its future) are not read from it."""
     kv, Bq, H, D, T, m, at = KVConfig("int2", sink=2, recent=5), 2, 2, 8, 16, 3, 1
     keys = jax.random.split(jax.random.key(0), 3)
     k_all, v_all = (jax.random.normal(x, (Bq, T + m, H, D)) for x in keys[:2])
@@ -156,8 +158,10 @@ def test_window_attention_is_a_masked_softmax():
     cache = kvcache.commit(cache, [k_all[:, :T]], [v_all[:, :T]], length)
     rows = lambda x: jnp.take_along_axis(x, (length[:, None] + jnp.arange(m))[..., None, None], axis=1)
     q = jax.random.normal(keys[2], (Bq, 1, 2 * H, D))
-    got = rule.attend(q, rows(k_all), rows(v_all), kvcache.window_view(cache).layers[0], length,
-                      dataclasses.replace(kv, mode="window"), offset=at)
+    sc = scratch.Scratch(rows(k_all)[None], rows(v_all)[None], jnp.int32(at))  # rows at length + 0..m-1, `at` written
+    view = scratch.view(cache, sc)
+    got = rule.attend(q, rows(k_all)[:, at: at + 1], rows(v_all)[:, at: at + 1], view.layer(0), view.length,
+                      view.kv)
     for b in range(Bq):
         t = int(length[b]) + at
         p = np.arange(t + 1)
@@ -174,13 +178,14 @@ def test_windowed_draft_cost_is_flat_with_context():
     """The cost part of a windowed draft is timed over the cache the engine builds: its buffers are the same at
     every capacity past the window (so is the step that reads them), while the target's grow."""
     d = Drafter(_draft("near"), mode=DraftMode.MODEL, model_cfg=CFG, window=WINDOW)
-    draft_bytes = [d.init_cache(1, cap, jnp.float32, 3).nbytes() for cap in (16, 32, 64)]
+    draft_bytes = [drafters.init_cache(d, 1, cap, jnp.float32, 3).nbytes() for cap in (16, 32, 64)]
     target_bytes = [kvcache.init_cache(CFG, KVS["int2"], 1, cap, jnp.float32, 3).nbytes() for cap in (16, 32, 64)]
     assert len(set(draft_bytes)) == 1 and target_bytes[0] < target_bytes[1] < target_bytes[2]
     assert d.cache_kv(6) == KVConfig("bf16") and d.cache_kv(7) == WINDOW  # full while the capacity fits the window
     m = Models(_target(), d, CFG, 3)
-    loops = [lookahead._draft_loop(m, 1, cap, cap - 4, jnp.float32, None, 1) for cap in (32, 64)]
-    shapes = [[x.shape for x in jax.tree.leaves(loop.make())] for loop in loops]
+    probes = [drafters.proposer("model").probes(m, KVS["int2"], 1, cap, cap - 4, 3, jnp.float32)["draft"]
+              for cap in (32, 64)]
+    shapes = [[x.shape for x in jax.tree.leaves(p.make(lookahead._place(None)))] for p in probes]
     assert shapes[0] == shapes[1]
 
 
@@ -188,8 +193,11 @@ def test_load_parses_self_drafts():
     """load's draft argument: "self" and "ngram+self" need no weights."""
     for arg, mode in (("self", DraftMode.SELF), ("ngram+self", DraftMode.NGRAM_SELF)):
         d = engine._load_drafter(arg, None, CFG, None, jnp.float32)
-        assert d.mode == mode and d.model is None and d.head is None and d.init_cache(1, 64, jnp.float32, 3) is None
-    assert DraftMode.NGRAM_SELF.copies and DraftMode.NGRAM_SELF.drafts_itself and not DraftMode.SELF.copies
+        assert d.mode == mode and d.model is None and d.head is None
+        assert drafters.init_cache(d, 1, 64, jnp.float32, 3) is None
+    combined = drafters.proposer(DraftMode.NGRAM_SELF)
+    assert isinstance(combined, drafters.Combined) and isinstance(combined.inner, drafters.SelfDraft)
+    assert not isinstance(drafters.proposer(DraftMode.SELF), drafters.Combined)
 
 
 def test_lookahead_prices_the_self_draft_by_its_step():

@@ -164,7 +164,7 @@ def _check_placement(eng, mesh):
         put(f"target.{name}", getattr(lp, name), spec)
     put("target.lm_head", m.target.lm_head, P(None, "tp"))
     put("target.embed", m.target.embed, P())
-    put("draft.wqkv", m.draft.layers[0].wqkv, P())
+    put("draft.wqkv", m.drafter.model.layers[0].wqkv, P())
     put("prompts", prompts, P("dp"))
 
     def caches(prefix, c, dc):
@@ -177,7 +177,7 @@ def _check_placement(eng, mesh):
     caches("in.", cache, draft_cache)
     program, _ = eng.compile(args)
     state = jax.block_until_ready(program(*args))
-    caches("out.", state.cache, state.draft_cache)
+    caches("out.", state.cache, state.draft)  # the draft model's state: its cache
     return placement
 
 

@@ -25,6 +25,7 @@ import scipy.stats
 from jspec.cache import kvcache
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
 from jspec.decode import drafters, loop as decode, ngram, speculative
+from jspec.decode.drafters.head import head_hidden
 from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
 from jspec.model import head, decoder as model
 from jspec.model.sampling import Sampler, sample, warp
@@ -94,8 +95,8 @@ _programs = {}
 
 def _program(args: ProgramArgs):
     """The compiled generate program for these argument shapes/statics (one compile each)."""
-    key = (args.cache.kv, args.cache.capacity, args.models.lookahead, args.models.draft_mode, args.sampler.greedy,
-           args.models.head_cfg)
+    key = (args.cache.kv, args.cache.capacity, args.models.lookahead, args.models.drafter.mode,
+           args.sampler.greedy, args.models.drafter.head_cfg)
     if key not in _programs:
         lowered = decode.generate_program.lower(*args)
         _programs[key] = lowered.compile(_COMPILE)
@@ -225,10 +226,10 @@ def test_greedy_ngram_equals_plain(mode):
     s = _generate(mode, K, draft_mode="ngram", target="repeater", prompts="repeats")
     _assert_output(s, _cut(_plain(mode, "repeater", "repeats"), NO_EOS))
     assert s.accepted.sum() > 0 and (s.accepted < K * s.rounds).any()  # copies accepted, and rejected
-    assert s.draft_cache is None
+    history = s.draft  # the n-gram drafter's state: its history, no cache
     for b, n in enumerate(LENS):
-        np.testing.assert_array_equal(s.history[b, :n], _repeats()[b, :n])
-        np.testing.assert_array_equal(s.history[b, n : n + s.count[b]], s.tokens[b, : s.count[b]])
+        np.testing.assert_array_equal(history[b, :n], _repeats()[b, :n])
+        np.testing.assert_array_equal(history[b, n : n + s.count[b]], s.tokens[b, : s.count[b]])
 
 
 def test_greedy_ngram_with_model_equals_plain():
@@ -251,7 +252,7 @@ def test_greedy_head_equals_plain(mode, K, kind):
     s = _generate(mode, K, kind, eos=eos, draft_mode="head")
     _assert_output(s, _cut(_plain(mode), eos))
     assert (s.accepted <= K * s.rounds).all() and (s.rounds >= 1).all()
-    assert s.draft_cache is not None and s.head_feed is not None
+    assert s.draft.cache is not None and s.draft.feed is not None  # the head's state: its cache and feed
     if mode != "bf16":
         return
     # The head's cache holds, at every position t fed before the last round, the pair (fused target
@@ -265,7 +266,7 @@ def test_greedy_head_equals_plain(mode, K, kind):
     _, _, tapped = model.forward_taps(_target(), CFG, jnp.asarray(fed[:, :-1]), None, hcfg.taps)
     _, _, (k, _) = head.forward(hp, hcfg, _target().embed, jnp.asarray(fed[:, 1:]), head.fuse(hp, tapped))
     want = np.asarray(k[0]).transpose(0, 2, 1, 3)  # [B, Hkv, T, D]
-    got = np.asarray(s.draft_cache.layers[0].parts()["pinned_k"])
+    got = np.asarray(s.draft.cache.layers[0].parts()["pinned_k"])
     for b in range(B):
         n = min(s.cache.length[b] - K - 1, LENS[b] + s.count[b] - 1)
         assert n > LENS[b]
@@ -459,10 +460,10 @@ def _head_q_program():
     @jax.jit
     def q_tables(feat, tok):
         hc = kvcache.init_cache(hcfg.layer, KVConfig("bf16"), 1, 8, jnp.float32)
-        h, (k, v) = m.head_hidden(tok[None, None], feat[None, None], hc)
+        h, (k, v) = head_hidden(m, tok[None, None], feat[None, None], hc)
         hc = kvcache.commit(hc, k, v, jnp.ones((1,), jnp.int32))
         q = lambda h: warp1(head.to_target_vocab(head.draft_logits(hp, hcfg, h), hp.d2t, V))  # draw_head, sampled
-        step = lambda d: m.head_hidden(d[None, None], h[:, -1:], hc)[0][0, -1]  # drafters.head_token's forward
+        step = lambda d: head_hidden(m, d[None, None], h[:, -1:], hc)[0][0, -1]  # drafters.head_token's forward
         return q(h[:, -1])[0], q(jax.vmap(step)(jnp.arange(V)))
 
     return q_tables

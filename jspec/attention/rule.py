@@ -8,8 +8,8 @@ quantize them, so a cached decode equals one full forward over the same tokens.
 The window-only path (a cache whose KVConfig is "window": a drafter's flat cache, or kvcache.window_view of
 the target's for the self-draft) keeps the BF16 half of the rule and drops the other: a query at t reads key
 p <= t iff p < S or p > t - R, and nothing else. It reads the S + W window slots as they lie (never the INT2
-history, so on the split path no kernel runs), and its queries may sit past the rows given (offset: a
-self-draft step's query over its round's scratch rows).
+history, so on the split path no kernel runs), and, for a cache.scratch view (a self-draft step), the scratch
+rows written past the cache's length as well.
 """
 
 from __future__ import annotations
@@ -21,22 +21,23 @@ import jax.numpy as jnp
 
 from jspec.attention.split import attend_split, per_shard
 from jspec.cache.kvcache import LayerKV, bf16_keys, dequantize_history, fake_quantize_kv
+from jspec.cache.scratch import ScratchLayer
 from jspec.config import KVConfig
 from jspec.numerics import dot_scores, einsum_f32
 
 
-def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: str = "reference", qkv=None,
-           fused_window: bool | None = None, offset=0):
-    """q: [B, n, Hq, D] rotated queries at positions length + offset + 0..n-1; k, v: [B, m, Hkv, D] new rows at
-    positions length + 0..m-1 (m = n and offset 0 but for a self-draft's scratch: see attend_reference).
+def attend(q, k, v, layer: LayerKV | ScratchLayer | None, length, kv: KVConfig | None, impl: str = "reference",
+           qkv=None, fused_window: bool | None = None):
+    """q: [B, n, Hq, D] rotated queries and k, v: [B, n, Hkv, D] their new rows, at positions length + 0..n-1.
 
-    layer is this layer's cache (None: no cache, plain causal attention over the n rows). qkv: the one
+    layer is this layer's cache (None: no cache, plain causal attention over the n rows; a ScratchLayer: a
+    window view and its scratch rows, with a "window" kv). qkv: the one
     [B, n, Hkv, g + 2, D] array that q, k and v are slices of (model.qkv_slots), if the caller has it (the split
     path's window kernel reads it whole).
     Returns [B, n, Hq, D].
     """
     if kv is not None and kv.windowed:  # no history to read: the BF16 window in XLA, whatever the impl
-        return attend_reference(q, k, v, layer, length, kv, offset)
+        return attend_reference(q, k, v, layer, length, kv)
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
@@ -45,23 +46,22 @@ def attend(q, k, v, layer: LayerKV | None, length, kv: KVConfig | None, impl: st
     return attend_reference(q, k, v, layer, length, kv)
 
 
-def attend_reference(q, k, v, layer, length, kv, offset=0):
+def attend_reference(q, k, v, layer, length, kv):
     """Pure-jnp attention implementing the rule by selecting, per (query, key), BF16 or INT2 scores (a "window"
     kv: the window's keys alone, see the module docstring).
 
     The cache and the chunk's own rows are scored separately and joined only at the softmax, so the
     cache is read in place (never concatenated with the new rows: that would copy it every step).
-    offset [B] or a scalar: the queries sit at length + offset + 0..n-1, the rows k, v [B, m, ..] at length +
-    0..m-1, and the rows past a query are its future (masked): a self-draft step's query attends the scratch
-    rows of its round's earlier steps and its own.
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
     qg = q.reshape(B, n, H, Hq // H, D)
-    t = length[:, None] + jnp.reshape(offset, (-1, 1)) + jnp.arange(n)  # [B, n] query positions
+    t = length[:, None] + jnp.arange(n)  # [B, n] query positions
     window = kv is not None and kv.windowed
     parts = [_chunk_keys(k, v, length, kv)]
-    if layer is not None:
+    if isinstance(layer, ScratchLayer):  # a self-draft step: the window at the cache's length, then the scratch
+        parts = [_window_keys(layer.window, layer.base, kv, k.dtype), _scratch_keys(layer, k.dtype), *parts]
+    elif layer is not None:
         parts.insert(0, (_window_keys if window else _cache_keys)(layer, length, kv, k.dtype))
     scores, values = [], []
     for kpos, exists, kb, vb, kq, vq in parts:
@@ -95,8 +95,8 @@ def attend_reference(q, k, v, layer, length, kv, offset=0):
 
 
 def _chunk_keys(k, v, length, kv):
-    """The forward's own rows [B, m, ..] at positions length + 0..m-1: (positions, exists, k, v, INT2 k, INT2 v),
-    each [B, H, m, D]."""
+    """The forward's own rows [B, n, ..] at positions length + 0..n-1: (positions, exists, k, v, INT2 k, INT2 v),
+    each [B, H, n, D]."""
     kb, vb = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     kq, vq = fake_quantize_kv(kb, vb, kv) if kv is not None and kv.int2 else (None, None)
     t = length[:, None] + jnp.arange(k.shape[1])
@@ -110,6 +110,12 @@ def _window_keys(layer: LayerKV, length, kv, dtype):
     kpos = layer.window_positions(length)  # [B, S + W]
     exists = (kpos >= 0) & (kpos < length[:, None]) & ((jnp.arange(kpos.shape[1]) < S) | (kpos >= S))
     return kpos, exists, layer.k.astype(dtype), layer.v.astype(dtype), None, None
+
+
+def _scratch_keys(layer: ScratchLayer, dtype):
+    """A scratch's rows [B, H, K, D] at the cache's length + 0..K-1, those written so far existing."""
+    kpos, exists = layer.row_positions()
+    return kpos, exists, *(x.transpose(0, 2, 1, 3).astype(dtype) for x in (layer.k, layer.v)), None, None
 
 
 def _cache_keys(layer: LayerKV, length, kv, dtype):

@@ -48,7 +48,7 @@ class LayerKV:
     codes: jax.Array  # [B, Hkv, 2, T, D/4] uint8 INT2 keys and values (CODE_PLANES), planar packing
     qparams: jax.Array  # [B, Hkv, 4, T, D/G] scales and zero points (QPARAM_PLANES)
     pinned_slots: int = struct.field(pytree_node=False)  # S: kv.sink in int2 mode, the capacity in bf16
-    # In a loop over a stacked cache's layers (model.forward_taps' scan), (k, v, i): the [L, ...] window stacks that
+    # In a loop over a stacked cache's layers (KVCache.in_scan), (k, v, i): the [L, ...] window stacks that
     # k and v are layer i's slices of, for a kernel that reads them in place (window_merge); XLA then drops the
     # slices unread. None elsewhere.
     window_stacks: tuple | None = None
@@ -107,6 +107,15 @@ class KVCache:
     def layer(self, i: int) -> LayerKV:
         """Layer i's buffers (a slice of the stacks where the cache is stacked)."""
         return jax.tree.map(lambda x: x[i], self.layers) if self.stacked else self.layers[i]
+
+    def scanned(self):
+        """What a loop over a stacked cache's layers (model.forward_taps' scan) slices along its leading axis."""
+        return self.layers
+
+    def in_scan(self, layer: LayerKV, i) -> LayerKV:
+        """Layer i's buffers in that loop, from the slice `layer`: they know the [L, ...] window stacks they are
+        layer i's slices of (LayerKV.window_stacks), for a kernel that reads them in place."""
+        return layer.replace(window_stacks=(self.layers.k, self.layers.v, i))
 
 
 def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=jnp.bfloat16,

@@ -14,90 +14,53 @@ import jax
 import jax.numpy as jnp
 
 from jspec.cache import kvcache
-from jspec.decode import speculative, stops
-from jspec.decode.drafters import DRAFTERS, draw, pick
-from jspec.decode.state import DecodeState, HeadFeed, Models
+from jspec.decode import chunks, drafters, speculative, stops
+from jspec.decode.drafters import Chunk, draw, pick
+from jspec.decode.state import DecodeState, Models
 from jspec.model import sampling
 from jspec.model.sampling import Sampler
 
 
-def _chunk_width(m: Models, P: int) -> int:
-    """The width of the prefill's chunks of a prompt array P tokens wide (Options.prefill_chunk: the prompt array
-    can be as wide as the cache, so one program serves every prompt length, while the work follows the longest
-    prompt of the call and a chunk's attention scores stay [B, H, chunk, capacity])."""
-    return min(m.options.prefill_chunk, P)
-
-
-def _chunk_rows(prompt_lens, i, c: int):
-    """[B] the prompt tokens of each row in chunk i (of width c)."""
-    return jnp.clip(prompt_lens - i * c, 0, c)
-
-
-def _over_chunks(m: Models, prompts, prompt_lens, chunk, carry):
-    """carry through chunk(i, tokens [B, c], carry) for the prompts' chunks i of c = _chunk_width(m, P) tokens
-    (the last padded) until the longest prompt is done; one chunk: no loop."""
-    P = prompts.shape[1]
-    c = _chunk_width(m, P)
-    prompts = jnp.pad(prompts, ((0, 0), (0, -P % c)))  # whole chunks
-    body = lambda i, carry: chunk(i, jax.lax.dynamic_slice_in_dim(prompts, i * c, c, axis=1), carry)
-    if prompts.shape[1] == c:
-        return body(0, carry)
-    return jax.lax.fori_loop(0, -(-jnp.max(prompt_lens) // c), body, carry)
-
-
 def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sampler, keys):
-    """Runs the prompts through both models (the target alone where m has no draft), commits them, draws the
-    first token of each row.
+    """Runs the prompts through the target and the drafter's share of each chunk (drafters: Proposer.prefill_chunk),
+    commits them, draws the first token of each row -> (cache, draft_cache, first, last, keys, the drafter's
+    prefill carry).
 
-    prompts [B, P] right-padded, read in chunks (_over_chunks); a row commits only its own tokens of a chunk
+    prompts [B, P] right-padded, read in chunks (decode.chunks); a row commits only its own tokens of a chunk
     (prompt padding never reaches a cache), and its next-token logits come from the chunk that holds its last
     prompt token.
     """
     B, P = prompts.shape
-    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % _chunk_width(m, P))))  # the token after each
+    drafter = drafters.of(m)
+    following = jnp.pad(prompts[:, 1:], ((0, 0), (0, 1 + -P % chunks.width(m, P))))  # the token after each
 
     def chunk(i, tokens, carry):
-        cache, draft_cache, logits, feat = carry
+        cache, draft_cache, logits, extra = carry
         c = tokens.shape[1]
         start = i * c  # tokens [B, c] are at positions start..
-        n = _chunk_rows(prompt_lens, i, c)
         last = prompt_lens - 1 - start  # [B] index of the row's last prompt token in this chunk, if here
         here = (last >= 0) & (last < c)
-        if m.head is not None:
-            out, (k, v), f = m.target_features(tokens, cache)
-            # the head's pairs (feature at t, token t + 1) whose token is in the prompt: all but the last
-            _, (hk, hv) = m.head_hidden(jax.lax.dynamic_slice_in_dim(following, start, c, axis=1), f, draft_cache)
-            draft_cache = kvcache.commit(draft_cache, hk, hv, jnp.clip(last, 0, c), m.options)
-            feat = jnp.where(here[:, None], pick(f, jnp.clip(last, 0, c - 1)), feat)
-        else:
-            out, (k, v) = m.target_forward(tokens, cache)
-        cache = kvcache.commit(cache, k, v, n, m.options)
-        if m.draft is not None:
-            draft_cache = _draft_chunk(m, tokens, n, draft_cache)
+        part = Chunk(tokens, jax.lax.dynamic_slice_in_dim(following, start, c, axis=1),
+                     chunks.rows(prompt_lens, i, c), last, here)
+        out, (k, v), features = drafter.forward(m, tokens, cache)
+        draft_cache, extra = drafter.prefill_chunk(m, draft_cache, part, features, extra)
+        cache = kvcache.commit(cache, k, v, part.n, m.options)
         logits = jnp.where(here[:, None], pick(out, jnp.clip(last, 0, c - 1)), logits)
-        return cache, draft_cache, logits, feat
+        return cache, draft_cache, logits, extra
 
     with jax.named_scope("prefill"):
-        feat = None if m.head is None else jnp.zeros((B, m.target_cfg.hidden_size), m.target.embed.dtype)
-        carry = (cache, draft_cache, jnp.zeros((B, m.target_cfg.vocab_size), jnp.float32), feat)
-        cache, draft_cache, logits, feat = _over_chunks(m, prompts, prompt_lens, chunk, carry)
+        carry = (cache, draft_cache, jnp.zeros((B, m.target_cfg.vocab_size), jnp.float32),
+                 drafter.prefill_carry(m, B))
+        cache, draft_cache, logits, extra = chunks.over_chunks(m, prompts, prompt_lens, chunk, carry)
         keys, use = sampling.split_keys(keys, 2)
         first, _ = draw(use, logits, sampler)
     last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
-    return cache, draft_cache, first, last, keys, feat
-
-
-def _draft_chunk(m: Models, tokens, n, draft_cache):
-    """A chunk of the prompts (tokens [B, c]) through the draft model, the first n [B] of each row committed."""
-    _, (k, v) = m.draft_forward(tokens, draft_cache)
-    return kvcache.commit(draft_cache, k, v, n, m.options)
+    return cache, draft_cache, first, last, keys, extra
 
 
 def draft_prefill(m: Models, prompts, prompt_lens, draft_cache):
-    """The draft model's half of prefill alone: its cache with the prompts committed."""
-    chunk = lambda i, tokens, dc: _draft_chunk(m, tokens, _chunk_rows(prompt_lens, i, tokens.shape[1]), dc)
-    with jax.named_scope("prefill"):
-        return _over_chunks(m, prompts, prompt_lens, chunk, draft_cache)
+    """The drafter's prefill alone, where it runs as a part of its own (Proposer.split_prefill)."""
+    return drafters.of(m).prefill_alone(m, prompts, prompt_lens, draft_cache)
 
 
 def emit(s: DecodeState, seq, n_emit, max_new, eos_ids):
@@ -130,13 +93,6 @@ def accept(sampler: Sampler, logits, drafts, q, keys):
     return speculative.accept_sampled(p, q, drafts, keys)
 
 
-def write_tokens(buf, start, seq, n):
-    """buf [B, T] with seq[:, :n] (seq [B, m], n [B]) written at positions start [B]..; the rest dropped."""
-    j = jnp.arange(seq.shape[1])
-    idx = jnp.where(j < n[:, None], start[:, None] + j, buf.shape[1])
-    return buf.at[jnp.arange(buf.shape[0])[:, None], idx].set(seq, mode="drop")
-
-
 def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
     """One speculative round (one decode step when K = 0)."""
     K = m.lookahead
@@ -145,18 +101,12 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     else:
         all_keys = sampling.split_keys(s.keys, K + 3)  # [K+3, B]
         keys, accept_keys, draft_keys = all_keys[0], all_keys[1:3], all_keys[3:]
-    draft_cache = s.draft_cache
+    drafter = drafters.of(m)
     with jax.named_scope("draft"):
-        if K:
-            drafts, q, draft_cache = DRAFTERS[m.draft_mode](m, s, sampler, draft_keys)
-        else:
-            drafts, q = jnp.zeros((s.next.shape[0], 0), jnp.int32), None
+        drafts, q, draft = drafter.propose(m, s, sampler, draft_keys)
     fed = jnp.concatenate([s.next[:, None], drafts], 1)  # [B, K+1] at positions length + 0..K
     with jax.named_scope("verify"):
-        if s.head_feed is not None:
-            logits, (k, v), feats = m.target_features(fed, s.cache)
-        else:
-            logits, (k, v) = m.target_forward(fed, s.cache)
+        logits, (k, v), features = drafter.forward(m, fed, s.cache)
     with jax.named_scope("accept"):
         a, nxt = accept(sampler, logits, drafts, q, accept_keys)
     n_commit = jnp.where(s.done, 0, a + 1)
@@ -165,16 +115,12 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     # emitted: d_1..d_a, then the target's token in slot a
     seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], jnp.concatenate([drafts, fed[:, :1]], 1))
     tokens, count, done, stop = emit(s, seq, a + 1, max_new, eos_ids)
-    # the history gains what the cache gained, shifted by one: d_1..d_a and the new next
-    history = None if s.history is None else write_tokens(s.history, s.cache.length + 1, seq, n_commit)
-    # the head's next pairs: the feature at length + j with the token after it, seq[:, j] (d_{j+1}, or `nxt`
-    # at j = a)
-    head_feed = None if s.head_feed is None else HeadFeed(feats, seq, n_commit)
+    draft = drafter.update(m, s, draft, seq, n_commit, features)
     active = ~s.done
     return s.replace(
         tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
         done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
-        cache=cache, draft_cache=draft_cache, history=history, head_feed=head_feed, stop=stop,
+        cache=cache, draft=draft, stop=stop,
     )
 
 
@@ -182,32 +128,23 @@ def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, ca
            stop_strings=None):
     """Prefill and the first emitted token: the state the rounds start from."""
     keys = jax.vmap(jax.random.key)(seeds)
-    cache, draft_cache, first, last, keys, feat = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
-                                                          keys)
+    cache, draft_cache, first, last, keys, extra = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
+                                                           keys)
     return first_state(m, prompts, prompt_lens, max_new, eos_ids, stop_strings, cache, draft_cache, first, last,
-                       keys, feat)
+                       keys, extra)
 
 
 def first_state(m: Models, prompts, prompt_lens, max_new, eos_ids, stop_strings, cache, draft_cache, first, last,
-                keys, feat) -> DecodeState:
+                keys, extra) -> DecodeState:
     """The state after the prefill: the first token emitted (first [B], drawn from the prefill's logits; last [B]
-    the last prompt token; feat [B, E] the head's feature at it, or None)."""
+    the last prompt token; extra: the drafter's prefill carry)."""
     B = prompts.shape[0]
     N = cache.capacity  # output buffer: a row emits at most capacity - its prompt (max_new + K + 1) tokens
     zeros = jnp.zeros((B,), jnp.int32)
-    history = None
-    if m.ngram:  # the prompt, then `next` at position prompt_len (padding past it is never read)
-        history = jnp.zeros((B, cache.capacity), jnp.int32).at[:, : prompts.shape[1]].set(prompts)
-        history = write_tokens(history, prompt_lens, first[:, None], jnp.ones_like(zeros))
-    head_feed = None
-    if m.head is not None and m.lookahead:  # one real pair: the last prompt position's feature, `next`
-        K1 = m.lookahead + 1
-        head_feed = HeadFeed(jnp.zeros((B, K1, feat.shape[-1]), feat.dtype).at[:, 0].set(feat),
-                             jnp.zeros((B, K1), jnp.int32).at[:, 0].set(first), jnp.ones_like(zeros))
+    draft = drafters.of(m).start(m, draft_cache, prompts, prompt_lens, first, extra, cache.capacity)
     s = DecodeState(
         tokens=jnp.zeros((B, N), jnp.int32), count=zeros, next=first, last=last,
-        done=jnp.zeros((B,), bool), keys=keys, rounds=zeros, accepted=zeros,
-        cache=cache, draft_cache=draft_cache, history=history, head_feed=head_feed,
+        done=jnp.zeros((B,), bool), keys=keys, rounds=zeros, accepted=zeros, cache=cache, draft=draft,
         stop=None if stop_strings is None else stops.start(stop_strings),
     )
     tokens, count, done, stop = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
@@ -232,8 +169,8 @@ generate_program = jax.jit(_generate, donate_argnames=("cache", "draft_cache"))
 # side, each holding the target and the draft once.
 start_program = jax.jit(_start, donate_argnames=("cache", "draft_cache"))
 rounds_program = jax.jit(_rounds, donate_argnums=(4,))
-# With a draft model, the Engine runs the draft's prefill as a third part first and start_program on the models
-# without the draft: the three compile side by side (runtime.parts.part_names).
+# Where a drafter's prefill runs apart (a draft model: Proposer.split_prefill), the Engine runs it as a third part
+# first and start_program on the models without it: the three compile side by side (runtime.parts.part_names).
 draft_prefill_program = jax.jit(draft_prefill, donate_argnums=(3,))
 # Streaming runs one round per call (a host sync per round).
 round_program = jax.jit(round_step, donate_argnums=(4,))

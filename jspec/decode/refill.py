@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jspec.cache.kvcache import KVCache
+from jspec.decode import drafters
 from jspec.decode.loop import _start, first_state, round_step
 from jspec.decode.state import DecodeState, Models
 from jspec.model.sampling import Sampler
@@ -34,10 +35,9 @@ def _empty(m: Models, prompts, prompt_lens, max_new, seeds, cache, draft_cache, 
     """_start's state with no prefill: every row done at once (max_new 0), nothing in the caches."""
     B = prompts.shape[0]
     zeros = jnp.zeros((B,), jnp.int32)
-    feat = None if m.head is None else jnp.zeros((B, m.target_cfg.hidden_size), m.target.embed.dtype)
     keys = jax.vmap(jax.random.key)(seeds)
     return first_state(m, prompts, prompt_lens, jnp.zeros_like(max_new), eos_ids, stop_strings, cache,
-                       draft_cache, zeros, zeros, keys, feat)
+                       draft_cache, zeros, zeros, keys, drafters.of(m).prefill_carry(m, B))
 
 
 def _put(slots, axis: int, big, rows):
@@ -54,6 +54,13 @@ def _cache_map(fn, cache: KVCache | None, *others: KVCache):
     return cache.replace(layers=layers, length=fn(cache.length, *(o.length for o in others), 0))
 
 
+def _rows_map(fn, tree, *others):
+    """fn(leaf, *other leaves, batch axis) over a tree of per-row arrays, caches among them (_cache_map)."""
+    is_cache = lambda x: isinstance(x, KVCache)
+    each = lambda x, *o: _cache_map(fn, x, *o) if is_cache(x) else fn(x, *o, 0)
+    return jax.tree.map(each, tree, *others, is_leaf=is_cache)
+
+
 def _refill(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, eos_ids, stop_strings, all_stops,
             slots, s: DecodeState) -> DecodeState:
     """s with R new rows started at its rows `slots` [R] (B: a padding row): prompts [R, P], prompt_lens,
@@ -64,18 +71,17 @@ def _refill(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, e
     # benchmarks/jobs.py; the tiny model's first step compiled in 11.8 s with it, 12.9 s without, CPU)
     empty = lambda c: jax.lax.optimization_barrier(
         _cache_map(lambda x, axis: jnp.zeros(x.shape[:axis] + (R,) + x.shape[axis + 1:], x.dtype), c))
-    fresh = _start(m, prompts, prompt_lens, max_new, sampler, seeds, empty(s.cache), empty(s.draft_cache), eos_ids,
-                   stop_strings)
+    fresh = _start(m, prompts, prompt_lens, max_new, sampler, seeds, empty(s.cache),
+                   empty(drafters.of(m).cache_of(s.draft)), eos_ids, stop_strings)
     put = functools.partial(_put, slots)
-    per_row = lambda x: x.replace(cache=None, draft_cache=None, stop=None)
+    per_row = lambda x: x.replace(cache=None, draft=None, stop=None)
     out = jax.tree.map(lambda big, rows: put(0, big, rows), per_row(s), per_row(fresh))
     stop = None
     if s.stop is not None:  # the stop strings of every row now; each row's tail
         stop = s.stop.replace(stops=all_stops, tail=put(0, s.stop.tail, fresh.stop.tail),
                               started=put(0, s.stop.started, fresh.stop.started))
-    cache = lambda big, rows: _cache_map(lambda b, r, axis: put(axis, b, r), big, rows)
-    return out.replace(cache=cache(s.cache, fresh.cache), draft_cache=cache(s.draft_cache, fresh.draft_cache),
-                       stop=stop)
+    rows = lambda big, fresh: _rows_map(lambda b, r, axis: put(axis, b, r), big, fresh)
+    return out.replace(cache=rows(s.cache, fresh.cache), draft=rows(s.draft, fresh.draft), stop=stop)
 
 
 def _rounds_until(m: Models, sampler: Sampler, max_new, eos_ids, limit, want, s: DecodeState):

@@ -26,7 +26,7 @@ import numpy as np
 
 from jspec.config import INT32_MAX, ConfigError, ModelConfig, check_int
 from jspec.model import rotation
-from jspec.model.decoder import Layer, Params, block, rope_tables
+from jspec.model.decoder import BlockSpec, Layer, Params, block, rope_tables
 
 
 @partial(jax.jit, static_argnums=1)
@@ -35,8 +35,8 @@ def _layer_step(lp: Layer, cfg: ModelConfig, x, y):
     layer's MLP output) -> (x, y for the next layer, post-RoPE q, k, v)."""
     B, n, _ = x.shape
     pos = jnp.broadcast_to(jnp.arange(n), (B, n))
-    _, x, y, q, k, v = block(lp, x, y, pos, rope_tables(cfg, pos), None, jnp.zeros((B,), jnp.int32), cfg=cfg,
-                             kv=None, attn_impl="reference")
+    _, x, y, q, k, v = block(lp, x, y, rope_tables(cfg, pos), None, jnp.zeros((B,), jnp.int32),
+                             spec=BlockSpec(cfg, None))
     return x, y, q, k, v
 
 

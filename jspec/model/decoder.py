@@ -7,6 +7,7 @@ rows it computed so that the caller commits only what it accepts (kvcache.commit
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -17,7 +18,7 @@ import numpy as np
 from jspec import struct
 from jspec.attention.rule import attend
 from jspec.cache.kvcache import KVCache
-from jspec.config import FUSED_NORM_WIDTH, ModelConfig, Options
+from jspec.config import FUSED_NORM_WIDTH, KVConfig, ModelConfig, Options
 from jspec.kernels.add_norm import add_norm, supported as add_norm_supported
 from jspec.numerics import logits_f32
 
@@ -177,27 +178,15 @@ def mlp(lp: Layer, x):
     return _biased((jax.nn.silu(y[..., 0, :]) * y[..., 1, :]) @ lp.w_down, lp.b_down)
 
 
-@struct.dataclass
-class Scratch:
-    """A self-draft round's provisional rows (decode.drafters.draft_self): per layer the k and v of the round's
-    steps, at positions cache.length + 0..K-1. It lives for one round and is never committed: the target's cache
-    (read through kvcache.window_view) never sees it."""
-
-    k: jax.Array  # [L, B, K, Hkv, D] keys, rotated as the cache's
-    v: jax.Array  # [L, B, K, Hkv, D] values
-    at: jax.Array  # [] int32: the step's token sits at position cache.length + at (row `at` of k and v)
-
-
 def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = None, *,
-            attn_impl: str = "reference", options: Options = Options(), scratch: Scratch | None = None):
+            attn_impl: str = "reference", options: Options = Options()):
     """tokens [B, n] at positions cache.length + 0..n-1 (0..n-1 without a cache).
 
     Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
     [B, n, Hkv, D] (stacked layers: one [L, B, n, Hkv, D] array) in the cache's rotated basis, for
-    kvcache.commit. scratch: a self-draft step (see forward_taps).
+    kvcache.commit (or, over a cache.scratch view, scratch.write).
     """
-    logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl, options=options,
-                                 scratch=scratch)
+    logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl, options=options)
     return logits, kv
 
 
@@ -229,17 +218,15 @@ def compile_options(*params: Params | None) -> dict | None:
 
 
 def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None, taps: tuple[int, ...], *,
-                 attn_impl: str = "reference", options: Options = Options(), scratch: Scratch | None = None):
+                 attn_impl: str = "reference", options: Options = Options()):
     """forward, and the residual stream entering each layer j of taps (j = L: after the last layer, before
     the final norm), concatenated in taps' order: [B, n, len(taps) * E] (an EAGLE-3 head's input).
 
-    scratch: a self-draft step: tokens [B, 1] at position cache.length + scratch.at, its rows written into the
-    scratch's row `at`, attending the cache (a window view: kvcache.window_view) and the scratch rows up to its
-    own; the new rows returned are then the scratch's, [B, K, Hkv, D] per layer."""
+    cache: a KVCache, or anything with its reading side (length, kv, stacked, layer, scanned, in_scan): a
+    cache.scratch view."""
     B, n = tokens.shape
     length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
-    at = 0 if scratch is None else scratch.at
-    pos = length[:, None] + at + jnp.arange(n)  # [B, n]
+    pos = length[:, None] + jnp.arange(n)  # [B, n]
     kv = cache.kv if cache is not None else None
     x = params.embed[tokens]
     # One pair of tables for all layers, kept apart by the barrier: each layer's RoPE is then a few
@@ -248,67 +235,66 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
-    fused = fused_norms(cfg.hidden_size, options)
+    spec = BlockSpec(cfg, kv, attn_impl, fused_norms(cfg.hidden_size, options), options.fused_window)
     y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
-    rows = lambda i: None if scratch is None else (scratch.k[i], scratch.v[i], at)  # layer i's scratch
     if is_stacked(params):
         def layer(carry, xs):
             x, y, i = carry
-            lp, layer_cache, sk, sv = xs
+            lp, layer_cache = xs
             if layer_cache is not None:
-                layer_cache = layer_cache.replace(window_stacks=(cache.layers.k, cache.layers.v, i))
+                layer_cache = cache.in_scan(layer_cache, i)
             norms = (params.layers.attn_norm, params.layers.mlp_norm, i)  # read in place by the fused norms
-            entering, x, y, _, k, v = _block(lp, x, y, pos, rope, layer_cache, length, norms,
-                                             None if sk is None else (sk, sv, at), cfg=cfg, kv=kv,
-                                             attn_impl=attn_impl, fused=fused, fused_window=options.fused_window)
+            entering, x, y, _, k, v = _block(lp, x, y, rope, layer_cache, length, norms, spec=spec)
             return (x, y, i + 1), (k, v, entering if taps else None)
 
         # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
-        xs = (params.layers, getattr(cache, "layers", None), getattr(scratch, "k", None), getattr(scratch, "v", None))
+        xs = (params.layers, None if cache is None else cache.scanned())
         (x, y, _), (new_k, new_v, entering) = jax.lax.scan(layer, (x, y, jnp.int32(0)), xs)
         tapped = {j: entering[j] for j in taps if j < L}
     else:
         new_k, new_v, tapped = [], [], {}
         for i, lp in enumerate(params.layers):
             with jax.named_scope(f"layer{i}"):
-                layer_cache = cache.layers[i] if cache is not None else None
-                tapped[i], x, y, _, k, v = _block(lp, x, y, pos, rope, layer_cache, length, None, rows(i), cfg=cfg,
-                                                  kv=kv, attn_impl=attn_impl, fused=fused,
-                                                  fused_window=options.fused_window)
+                layer_cache = cache.layer(i) if cache is not None else None
+                tapped[i], x, y, _, k, v = _block(lp, x, y, rope, layer_cache, length, spec=spec)
                 new_k.append(k)
                 new_v.append(v)
-    tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, fused)
+    tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, spec.fused)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = logits_f32(x, head)
     features = jnp.concatenate([tapped[j] for j in taps], -1) if taps else None
     return logits, (new_k, new_v), features
 
 
-def block(lp: Layer, x, y, pos, rope, layer_cache, length, norm_stacks=None, scratch=None, *, cfg: ModelConfig, kv,
-          attn_impl: str, fused: bool = False, fused_window: bool | None = None):
-    """One decoder layer over the residual x + y [B, n, E] at positions pos [B, n] (rope: their rope_tables). y is
-    the last layer's MLP output, added here by the first norm. Returns the residual entering the
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """How a forward runs its layers (static: part of the nested jit's key)."""
+
+    cfg: ModelConfig
+    kv: KVConfig | None  # the cache's layout (None: no cache)
+    attn_impl: str = "reference"
+    fused: bool = False  # each residual add and the norm after it in one kernel (add_rms_norm)
+    fused_window: bool | None = None  # Options.fused_window, for the split attention path
+
+
+def block(lp: Layer, x, y, rope, layer_cache, length, norm_stacks=None, *, spec: BlockSpec):
+    """One decoder layer over the residual x + y [B, n, E] at positions length + 0..n-1 (rope: their rope_tables).
+    y is the last layer's MLP output, added here by the first norm. Returns the residual entering the
     layer, the residual after its attention, its MLP's output (the next layer's y), and its q (calibration reads
     it; a forward drops it) and new k and v rows.
-    fused: each residual add and the norm after it in one kernel (add_rms_norm). norm_stacks (stacked layers: the
-    scan's body): the [L, E] stacks of both norms' weights and this layer's index, for the kernel to read in place.
-    fused_window: Options.fused_window, for the split attention path. scratch: a self-draft step's (k, v [B, K, Hkv,
-    D], at): its row is written at row `at` and the step attends the rows up to it; k and v returned are then the
-    scratch's.
+    norm_stacks (stacked layers: the scan's body): the [L, E] stacks of both norms' weights and this layer's
+    index, for the fused norms' kernel to read in place.
     """
     B, n, _ = x.shape
+    cfg, fused = spec.cfg, spec.fused
     attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
     entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
     # One bf16 array that attention and the commit both read (behind the barrier: else XLA kept the f32 sums for the
     # commit's copy and rounded them again in a kernel of its own, H200)
-    slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, pos, rope))
+    slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, None, rope))
     q, k, v = split_slots(slots, cfg)
-    at = 0
-    if scratch is not None:
-        sk, sv, at = scratch
-        k, v = (jax.lax.dynamic_update_slice_in_dim(s, r.astype(s.dtype), at, axis=1) for s, r in ((sk, k), (sv, v)))
-    o = attend(q, k, v, layer_cache, length, kv, attn_impl, qkv=slots, fused_window=fused_window,
-               offset=at).reshape(B, n, -1)
+    o = attend(q, k, v, layer_cache, length, spec.kv, spec.attn_impl, qkv=slots,
+               fused_window=spec.fused_window).reshape(B, n, -1)
     x, h = add_rms_norm(entering, attn_out(lp, o), mlp_norm, cfg.rms_eps, fused, index)
     return entering, x, mlp(lp, h), q, k, v
 
@@ -357,7 +343,7 @@ _fused_add_norm.defvjp(_fused_add_norm_fwd, _fused_add_norm_bwd)
 
 # A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the
 # compiled program is unchanged); unrolled Python, the body was traced and lowered once per layer.
-_block = jax.jit(block, static_argnames=("cfg", "kv", "attn_impl", "fused", "fused_window"))
+_block = jax.jit(block, static_argnames=("spec",))
 
 
 def fuse_qkv(q, k, v, cfg: ModelConfig, xp=jnp):

@@ -21,8 +21,8 @@ import numpy as np
 from jspec import files
 from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
-                          ModelConfig, Options, SamplingConfig, check_stops, default_platform)
-from jspec.decode import loop as decode, stops
+                          DraftSpec, ModelConfig, Options, SamplingConfig, check_stops, default_platform)
+from jspec.decode import drafters, loop as decode, stops
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3
 from jspec.model import rotation
@@ -56,6 +56,17 @@ class Stats:
     batch_tokens_per_s: float
     lookahead_auto: dict | None = None  # with lookahead "auto": the K chosen and why (lookahead.Choice.stats)
     finish_reason: str = "length"  # "stop" (EOS or a stop string) or "length" (max_new_tokens)
+
+    @classmethod
+    def of(cls, new_tokens: int, rounds: int, accepted: int, lookahead: int, batch_tokens: int, decode_s: float,
+           **call) -> Stats:
+        """A row's stats from its counts (the rates derived here, for every caller alike); batch_tokens: what the
+        batch emitted in decode_s; call: the remaining fields, the call's."""
+        return cls(new_tokens=new_tokens, rounds=rounds, accepted=accepted,
+                   accept_length=(new_tokens - 1) / rounds if rounds else 0.0,
+                   accept_rate=accepted / (lookahead * rounds) if lookahead and rounds else 0.0,
+                   lookahead=lookahead, decode_s=round(decode_s, 4),
+                   batch_tokens_per_s=round(batch_tokens / decode_s, 1) if decode_s > 0 else 0.0, **call)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -105,7 +116,7 @@ class Engine:
         return compile_options(self.params, self.drafter.model)
 
     @property
-    def draft_mode(self) -> DraftMode:
+    def draft_mode(self) -> str:
         return self.drafter.mode
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -237,7 +248,7 @@ class Engine:
         stop = _per_row_stops(gen, stop, len(ids))
         gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
         args = self.prepare(ids, rows, max_new, gen, stop)
-        kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
+        kv_bytes = args.kv_bytes()
         program, compile_s = self.compile(args)
         t0 = time.perf_counter()
         state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
@@ -246,9 +257,32 @@ class Engine:
         self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, np.asarray(state.rounds)[: len(ids)],
                                                   np.asarray(state.count)[: len(ids)])
         out = self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
-        return [self._finish(t, st, s, gen) for (t, st), s in zip(out, stop)]
+        return [self.finish(t, st, s, gen) for (t, st), s in zip(out, stop)]
 
-    def _finish(self, tokens: list[int], stats: Stats, stop: tuple[str, ...], gen: GenerateConfig):
+    def observe(self, K: int, batch: int, rounds: int, accepted: int) -> None:
+        """Learns from rows that ran `rounds` rounds with `accepted` drafts accepted in all, in a batch of this
+        size: the acceptance estimate the lookahead choice reads (plan)."""
+        key = (self.draft_mode, lookahead.batch_bucket(batch))
+        self._seen[key] = lookahead.observe(self._seen.get(key, (0, 0)), K, rounds, accepted)
+
+    def program(self, name: str, jitted, *args):
+        """(jitted compiled for these arguments' shapes, compile seconds): kept in the engine's program cache under
+        name, compiled on first use (0.0 seconds after), with the engine's XLA options."""
+        key = (name, jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args)))
+        if key in self._compiled:
+            return self._compiled[key], 0.0
+        t0 = time.perf_counter()
+        self._compiled[key] = programs.compiled(jitted, *args, options=self.xla_options)
+        return self._compiled[key], time.perf_counter() - t0
+
+    def row_stats(self, new_tokens: int, rounds: int, accepted: int, K: int, *, kv_bytes: int, compile_s: float,
+                  decode_s: float, batch_tokens: int, choice=None) -> Stats:
+        """Stats.of for a row of this engine's calls (its drafter and KV mode)."""
+        return Stats.of(new_tokens, rounds, accepted, K, batch_tokens, decode_s, draft_mode=str(self.draft_mode),
+                        kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes), compile_s=round(compile_s, 3),
+                        lookahead_auto=None if choice is None else choice.stats())
+
+    def finish(self, tokens: list[int], stats: Stats, stop: tuple[str, ...], gen: GenerateConfig):
         """(tokens, stats with finish_reason): "stop" where the text holds a stop string or the row ended at EOS,
         else "length". Where stop strings are found on the host (no byte table), the ids are cut here."""
         found = False
@@ -271,7 +305,7 @@ class Engine:
         last = []
         t0 = time.perf_counter()
         yield from text_pieces(self.tokenizer, self._rounds(args, last), gen.stop)
-        kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
+        kv_bytes = args.kv_bytes()
         [(_, stats)] = self._results(last[0], args.models.lookahead, choice, 0.0, time.perf_counter() - t0, kv_bytes)
         return stats
 
@@ -322,7 +356,8 @@ class Engine:
         each row's stop strings (generate_ids). capacity: a larger cache than the batch's own (runtime.slots:
         a batch whose slots take the rows of a whole bucket)."""
         stop = _per_row_stops(gen, stop, len(ids))
-        gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
+        if gen.lookahead == "auto":  # the callers here plan first (once per call)
+            gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
         dp = sharding.dp_size(self.mesh)
         stop = stop + [()] * (-(-len(ids) // dp) * dp - len(ids))
@@ -335,11 +370,11 @@ class Engine:
                                [s.top_p for s in rows])
         args = self._program_args(prompts, ids, rows, max_new, capacity, self.lookahead(gen), sampler, gen)
         if any(stop) and self.token_bytes() is not None:  # else no stop strings in the program (or on the host)
-            on_device = self._stop_arrays(stops.pack(self.token_bytes(), stop))
+            on_device = self.stop_arrays(stops.pack(self.token_bytes(), stop))
             args = args._replace(stops=on_device if self.mesh is None else sharding.shard_stops(self.mesh, on_device))
         return args
 
-    def _stop_arrays(self, host: dict) -> stops.Stops:
+    def stop_arrays(self, host: dict) -> stops.Stops:
         """stops.pack's arrays on the device; the token tables are put there once and reused."""
         if len(self._token_bytes) < 2:
             self._token_bytes.append({k: jax.device_put(host[k]) for k in ("table", "lens", "lead")})
@@ -354,7 +389,7 @@ class Engine:
         B = len(ids)
         cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params))
         # the draft model's or head's: windowed where the capacity exceeds its window (Drafter.cache_kv)
-        draft_cache = self.drafter.init_cache(B, capacity, dt, K, is_stacked(self.drafter.model)) if K else None
+        draft_cache = drafters.init_cache(self.drafter, B, capacity, dt, K)
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
         eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
         # made on the host and put on the device: a conversion or jnp.asarray there would each be a program
@@ -392,20 +427,9 @@ class Engine:
         tokens, count = np.asarray(state.tokens), np.asarray(state.count)
         rounds, accepted = np.asarray(state.rounds), np.asarray(state.accepted)
         total = int(count.sum())
-        out = []
-        for b in range(len(count)):
-            r = int(rounds[b])
-            stats = Stats(
-                new_tokens=int(count[b]), rounds=r, accepted=int(accepted[b]),
-                accept_length=(int(count[b]) - 1) / r if r else 0.0,
-                accept_rate=int(accepted[b]) / (K * r) if K and r else 0.0,
-                lookahead=K, draft_mode=str(self.draft_mode), kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes),
-                compile_s=round(compile_s, 3), decode_s=round(decode_s, 4),
-                batch_tokens_per_s=round(total / decode_s, 1) if decode_s > 0 else 0.0,
-                lookahead_auto=None if choice is None else choice.stats(),
-            )
-            out.append((tokens[b, : count[b]].tolist(), stats))
-        return out
+        stats = lambda b: self.row_stats(int(count[b]), int(rounds[b]), int(accepted[b]), K, kv_bytes=kv_bytes,
+                                         compile_s=compile_s, decode_s=decode_s, batch_tokens=total, choice=choice)
+        return [(tokens[b, : count[b]].tolist(), stats(b)) for b in range(len(count))]
 
 
 def text_pieces(tokenizer, rounds, stop: tuple[str, ...] = ()):
@@ -531,29 +555,20 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
 
 def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:
     """load's draft argument as a Drafter (see load)."""
-    ngram, draft = _split_draft(draft)
-    if draft == "auto":  # the shipped draft with the shipped target; prompt lookup (free, lossless) with any other
+    spec = DraftSpec.parse(draft)
+    if spec.model == "auto":  # the shipped draft with the shipped target; prompt lookup (free, lossless) with any other
         shipped = model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir()
-        ngram, draft = (ngram, DEFAULT_DRAFT) if shipped else (True, None)
-    if draft in (None, "none"):
-        return Drafter(mode=DraftMode.NGRAM if ngram else DraftMode.NONE)
-    if draft == "self":
-        return Drafter(mode=DraftMode.NGRAM_SELF if ngram else DraftMode.SELF)
-    if eagle3.is_head_dir(draft):
-        if ngram:
+        spec = DraftSpec(spec.copies, DEFAULT_DRAFT) if shipped else DraftSpec(True, None)
+    if spec.model in (None, "none"):
+        return Drafter(mode=spec.mode(None))
+    if spec.model == "self" or (isinstance(spec.model, str) and spec.model in drafters.names()
+                                and spec.model not in ("model", "head")):
+        return Drafter(mode=spec.mode(spec.model))  # a drafter with no weights of its own, by name
+    if eagle3.is_head_dir(spec.model):
+        if spec.copies:
             raise ConfigError("an EAGLE-3 head does not combine with ngram: give the head's directory alone")
-        head_cfg, head = eagle3.load_head(draft, cfg, dtype)
+        head_cfg, head = eagle3.load_head(spec.model, cfg, dtype)
         return Drafter(head=head, mode=DraftMode.HEAD, head_cfg=head_cfg)
-    draft_cfg, model, dtok = checkpoint.load_model(draft, dtype)
+    draft_cfg, model, dtok = checkpoint.load_model(spec.model, dtype)
     _check_same_tokenizer(tok, dtok, cfg, draft_cfg)
-    return Drafter(model=model, mode=DraftMode.NGRAM_MODEL if ngram else DraftMode.MODEL, model_cfg=draft_cfg)
-
-
-def _split_draft(draft: str | Path | None) -> tuple[bool, str | Path | None]:
-    """load's draft argument -> (n-gram drafting on, the draft model's directory, "auto" or None)."""
-    if not isinstance(draft, str) or draft.partition("+")[0] != "ngram":
-        return False, draft
-    model = draft.partition("+")[2]
-    if draft != "ngram" and not model:
-        raise ConfigError("draft 'ngram+' needs a draft model after the '+': a directory, auto or self")
-    return True, model or None
+    return Drafter(model=model, mode=spec.mode(DraftMode.MODEL), model_cfg=draft_cfg)

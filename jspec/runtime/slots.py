@@ -27,9 +27,7 @@ from jspec.config import INT32_MAX, GenerateConfig, SamplingConfig
 from jspec.decode import refill, stops
 from jspec.decode.state import DecodeState
 from jspec.model.sampling import Sampler
-from jspec.runtime import lookahead, programs
 from jspec.runtime.buckets import capacity_bucket
-from jspec.runtime.engine import Stats
 
 
 @dataclasses.dataclass
@@ -104,7 +102,7 @@ class _Batch:
         args = engine.prepare([[0]] * size, [SamplingConfig()] * size, [0] * size, self.gen, [()] * size,
                               capacity=capacity)
         self.models, self.eos_ids, self.K = args.models, args.eos_ids, args.models.lookahead
-        self.kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
+        self.kv_bytes = args.kv_bytes()
         self.slots: list = [None] * size
         self.life: list = [None] * size  # per slot: (device s, compile s, batch tokens) when its row was placed
         self.clock = dict(decode_s=0.0, compile_s=0.0, tokens=0)
@@ -119,12 +117,9 @@ class _Batch:
 
     def _program(self, name: str, jitted, *args):
         """jitted compiled for args (kept in the engine's program cache; the compile time counted)."""
-        key = ("refill", name, jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args)))
-        if key not in self.engine._compiled:
-            t0 = time.perf_counter()
-            self.engine._compiled[key] = programs.compiled(jitted, *args, options=self.engine.xla_options)
-            self.compile_s += time.perf_counter() - t0
-        return self.engine._compiled[key]
+        program, seconds = self.engine.program(f"refill.{name}", jitted, *args)
+        self.compile_s += seconds
+        return program
 
     def _args(self, rows: list) -> dict:
         """Rows as program arguments (None, an empty slot: a one-token prompt, max_new 0)."""
@@ -140,7 +135,7 @@ class _Batch:
         stop = None
         if self.stop_shape is not None:
             packed = stops.pack(self.engine.token_bytes(), [() if r is None else r.stop for r in rows], self.stop_shape)
-            stop = self.engine._stop_arrays(packed)
+            stop = self.engine.stop_arrays(packed)
         return dict(prompts=put(prompts), prompt_lens=put(col(lambda r: len(r.ids), np.int32, 1)),
                     max_new=put(col(lambda r: r.max_new, np.int32, 0)),
                     seeds=put(col(lambda r: r.sampling.seed, np.uint32, 0)), sampler=sampler, stops=stop)
@@ -201,20 +196,14 @@ class _Batch:
         st = self.state
         tokens, rounds, accepted = np.asarray(st.tokens), np.asarray(st.rounds), np.asarray(st.accepted)
         eng, K, out = self.engine, self.K, []
-        key = (eng.draft_mode, lookahead.batch_bucket(self.size))
-        eng._seen[key] = lookahead.observe(eng._seen.get(key, (0, 0)), K, int(rounds[finished].sum()),
-                                           int(accepted[finished].sum()))
+        eng.observe(K, self.size, int(rounds[finished].sum()), int(accepted[finished].sum()))
         for b in finished:
-            row, n, r = self.slots[b], int(self.count[b]), int(rounds[b])
+            row, n = self.slots[b], int(self.count[b])
             t_decode, t_compile, t_tokens = self.life[b]
-            span = self.clock["decode_s"] - t_decode
-            stats = Stats(
-                new_tokens=n, rounds=r, accepted=int(accepted[b]), accept_length=(n - 1) / r if r else 0.0,
-                accept_rate=int(accepted[b]) / (K * r) if K and r else 0.0, lookahead=K,
-                draft_mode=str(eng.draft_mode), kv_mode=eng.kv.mode, batch_kv_bytes=int(self.kv_bytes),
-                compile_s=round(self.clock["compile_s"] - t_compile, 3), decode_s=round(span, 4),
-                batch_tokens_per_s=round((self.clock["tokens"] - t_tokens) / span, 1) if span > 0 else 0.0,
-                lookahead_auto=None if self.choice is None else self.choice.stats())
-            ids, stats = eng._finish(tokens[b, :n].tolist(), stats, row.stop, self.gen)
+            stats = eng.row_stats(n, int(rounds[b]), int(accepted[b]), K, kv_bytes=self.kv_bytes,
+                                  compile_s=self.clock["compile_s"] - t_compile,
+                                  decode_s=self.clock["decode_s"] - t_decode,
+                                  batch_tokens=self.clock["tokens"] - t_tokens, choice=self.choice)
+            ids, stats = eng.finish(tokens[b, :n].tolist(), stats, row.stop, self.gen)
             out.append((row, ids, stats))
         return out
