@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
+from jspec.config import GenerateConfig, KVConfig, ModelConfig
 from jspec.decode import drafters
 from jspec.decode.state import Drafter
 from jspec.model import decoder
@@ -38,24 +38,31 @@ class RepeatLast(drafters.Proposer):
 drafters.register("repeat-last", RepeatLast())
 
 
+class _Ids:
+    """A tokenizer of ids: the text of tokens is their numbers (Engine.generate decodes every row's text)."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
 def _engine(drafter: Drafter) -> Engine:
     params = decoder.init_params(CFG, jax.random.key(0), std=0.3)
     params = params.replace(layers=tuple(lp.replace(wo=lp.wo * 0.03, w_down=lp.w_down * 0.03)
                                          for lp in params.layers))
-    return Engine(cfg=CFG, params=params, tokenizer=None, kv=INT2, drafter=drafter, dtype="float32")
+    return Engine(cfg=CFG, params=params, tokenizer=_Ids(), kv=INT2, drafter=drafter, dtype="float32")
 
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_registered_drafter_equals_plain(batch):
     rng = np.random.default_rng(batch)
     ids = [rng.integers(2, CFG.vocab_size, n).tolist() for n in (9, 5, 12, 7)[:batch]]
-    rows, max_new = [SamplingConfig()] * batch, [MAX_NEW] * batch
     eng = _engine(Drafter(mode="repeat-last"))
-    spec = eng.generate_ids(ids, rows, max_new, GenerateConfig(MAX_NEW, lookahead=K, stop_at_eos=False))
-    plain = eng.generate_ids(ids, rows, max_new, GenerateConfig(MAX_NEW, lookahead=0, stop_at_eos=False))
-    assert [t for t, _ in spec] == [t for t, _ in plain]
-    assert all(st.draft_mode == "repeat-last" and st.lookahead == K for _, st in spec)
-    assert sum(st.accepted for _, st in spec) > 0
+    spec = eng.generate(ids, GenerateConfig(MAX_NEW, lookahead=K, stop_at_eos=False))
+    plain = eng.generate(ids, GenerateConfig(MAX_NEW, lookahead=0, stop_at_eos=False))
+    assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
+    assert all(len(r.token_ids) == MAX_NEW for r in spec)
+    assert all(r.stats.draft_mode == "repeat-last" and r.stats.lookahead == K for r in spec)
+    assert sum(r.stats.accepted for r in spec) > 0
 
 
 def test_registry_refuses_a_built_in_name_and_composes_with_ngram():
@@ -65,3 +72,11 @@ def test_registry_refuses_a_built_in_name_and_composes_with_ngram():
     assert isinstance(combined, drafters.Combined) and isinstance(combined.inner, RepeatLast)
     with pytest.raises(KeyError):
         drafters.proposer("no-such-drafter")
+
+
+def test_load_names_a_registered_drafter():
+    """load's draft argument takes a registered drafter without weights by name, alone or after "ngram+"."""
+    from jspec.runtime import engine
+
+    assert engine._load_drafter("repeat-last", None, CFG, None, jnp.float32).mode == "repeat-last"
+    assert engine._load_drafter("ngram+repeat-last", None, CFG, None, jnp.float32).mode == "ngram+repeat-last"

@@ -146,3 +146,14 @@ def test_auto_without_a_drafter_measures_nothing(hf_model_dir, cache_root, monke
     monkeypatch.setattr(lookahead, "measure", None)  # would fail if called
     [r] = _load(hf_model_dir, draft="none").generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
     assert r.stats.lookahead == 0 and r.stats.draft_mode == "none" and r.stats.lookahead_auto is None
+
+
+def test_plan_runs_once_per_call(hf_model_dir, cache_root, monkeypatch):
+    """A generate call with lookahead "auto" plans once: prepare takes the planned lookahead as it is."""
+    flat = Costs(((1, 1e-3), (17, 1e-3)), ngram=1e-5)
+    monkeypatch.setattr(lookahead, "measure", lambda *args, **kw: flat)
+    eng, calls = _load(hf_model_dir), []
+    plan = type(eng).plan
+    monkeypatch.setattr(type(eng), "plan", lambda self, *a: calls.append(a) or plan(self, *a))
+    [r] = eng.generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
+    assert len(calls) == 1 and r.stats.lookahead > 0

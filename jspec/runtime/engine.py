@@ -513,8 +513,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     LlamaForCausalLMEagle3: jspec.io.eagle3); "auto": the shipped draft when the shipped target is used;
     "ngram": prompt lookup, no model; "ngram+DIR" or "ngram+auto": the n-gram copy where a row has a
     match, the draft model elsewhere; "self": the target drafts for itself over the BF16 window of its own cache
-    (no extra weights); "ngram+self": the copy where a row has a match, the self-draft elsewhere; None/"none": no
-    speculation.
+    (no extra weights); "ngram+self": the copy where a row has a match, the self-draft elsewhere; the name of a
+    drafter registered without weights (decode.drafters.register), or "ngram+" it; None/"none": no speculation
+    (the grammar: config.DraftSpec).
     draft_window: the draft model's or head's cache where a call's capacity exceeds this window (KV mode
     "window": sink + recent only, so its cost and memory stay flat with the context); None: always full BF16.
 
@@ -561,9 +562,8 @@ def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Draft
         spec = DraftSpec(spec.copies, DEFAULT_DRAFT) if shipped else DraftSpec(True, None)
     if spec.model in (None, "none"):
         return Drafter(mode=spec.mode(None))
-    if spec.model == "self" or (isinstance(spec.model, str) and spec.model in drafters.names()
-                                and spec.model not in ("model", "head")):
-        return Drafter(mode=spec.mode(spec.model))  # a drafter with no weights of its own, by name
+    if isinstance(spec.model, str) and spec.model in set(drafters.names()) - {"model", "head"}:
+        return Drafter(mode=spec.mode(spec.model))  # self, or a registered drafter with no weights of its own
     if eagle3.is_head_dir(spec.model):
         if spec.copies:
             raise ConfigError("an EAGLE-3 head does not combine with ngram: give the head's directory alone")

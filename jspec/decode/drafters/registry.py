@@ -15,6 +15,7 @@ from jspec.decode.drafters.base import Proposer
 from jspec.decode.drafters.combined import Combined
 
 _REGISTRY: dict[str, Proposer] = {}
+_BUILT_IN: set[str] = set()  # names register refuses
 
 
 def register(name: str, proposer: Proposer) -> None:
@@ -47,9 +48,7 @@ def of(m) -> Proposer:
     return proposer(m.drafter.mode)
 
 
-_BUILT_IN: set[str] = set()
-
-
 def built_in(name: str, p: Proposer) -> None:
+    """A drafter of this package under its name (drafters/__init__), which register then refuses."""
     _REGISTRY[name] = p
     _BUILT_IN.add(name)
