@@ -4,10 +4,10 @@ Input lines: {"custom_id": str, "method": "POST", "url": "/v1/completions" or "/
 "body": {...}}. A completions body has "prompt" (a string or a list of token ids); a chat body has
 "messages" (role and content, the content a string or a list of text parts), rendered with the model's chat
 template (jspec.io.chat, the generation prompt added) and tokenized without added special tokens, as
-transformers' apply_chat_template does. Supported body fields: model (echoed), max_tokens or
-max_completion_tokens, temperature, top_p, top_k, seed, stop (a string or a list), and n, stream, logprobs,
-echo, presence_penalty, frequency_penalty, user at their defaults; absent ones take the job's command-line
-values. Anything else is that line's error, in OpenAI's shape:
+transformers' apply_chat_template does. Supported body fields: model (echoed, a string), max_tokens or
+max_completion_tokens, temperature, top_p, top_k, seed (any 64-bit integer, modulo 2**32), stop (a string or a
+list), and n, stream, stream_options, logprobs, logit_bias, echo, presence_penalty, frequency_penalty, user at
+their defaults; absent or null ones take the job's command-line values. Anything else is that line's error, in OpenAI's shape:
     {"id": "batch_req_...", "custom_id": ..., "response": null, "error": {"code": ..., "message": ...}}
 A result: {"id", "custom_id", "response": {"status_code": 200, "request_id", "body": a text_completion or
 chat.completion object}, "error": null}. A record's id is "batch_req_" and its line's fingerprint (then
