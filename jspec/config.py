@@ -35,6 +35,10 @@ class ConfigError(ValueError):
     """A configuration that jspec cannot run (bad value, unsupported architecture)."""
 
 
+class OutOfMemory(ConfigError):
+    """A batch whose caches do not fit in the memory free (a smaller batch may)."""
+
+
 def _plain_numbers(cfg) -> None:
     """Replaces numpy scalars in a frozen config's fields by Python ones (np.int64(2) -> 2), so that a value
     that passes validation behaves as an int or float everywhere after it (arithmetic, hashing, JSON)."""
@@ -400,6 +404,9 @@ def check_stops(stop) -> None:
             size = len(s.encode("utf-8"))
         except UnicodeEncodeError:
             raise ConfigError(f"stop string {s!r} is not valid Unicode (a lone surrogate)") from None
+        if "\ufffd" in s:  # decoded text holds U+FFFD for bytes that are not text yet: it would match those
+            raise ConfigError(f"stop string {s!r} holds U+FFFD, the replacement character, which stands for bytes "
+                              "that are not (yet) text and matches no generated character")
         if size > MAX_STOP_BYTES:
             raise ConfigError(f"a stop string may have at most {MAX_STOP_BYTES} UTF-8 bytes, got {size}: {s[:20]!r}...")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -146,3 +147,34 @@ def test_engine_chat_generates_from_the_rendered_template_without_a_second_bos(t
     assert got.prompt == "<|im_start|><|im_start|>hello<|im_end|>" and ids.count(eng.tokenizer.bos_token_id) == 2
     assert eng.tokenizer.encode(got.prompt) == [eng.tokenizer.bos_token_id] + ids  # what chat() avoids
     assert got.token_ids == eng.generate([ids], gen)[0].token_ids
+
+
+@pytest.mark.parametrize("template,problem", [
+    ("{{ 1 / 0 }}", "ZeroDivisionError"), ("{{ messages + 1 }}", "TypeError"),
+    ("{{ 'x' | int(base=99) }}{{ raise_exception(none) }}", "chat template"),
+    ("{{ range(10**9) | list }}", "Range too big"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recurses too deeply"),
+    ("{% include 'other.jinja' %}", "{% include %} reads other templates"),
+    ("{% from 'm' import x %}", "reads other templates"),
+    ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}", "took more than"),
+    ("{{ 'x' * 10**10 }}", "repeated value"), ("{{ 2 ** 99999999 }}", "exponent"),
+    ("{% for i in range(99999) %}{{ 'y' * 1000 }}{% endfor %}", "rendered text passes"),
+])
+def test_any_failing_or_unbounded_template_is_one_config_error_in_bounded_time(template, problem):
+    """Class 3: whatever a template raises, a template that reads other templates, and a template bomb (a loop or a
+    string without end) are one ConfigError, within the render's time bound (chat.MAX_RENDER_S)."""
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        chat.render(template, MESSAGES, bos_token="<s>", eos_token="</s>")
+    assert time.monotonic() - t0 < chat.MAX_RENDER_S + 1
+
+
+def test_a_template_file_that_is_not_utf8_is_named_and_blocks_only_a_render(tmp_path):
+    """Class 10: an undecodable chat_template.jinja does not stop the model from loading; a render says which file
+    and which byte."""
+    (tmp_path / "chat_template.jinja").write_bytes(b"{{ bos_token }}\xff")
+    template = chat.template_of(tmp_path)
+    with pytest.raises(ConfigError, match=r"chat_template.jinja' is not UTF-8 \(byte 0xff at byte 16\)"):
+        chat.render(template, MESSAGES, bos_token="<s>", eos_token="</s>")

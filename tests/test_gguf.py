@@ -8,6 +8,7 @@ itself also wants accelerate, which the test environment need not have).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -291,3 +292,20 @@ def test_smollm2_ngram_speculation_equals_plain_decoding_in_float32():
     spec = eng.generate([prompt], GenerateConfig(max_new_tokens=24, lookahead=3))[0]
     plain = eng.generate([prompt], GenerateConfig(max_new_tokens=24, lookahead=0))[0]
     assert spec.token_ids == plain.token_ids and spec.stats.lookahead == 3
+
+
+def test_gguf_prompts_are_range_checked_and_its_weights_fit_before_they_are_read(tmp_path, monkeypatch):
+    """Class 5: a GGUF whose tokenizer encodes past the embedding (here vocab_size 258, the tokenizer's ids up to 260)
+    refuses such a prompt instead of generating from rows it does not have; and, as for a Hugging Face directory, its
+    weights are checked against the free memory before they are read."""
+    from jspec.io import checkpoint
+    from jspec.runtime import engine
+
+    small = tiny_model(tmp_path)
+    eng = engine.load(small, draft=None, dtype="float32", mesh=None)
+    eng = dataclasses.replace(eng, cfg=dataclasses.replace(eng.cfg, vocab_size=258))
+    with pytest.raises(ConfigError, match="the prompt encodes to token id 259, past the model's vocabulary of 258"):
+        eng.prompt_ids("hello")  # the file's BOS, 259, is prepended
+    monkeypatch.setattr(checkpoint, "host_available", lambda: 1000)
+    with pytest.raises(CheckpointError, match="memory"):
+        load_model(small, jnp.float32)

@@ -327,3 +327,108 @@ def test_a_closed_stdin_and_a_missing_gpu_are_one_error_line(tmp_path):
         p = run("x", "--compile-cache", "", env=dict(env, JAX_PLATFORMS="cuda"))
         assert p.returncode == 2 and p.stderr.startswith("error: JAX_PLATFORMS=cuda, but JAX sees no GPU")
         assert len(p.stderr.splitlines()) == 1
+
+
+def _fake_ray(monkeypatch):
+    """A `ray` that is already initialised and has no GPUs: enough for a job whose lines are all answered."""
+    fake = types.SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {})
+    monkeypatch.setitem(sys.modules, "ray", fake)
+
+
+def test_a_resume_without_its_settings_file_or_on_ray_with_other_settings_is_refused(shipped, tmp_path,
+                                                                                      monkeypatch):
+    """Class 1: an output whose settings file is missing or not a JSON object cannot be resumed (its records could be
+    another run's), only restarted; a --ray job writes its settings and checks them on resume as well."""
+    from jspec.jobs import ray_jobs
+
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="a", prompt="def f(x):")])
+    _run(shipped, src, dst)
+    done, settings = dst.read_bytes(), batch.settings_path(dst)
+    for kept in (None, b"not json", b"[1, 2]"):
+        settings.unlink() if kept is None else settings.write_bytes(kept)
+        with pytest.raises(batch.JobError, match="holds results, but its settings file .*--restart"):
+            _run(shipped, src, dst)
+        assert dst.read_bytes() == done
+    _run(shipped, src, dst, restart=True)
+    assert _pairs(dst) == {("a", 1): "text"}
+    _fake_ray(monkeypatch)
+    ray_out = tmp_path / "ray.jsonl"
+    shutil.copy(dst, ray_out)
+    load = dict(model=None, draft="auto", kv=KVConfig())
+    run_ray = lambda load, **kw: ray_jobs.run_job(load, src, ray_out, GEN, SAMPLING, 1, progress=False, **kw)
+    with pytest.raises(batch.JobError, match="holds results, but its settings file"):
+        run_ray(load)
+    block = {"record": [json.dumps(_records(dst)[0])], "stats": []}  # the cluster answers as the first run did
+    monkeypatch.setattr(ray_jobs, "_blocks", lambda *args: iter([block]))
+    run_ray(load, restart=True)
+    assert json.loads(batch.settings_path(ray_out).read_text())["ray_load"]
+    ray_out.write_bytes(done)
+    run_ray(load)  # the same settings: resumed
+    with pytest.raises(batch.JobError, match="made with other settings .*ray_load differ"):
+        run_ray(load | {"model": str(tmp_path)})
+
+
+def test_no_file_a_job_writes_is_its_input_in_any_spelling(tmp_path):
+    """Class 2: neither the output nor its settings file (OUT.settings.json) may be the input, named directly, through
+    a symbolic link or a hard link: refused before anything is written."""
+    src, dst = tmp_path / "r.jsonl", tmp_path / "out.jsonl"
+    _write(src, [_line(id="a", prompt="x")])
+    (tmp_path / "link").symlink_to(src)
+    os.link(src, tmp_path / "hard")
+    settings = tmp_path / "s.jsonl.settings.json"
+    shutil.copy(src, settings)
+    for inp, out in [(src, src), (tmp_path / "link", src), (tmp_path / "hard", src), (src, tmp_path / "link"),
+                     (settings, tmp_path / "s.jsonl"), (tmp_path / "sub" / ".." / "r.jsonl", src)]:
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        before = inp.read_bytes()
+        with pytest.raises(batch.JobError, match="is the --input file"):
+            _run(NO_MODEL, inp, out)
+        assert inp.read_bytes() == before
+    (tmp_path / "new.settings.json").symlink_to(src)
+    with pytest.raises(batch.JobError, match="settings file .*is the --input file"):
+        _run(NO_MODEL, src, tmp_path / "new")
+
+
+def test_a_batch_whose_caches_do_not_fit_shrinks_or_fails_its_line(hf_model_dir, monkeypatch):
+    """Class 4: the KV caches are checked against the free memory before they are allocated (OutOfMemory, a
+    ConfigError naming the batch); a job runs the rows of such a batch one at a time, and a row that does not fit
+    alone is that line's error record."""
+    from jspec.config import OutOfMemory
+    from jspec.io import checkpoint
+
+    eng = engine.load(hf_model_dir("llama"), draft=None, kv=KVConfig("bf16"), dtype="float32", mesh=None)
+    monkeypatch.setattr(checkpoint, "device_available", lambda: None)
+    monkeypatch.setattr(checkpoint, "host_available", lambda: 1024)
+    with pytest.raises(OutOfMemory, match="a batch of 1 rows at capacity .* GiB of KV cache"):
+        eng.generate(["x"], GEN)
+
+    class Tight:  # an engine where two rows do not fit and one does
+        def generate_ids(self, ids, rows, max_new, gen, stop):
+            if len(ids) > 1:
+                raise OutOfMemory("a batch of 2 rows ...")
+            return [([5], "stats")] * len(ids)
+
+        def text(self, tokens, stop):
+            return "t"
+
+    jobs = [batch.Job(i, i + 1, "h", [1], 2, SAMPLING) for i in range(3)]
+    assert [r["text"] for r in batch.answer(Tight(), jobs, GEN, 2)] == ["t"] * 3
+    Tight.generate_ids = lambda self, *a: (_ for _ in ()).throw(OutOfMemory("too big"))
+    assert [r["error"] for r in batch.answer(Tight(), jobs, GEN, 2)] == ["too big"] * 3
+
+
+def test_bad_job_paths_are_one_error_line_before_the_model_loads(tmp_path, cli_run):
+    """Classes 9 and 10: an input or output that is a symbolic link loop, a settings path that is a directory and an
+    output name too long for its settings file are one error line each, named for what they are, before loading."""
+    src = tmp_path / "in.jsonl"
+    _write(src, [_line(id="a", prompt="x")])
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "o.settings.json").mkdir()
+    for args, message in [(("--input", tmp_path / "loop", "--output", tmp_path / "o2"), "is a symbolic link loop"),
+                          (("--input", src, "--output", tmp_path / "loop"), "--output '"),
+                          (("--input", src, "--output", tmp_path / "o"), "settings file '"),
+                          (("--input", src, "--output", tmp_path / ("n" * 250)), "name is too long")]:
+        rc, _, err = cli_run(*args, "--model", "/nonexistent")  # a model is never reached
+        assert rc == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / ("n" * 250)).exists() and not (tmp_path / "o").exists()

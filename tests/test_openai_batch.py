@@ -144,3 +144,39 @@ def test_resume_is_keyed_by_custom_id_and_fingerprint(eng, tmp_path):
 def test_format_is_detected_by_the_first_valid_line():
     assert openai_batch.is_openai([(1, b"not json"), (2, LINES[0])])
     assert not openai_batch.is_openai([(1, b'{"id": 1, "prompt": "x"}'), (2, LINES[0])])
+
+
+def _parsed(eng, **body):
+    """(custom_id, Job fields or (code, message)) of one chat line with `body`."""
+    return openai_batch.parse(_line("x", openai_batch.CHAT, messages=MESSAGES, **body), eng, GEN, SamplingConfig())
+
+
+def test_openai_values_are_read_as_openai_reads_them(eng):
+    """Classes 7 and 11: a null field is an absent one (max_completion_tokens null leaves max_tokens), a model that
+    is not a string and a U+FFFD stop string are the line's error, not wrong results; OpenAI-valid seeds (any 64-bit
+    integer), logit_bias and stream_options at their defaults are accepted."""
+    _, job = _parsed(eng, max_tokens=2, max_completion_tokens=None)
+    assert job["max_new"] == 2
+    assert _parsed(eng, model=5)[1] == ("invalid_request", "model must be a string, got int")
+    code, message = _parsed(eng, stop="\ufffd")[1]
+    assert code == "invalid_request" and "U+FFFD" in message
+    for seed, want in ((-5, 2**32 - 5), (2**40 + 3, 3), (7, 7)):
+        assert _parsed(eng, seed=seed)[1]["sampling"].seed == want
+    _, job = _parsed(eng, logit_bias=None, stream_options=None)
+    assert isinstance(job, dict)
+    assert _parsed(eng, logit_bias={"5": 1})[1][0] == "unsupported_value"
+
+
+def test_a_template_that_fails_is_that_line_s_error(model_dir, tmp_path):
+    """Class 3 in a job: a chat template that raises (here a ZeroDivisionError) answers each chat line with an error
+    record; the completions lines still run."""
+    bad = tmp_path / "bad"
+    shutil.copytree(model_dir, bad)
+    (bad / "chat_template.jinja").write_text("{{ 1 / 0 }}")
+    eng = engine.load(bad, draft=None, kv=KVConfig("bf16"), dtype="float32", mesh=None)
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(_line("chat", openai_batch.CHAT, messages=MESSAGES) + b"\n" +
+                    _line("plain", openai_batch.COMPLETIONS, prompt="the quick", max_tokens=2) + b"\n")
+    _run(eng, src, dst)
+    by_id, _ = _records(dst)
+    assert "ZeroDivisionError" in by_id["chat"]["error"]["message"] and by_id["plain"]["error"] is None

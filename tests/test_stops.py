@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 
 import jax
 import numpy as np
@@ -245,3 +246,25 @@ def test_stream_holds_back_a_possible_stop_and_ends_before_it(tiny):
     stop, _ = _stop_in(eng, r.token_ids, 3, 5)
     pieces = list(eng.stream(PROMPTS[1], dataclasses.replace(gen, stop=(stop,))))
     assert "".join(pieces) == stops.truncate(r.text, (stop,))[0]
+
+
+def test_first_stop_string_calls_from_several_threads_build_the_tables_once(monkeypatch):
+    """Class 8: the Engine's thread contract (its docstring): threads making their first stop-string calls at once
+    build the byte table once, and the engine keeps working (a second table appended by a race was read as the
+    device arrays: TypeError)."""
+    import threading
+    import time
+
+    built = []
+
+    def slow(tok, vocab_size):
+        built.append(1)
+        time.sleep(0.05)
+        return ("table",)
+
+    monkeypatch.setattr(stops, "token_bytes", slow)
+    eng = engine.Engine(cfg=types.SimpleNamespace(vocab_size=4), params=None, tokenizer=None, kv=None)
+    threads = [threading.Thread(target=eng.token_bytes) for _ in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(built) == 1 and eng._token_bytes == [("table",)]

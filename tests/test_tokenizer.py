@@ -11,13 +11,15 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from jspec.io import tokenizer
+from jspec.config import ConfigError
+from jspec.io import checkpoint, tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
@@ -191,3 +193,34 @@ def test_loading_never_imports_transformers_or_torch():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("config,problem", [
+    ({"extra_special_tokens": "return"}, "extra_special_tokens must be a list or an object, got a str"),
+    ({"additional_special_tokens": [5]}, "each of additional_special_tokens must be a string"),
+    ({"eos_token": 7}, "eos_token must be a string"),
+    ({"added_tokens_decoder": {"x": {"content": "a"}}}, "added_tokens_decoder must map token ids"),
+    ({"tokenizer_class": 3}, "tokenizer_class must be a string, got 3"),
+    ([1, 2], "must hold a JSON object, got a list"),
+])
+def test_a_malformed_tokenizer_config_is_refused_naming_it(tmp_path, config, problem):
+    """Classes 6, 9 and 10: tokenizer_config.json fields of shapes transformers refuses (an extra_special_tokens
+    string would make each of its characters special), a config that is not an object and an integer
+    tokenizer_class are one error naming tokenizer_config.json, never a traceback nor blamed on tokenizer.json."""
+    path = _write(tmp_path / "tok", _byte_level_json(), "llama", {})
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises((ValueError, OSError), match=re.escape(problem)) as e:  # the CLI: one error line
+        checkpoint.load_tokenizer(path)
+    assert "tokenizer_config.json" in str(e.value) or "tokenizer_class" in str(e.value)
+    assert "unreadable tokenizer.json" not in str(e.value)
+
+
+def test_malformed_gguf_merges_are_one_config_error():
+    """Class 9: a GGUF merge that is not two tokens, or joins tokens not in the vocabulary, is a ConfigError."""
+    from jspec.io import gguf_tokenizer
+
+    meta = dict(model="gpt2", tokens=["a", "b", "ab"])
+    for merges, problem in ((["a b c"], "two tokens and one space"), (["a"], "two tokens"),
+                            (["x y"], "do not build a BPE model")):
+        with pytest.raises(ConfigError, match=problem):
+            gguf_tokenizer.build(meta | {"merges": merges}, "llama")

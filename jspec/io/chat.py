@@ -13,8 +13,11 @@ writes one): transformers tokenizes it with add_special_tokens=False, and so doe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -27,17 +30,67 @@ def render(template: str, messages: list[dict], *, bos_token: str | None, eos_to
 
     bos_token / eos_token: the tokenizer's, or None where it has none (the template then sees them
     undefined, as with transformers). A bad message or a template that fails is a ConfigError."""
+    if isinstance(template, Unreadable):
+        raise ConfigError(template.why)
     if not isinstance(template, str):
         raise ConfigError(f"a chat template must be a str, got {type(template).__name__}")
     chat = check_messages(messages)
     named = {k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v is not None}
-    import jinja2
-
     try:
-        return _compiled(template).render(messages=chat, tools=None, documents=None,
-                                          add_generation_prompt=bool(add_generation_prompt), **named)
-    except jinja2.TemplateError as e:  # syntax errors, raise_exception(...), sandbox refusals
-        raise ConfigError(f"chat template: {e}") from None
+        with _deadline(MAX_RENDER_S):
+            return _bounded(_compiled(template).generate(messages=chat, tools=None, documents=None,
+                                                         add_generation_prompt=bool(add_generation_prompt), **named))
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError("chat template: it recurses too deeply") from None
+    except Exception as e:  # noqa: BLE001  whatever a template raises (TypeError, ZeroDivisionError, the sandbox's
+        # range limit, raise_exception) is that template's error, never the caller's crash
+        raise ConfigError(f"chat template: {type(e).__name__}: {e}") from None
+
+
+# A render's bounds: chat templates render in microseconds to a few ms, a prompt is far below these.
+MAX_RENDER_S = 2.0
+MAX_RENDER_CHARS = 1 << 22
+
+
+class Unreadable:
+    """A chat template file that cannot be read (not UTF-8): the model loads, and only a render says why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _bounded(pieces) -> str:
+    out, size = [], 0
+    for piece in pieces:
+        size += len(piece)
+        if size > MAX_RENDER_CHARS:
+            raise ConfigError(f"chat template: the rendered text passes {MAX_RENDER_CHARS} characters")
+        out.append(piece)
+    return "".join(out)
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Raises ConfigError in the template's own code once `seconds` have passed (a loop in the template can run for
+    ever without producing output): a trace on the compiled template's frames only ("<template>")."""
+    end = time.monotonic() + seconds
+
+    def line(frame, event, arg):
+        if time.monotonic() > end:
+            raise ConfigError(f"chat template: rendering took more than {seconds:g}s")
+        return line
+
+    def call(frame, event, arg):
+        return line if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
 
 
 def check_messages(messages) -> list[dict]:
@@ -77,10 +130,30 @@ def _compiled(template: str):
                                         extensions=[_generation_tag(), "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals.update(raise_exception=_raise, strftime_now=_strftime_now, dict=_Dict(), namespace=_namespace())
+    env.intercepted_binops = frozenset({"*", "**"})
+    env.call_binop = _binop
     try:
-        return env.from_string(template)
+        tree = env.parse(template)
     except jinja2.TemplateSyntaxError as e:
         raise ConfigError(f"chat template: line {e.lineno}: {e.message}") from None
+    for node in tree.find_all((jinja2.nodes.Include, jinja2.nodes.Import, jinja2.nodes.FromImport,
+                               jinja2.nodes.Extends)):
+        tag = type(node).__name__.lower().replace("fromimport", "from ... import")
+        raise ConfigError(f"chat template: line {node.lineno}: {{% {tag} %}} reads other templates, which a chat "
+                          "template cannot")
+    return env.from_string(tree)
+
+
+def _binop(context, operator: str, left, right):
+    """`*` and `**` with the size of their result bounded (a template bomb: "x" * 10**10)."""
+    if operator == "**":
+        if isinstance(right, (int, float)) and abs(right) > 1024:
+            raise ConfigError(f"chat template: an exponent of {right} is too large")
+        return left**right
+    for seq, n in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_RENDER_CHARS:
+            raise ConfigError(f"chat template: a repeated value passes {MAX_RENDER_CHARS} items")
+    return left * right
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -166,8 +239,13 @@ def template_of(model_path: str | Path) -> str | None:
         from jspec.io import gguf
 
         return gguf.chat_template(path)
-    if (path / "chat_template.jinja").is_file():
-        return (path / "chat_template.jinja").read_text(encoding="utf-8")
+    jinja = path / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            return Unreadable(f"chat template {str(jinja)!r} is not UTF-8 (byte 0x{e.object[e.start]:02x} at byte "
+                              f"{e.start + 1})")
     config = path / "tokenizer_config.json"
     try:
         template = json.loads(config.read_text(encoding="utf-8")).get("chat_template") if config.is_file() else None

@@ -46,7 +46,12 @@ def build(meta: dict, model_type: str) -> Tokenizer:
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise ConfigError("tokenizer.ggml.tokens must be a non-empty list of strings")
     named = _named(meta, tokens)
-    backend = _gpt2(meta, tokens) if kind == "gpt2" else _llama(meta, tokens)
+    try:
+        backend = _gpt2(meta, tokens) if kind == "gpt2" else _llama(meta, tokens)
+    except ConfigError:
+        raise
+    except Exception as e:  # tokenizers raises bare Exceptions (a merge of tokens not in the vocabulary)
+        raise ConfigError(f"the tokenizer's vocabulary and merges do not build a BPE model ({e})") from None
     backend.add_tokens([AddedToken(t, special=True) for t in CLASS_SPECIALS[kind]])
     _add_marked(backend, meta, tokens, byte_level=kind == "gpt2")
     if meta.get("pre") in SPLITS:
@@ -103,7 +108,11 @@ def _merges(meta: dict, tokens: list[str]) -> list[tuple[str, ...]]:
     if merges is not None:
         if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges):
             raise ConfigError("tokenizer.ggml.merges must be a list of strings")
-        return [tuple(m.split(" ")) for m in merges]
+        pairs = [tuple(m.split(" ")) for m in merges]
+        bad = next((m for m, p in zip(merges, pairs) if len(p) != 2 or not all(p)), None)
+        if bad is not None:
+            raise ConfigError(f"each of tokenizer.ggml.merges must be two tokens and one space, got {bad!r}")
+        return pairs
     scores = meta.get("scores")
     if not isinstance(scores, list) or len(scores) != len(tokens):
         raise ConfigError("a tokenizer without merges needs one score per token (tokenizer.ggml.scores)")

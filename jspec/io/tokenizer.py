@@ -88,15 +88,20 @@ def load_tokenizer(model_dir: str | Path):
     model_dir = Path(model_dir)
     path = model_dir / "tokenizer.json"
     config = _read_json(model_dir / "tokenizer_config.json")
+    _check_config(config, model_dir / "tokenizer_config.json")
     if path.is_file():
         text = path.read_text(encoding="utf-8")
         model_cfg = _read_json(model_dir / "config.json")
         declared = config.get("tokenizer_class") or model_cfg.get("tokenizer_class")
+        if declared is not None and not isinstance(declared, str):
+            raise ConfigError(f"{model_dir}: tokenizer_class must be a string, got {declared!r}")
         cls = tokenizer_class(model_cfg.get("model_type"), declared, '"ByteLevel"' in text)
         try:
             spec = json.loads(text)
             if cls in CLASS_DEFAULTS and (cls == "TokenizersBackend" or spec["model"].get("type") == "BPE"):
                 return _build(cls, path, spec, config)
+        except ConfigError:
+            raise
         except Exception as e:  # tokenizers raises bare Exceptions for a malformed file
             raise ValueError(f"unreadable tokenizer.json ({e})") from None
     return _auto_tokenizer(model_dir)
@@ -234,7 +239,37 @@ def _clean_up(text: str) -> str:
 
 
 def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    """A JSON object file's content ({} where there is none); ConfigError naming the file otherwise."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not UTF-8 or not JSON
+        raise ConfigError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: must hold a JSON object, got a {type(value).__name__}")
+    return value
+
+
+def _check_config(config: dict, path: Path) -> None:
+    """The shapes of tokenizer_config.json that transformers refuses as well: ConfigError naming the field."""
+    for key in ("extra_special_tokens", "additional_special_tokens"):
+        value = config.get(key)
+        if value is not None and not isinstance(value, (list, dict)):
+            raise ConfigError(f"{path}: {key} must be a list or an object, got a {type(value).__name__}")
+        items = value.values() if isinstance(value, dict) else value or ()
+        if not all(isinstance(t, str) or isinstance(t, dict) and isinstance(t.get("content"), str) for t in items):
+            raise ConfigError(f"{path}: each of {key} must be a string or an object with a string content")
+    decoder = config.get("added_tokens_decoder", {})
+    if not isinstance(decoder, dict) or not all(
+            isinstance(i, str) and i.isdigit() and isinstance(t, dict) and isinstance(t.get("content"), str)
+            for i, t in decoder.items()):
+        raise ConfigError(f"{path}: added_tokens_decoder must map token ids to objects with a string content")
+    for key in NAMED:
+        value = config.get(key)
+        if value is not None and not isinstance(value, str) and not (
+                isinstance(value, dict) and isinstance(value.get("content"), str)):
+            raise ConfigError(f"{path}: {key} must be a string or an object with a string content")
 
 
 def _auto_tokenizer(model_dir: Path):

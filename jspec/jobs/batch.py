@@ -36,7 +36,7 @@ from tqdm import tqdm
 from jspec import files
 from jspec.jobs import openai_batch
 from jspec.jobs.job_lines import Format, Job, JobError, fingerprint, line_id, loads, resume_key, stop_strings
-from jspec.config import ConfigError, GenerateConfig, SamplingConfig, check_stops
+from jspec.config import ConfigError, GenerateConfig, OutOfMemory, SamplingConfig, check_stops
 from jspec.runtime import slots
 from jspec.runtime.buckets import pad_rows
 from jspec.runtime.engine import Stats
@@ -205,16 +205,21 @@ def read_jobs(engine, lines: list[tuple[int, bytes]], done: dict, gen: GenerateC
 
 def check_paths(input_path: Path, output_path: Path) -> None:
     """The input is a regular file or a pipe (`<(cmd)`: read once); the output a regular file or a new path in an
-    existing directory (a device would be read to its end, /dev/zero without one); they are not one file."""
+    existing directory (a device would be read to its end, /dev/zero without one), and so is its settings file
+    (settings_path), whose name fits the file system; neither file jspec writes is the input, in any spelling."""
     files.require(input_path, "--input", "a regular file", "a pipe")
-    if files.kind(output_path) == "missing":
-        files.require(output_path.parent, "--output's directory", "a directory")
-    else:
-        files.require(output_path, "--output", "a regular file")
-    same = os.path.samefile(input_path, output_path) if output_path.exists() else (
-        output_path.resolve() == input_path.resolve())
-    if same:  # a symlink or a hard link to the input included
-        raise JobError(f"--output {str(output_path)!r} is the --input file: give another path for the results")
+    settings = settings_path(output_path)
+    for path, what in ((output_path, "--output"), (settings, "--output's settings file")):
+        if files.kind(path) == "missing":
+            files.require(path.parent, f"{what}'s directory", "a directory")
+        else:
+            files.require(path, what, "a regular file")
+        if files.same(input_path, path):  # a symlink or a hard link to the input included
+            raise JobError(f"{what} {str(path)!r} is the --input file: give another --output for the results")
+    limit = os.pathconf(output_path.parent, "PC_NAME_MAX")
+    if len(os.fsencode(settings.name)) > limit:
+        raise JobError(f"--output's name is too long: jspec keeps its settings beside it in {settings.name!r}, "
+                       f"longer than the {limit} bytes a name may have here; give a shorter --output")
 
 
 def _result_record_of(rec: dict) -> dict | None:
@@ -323,7 +328,11 @@ def check_settings(output_path: Path, settings: dict, restart: bool = False) -> 
     says which differ: its records would otherwise mix two runs' results. A new (or restarted) output records them."""
     path = settings_path(output_path)
     kept, _ = loads(path.read_bytes()) if path.is_file() else (None, None)
-    if isinstance(kept, dict) and not restart and output_path.stat().st_size:
+    if not restart and output_path.stat().st_size:
+        if not isinstance(kept, dict):  # the records could be any run's: never mix them with this one's
+            raise JobError(f"{str(output_path)!r} holds results, but its settings file {str(path)!r} is "
+                           f"{'missing' if not path.is_file() else 'not a JSON object'}: the run that made them "
+                           "cannot be checked against this one; --restart to start over, or give another --output")
         changed = sorted(k for k in settings.keys() | kept.keys() if settings.get(k) != kept.get(k))
         if changed:
             raise JobError(f"{str(output_path)!r} was made with other settings ({', '.join(changed)} differ: "
@@ -365,7 +374,8 @@ def answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Format
     """The records of one batch (a row's stats as engine.Stats until written). A row the engine refuses for a
     reason parse_line did not foresee (a
     ConfigError, or a value that overflows a device dtype) costs only that row: the batch is retried
-    row by row, and the row that fails alone gets an error record."""
+    row by row, and the row that fails alone gets an error record. A batch whose caches do not fit in memory
+    (OutOfMemory) runs its rows one at a time."""
     return [rec for rec, _ in _answer(engine, chunk, gen, size, fmt or JSPEC)]
 
 
@@ -373,6 +383,10 @@ def _answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Forma
     """answer's (record, the row's stats or None for an error) pairs."""
     try:
         results = run_chunk(engine, chunk, gen, size)
+    except OutOfMemory as e:  # the batch shrinks to one row; a row that does not fit alone is its error record
+        if size > 1:
+            return [r for j in chunk for r in _answer(engine, [j], gen, 1, fmt)]
+        return [(fmt.error(chunk[0], str(e)), None)]
     except (ConfigError, OverflowError) as e:
         if len(chunk) == 1:
             return [(fmt.error(chunk[0], str(e)), None)]

@@ -4,10 +4,10 @@ Input lines: {"custom_id": str, "method": "POST", "url": "/v1/completions" or "/
 "body": {...}}. A completions body has "prompt" (a string or a list of token ids); a chat body has
 "messages" (role and content, the content a string or a list of text parts), rendered with the model's chat
 template (jspec.io.chat, the generation prompt added) and tokenized without added special tokens, as
-transformers' apply_chat_template does. Supported body fields: model (echoed), max_tokens or
-max_completion_tokens, temperature, top_p, top_k, seed, stop (a string or a list), and n, stream, logprobs,
-echo, presence_penalty, frequency_penalty, user at their defaults; absent ones take the job's command-line
-values. Anything else is that line's error, in OpenAI's shape:
+transformers' apply_chat_template does. Supported body fields: model (echoed, a string), max_tokens or
+max_completion_tokens, temperature, top_p, top_k, seed (any 64-bit integer, modulo 2**32), stop (a string or a
+list), and n, stream, stream_options, logprobs, logit_bias, echo, presence_penalty, frequency_penalty, user at
+their defaults; absent or null ones take the job's command-line values. Anything else is that line's error, in OpenAI's shape:
     {"id": "batch_req_...", "custom_id": ..., "response": null, "error": {"code": ..., "message": ...}}
 A result: {"id", "custom_id", "response": {"status_code": 200, "request_id", "body": a text_completion or
 chat.completion object}, "error": null}. A record's id is "batch_req_" and its line's fingerprint (then
@@ -31,7 +31,8 @@ SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "s
 # fields accepted at their defaults only (the values listed), or ignored (None)
 DEFAULTS = {"n": (1, None), "stream": (False, None), "logprobs": (None, False, 0), "top_logprobs": (None, 0),
             "echo": (False, None), "presence_penalty": (0, 0.0, None), "frequency_penalty": (0, 0.0, None),
-            "best_of": (1, None), "suffix": (None,), "user": None, "metadata": None, "store": None}
+            "best_of": (1, None), "suffix": (None,), "user": None, "metadata": None, "store": None,
+            "logit_bias": (None, {}), "stream_options": (None,)}
 BODY_FIELDS = {COMPLETIONS: ("model", "prompt", "max_tokens", *SAMPLING, "stop"),
                CHAT: ("model", "messages", "max_tokens", "max_completion_tokens", *SAMPLING, "stop")}
 
@@ -86,19 +87,26 @@ def _request(rec, engine, gen: GenerateConfig, base: SamplingConfig) -> dict:
         raise LineError("invalid_request", "body must be a JSON object")
     _check_body(url, body)
     ids = _prompt(url, body, engine)
-    max_new = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_new = gen.max_new_tokens if max_new is None else max_new
+    given = [body[k] for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None]
+    max_new = given[0] if given else gen.max_new_tokens  # a null field is an absent one, as OpenAI reads it
     overrides = {SAMPLING[k]: v for k, v in body.items() if k in SAMPLING and v is not None}
     for k, v in overrides.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (k in ("top_k", "seed") and not isinstance(v, int)):
             raise LineError("invalid_request", f"{k} has the wrong type ({type(v).__name__})")
+    if "seed" in overrides:  # OpenAI's seed is any 64-bit integer; jspec's a 32-bit one: the same seed, the same draw
+        if not -2**63 <= overrides["seed"] < 2**64:
+            raise LineError("invalid_request", f"seed must be a 64-bit integer, got {overrides['seed']}")
+        overrides["seed"] %= 2**32
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise LineError("invalid_request", f"model must be a string, got {type(model).__name__}")
     sampling = dataclasses.replace(base, **overrides)
     stop = job_lines.stop_strings(body["stop"]) if "stop" in body else gen.stop
     check_stops(stop)
     sampling.validate()
     engine.check(dataclasses.replace(gen, max_new_tokens=max_new), [len(ids)])
     return dict(ids=ids, max_new=max_new, sampling=sampling, stop=stop,
-                meta=dict(url=url, model=body.get("model") or "jspec"))
+                meta=dict(url=url, model=model or "jspec"))
 
 
 def _check_body(url: str, body: dict) -> None:

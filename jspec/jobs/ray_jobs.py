@@ -131,6 +131,7 @@ def run_job(load_args: dict, input_path: Path, output_path: Path, gen: GenerateC
     gpus = int(ray.cluster_resources().get("GPU", 0))
     workers = workers or max(gpus, 1)
     with batch.open_output(output_path, restart, fmt) as (out, done):
+        batch.check_settings(output_path, job_settings(load_args, gen, base), restart)
         batch.check_resume(done, lines, output_path, fmt)
         todo, errors, skipped = pending(lines, done, gen, base, fmt)
         summary = Summary(errors=len(errors), skipped=skipped)
@@ -149,6 +150,13 @@ def run_job(load_args: dict, input_path: Path, output_path: Path, gen: GenerateC
                 bar.update(len(fresh))
     summary.wall_s = time.perf_counter() - t0
     return summary
+
+
+def job_settings(load_args: dict, gen: GenerateConfig, base: SamplingConfig) -> dict:
+    """batch.job_settings for a job whose engines the actors load: jspec.load's arguments (the model and draft
+    paths resolved) and the defaults a line may leave out. A job resumes on Ray only with these."""
+    paths = {k: str(Path(v).resolve()) for k, v in load_args.items() if k in ("model", "rotations") and v}
+    return {"ray_load": repr(sorted((load_args | paths).items())), "generate": repr(gen), "sampling": repr(base)}
 
 
 def _blocks(ray, todo, worker_cls, actor: tuple, workers: int, gpus: int, block_lines: int):

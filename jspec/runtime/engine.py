@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import threading
 import time
 import typing
 from pathlib import Path
@@ -21,7 +22,8 @@ import numpy as np
 from jspec import files
 from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
-                          DraftSpec, ModelConfig, Options, SamplingConfig, check_stops, default_platform)
+                          DraftSpec, ModelConfig, Options, OutOfMemory, SamplingConfig, check_stops,
+                          default_platform)
 from jspec.decode import drafters, loop as decode, stops
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3
@@ -89,6 +91,10 @@ class Engine:
     head) plus the KV configuration they decode with and the options their programs are built with.
 
     jspec.load builds one from model directories; tests build one from params by keyword.
+
+    Threads: one Engine may serve several threads at once. Each call builds its own caches and runs its own program;
+    what calls share and build on first use (the stop-string byte tables, compiled programs, acceptance counts) is
+    built and updated under the engine's lock, so the first calls of several threads neither race nor build twice.
     """
 
     cfg: ModelConfig
@@ -109,6 +115,7 @@ class Engine:
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
+    _lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def xla_options(self) -> dict | None:
@@ -145,11 +152,14 @@ class Engine:
             except TypeError:
                 raise ConfigError(f"a prompt must be a str or a list of token ids, not {type(prompt).__name__}") \
                     from None
-            bad = [x for x in ids if isinstance(x, bool) or not isinstance(x, numbers.Integral)
-                   or not 0 <= x < self.cfg.vocab_size]
-            if bad:
-                raise ConfigError(f"token ids must be integers in [0, {self.cfg.vocab_size}), got {bad[0]!r}")
-            ids = [int(x) for x in ids]
+        bad = [x for x in ids if isinstance(x, bool) or not isinstance(x, numbers.Integral)
+               or not 0 <= x < self.cfg.vocab_size]  # an encoded prompt too: a tokenizer may pass the embedding
+        if bad and isinstance(prompt, str):
+            raise ConfigError(f"the prompt encodes to token id {bad[0]}, past the model's vocabulary of "
+                              f"{self.cfg.vocab_size}")
+        if bad:
+            raise ConfigError(f"token ids must be integers in [0, {self.cfg.vocab_size}), got {bad[0]!r}")
+        ids = [int(x) for x in ids]
         if not ids:
             raise ConfigError(EMPTY_PROMPT)
         return ids
@@ -188,9 +198,10 @@ class Engine:
     def token_bytes(self) -> stops.TokenBytes | None:
         """The tokenizer's byte table for stop strings, built on first use (stops.token_bytes); None where its
         decode is not concatenative: stop strings are then found on the host."""
-        if not self._token_bytes:
-            self._token_bytes.append(stops.token_bytes(self.tokenizer, self.cfg.vocab_size))
-        return self._token_bytes[0]
+        with self._lock:
+            if not self._token_bytes:
+                self._token_bytes.append(stops.token_bytes(self.tokenizer, self.cfg.vocab_size))
+            return self._token_bytes[0]
 
     def chat(self, messages: list[dict], gen: GenerateConfig = GenerateConfig(),
              sampling: SamplingConfig = SamplingConfig()) -> Result:
@@ -251,11 +262,19 @@ class Engine:
         kv_bytes = args.kv_bytes()
         program, compile_s = self.compile(args)
         t0 = time.perf_counter()
-        state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
+        try:
+            state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
+        except jax.errors.JaxRuntimeError as e:  # the estimate (check_cache_memory) missed XLA's own buffers
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            raise OutOfMemory(f"a batch of {len(ids)} rows ran out of device memory: fewer rows (--batch-size) or "
+                              "fewer tokens") from None
         decode_s = time.perf_counter() - t0
         K, key = args.models.lookahead, (self.draft_mode, lookahead.batch_bucket(len(ids)))
-        self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, np.asarray(state.rounds)[: len(ids)],
-                                                  np.asarray(state.count)[: len(ids)])
+        with self._lock:
+            self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K,
+                                                      np.asarray(state.rounds)[: len(ids)],
+                                                      np.asarray(state.count)[: len(ids)])
         out = self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
         return [self.finish(t, st, s, gen) for (t, st), s in zip(out, stop)]
 
@@ -263,7 +282,8 @@ class Engine:
         """Learns from rows that ran `rounds` rounds with `accepted` drafts accepted in all, in a batch of this
         size: the acceptance estimate the lookahead choice reads (plan)."""
         key = (self.draft_mode, lookahead.batch_bucket(batch))
-        self._seen[key] = lookahead.observe(self._seen.get(key, (0, 0)), K, rounds, accepted)
+        with self._lock:
+            self._seen[key] = lookahead.observe(self._seen.get(key, (0, 0)), K, rounds, accepted)
 
     def program(self, name: str, jitted, *args):
         """(jitted compiled for these arguments' shapes, compile seconds): kept in the engine's program cache under
@@ -376,8 +396,9 @@ class Engine:
 
     def stop_arrays(self, host: dict) -> stops.Stops:
         """stops.pack's arrays on the device; the token tables are put there once and reused."""
-        if len(self._token_bytes) < 2:
-            self._token_bytes.append({k: jax.device_put(host[k]) for k in ("table", "lens", "lead")})
+        with self._lock:
+            if len(self._token_bytes) < 2:
+                self._token_bytes.append({k: jax.device_put(host[k]) for k in ("table", "lens", "lead")})
         return stops.Stops(**self._token_bytes[1], strings=jax.device_put(host["strings"]),
                            sizes=jax.device_put(host["sizes"]))
 
@@ -387,9 +408,11 @@ class Engine:
     def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
         B = len(ids)
-        cache = kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params))
-        # the draft model's or head's: windowed where the capacity exceeds its window (Drafter.cache_kv)
-        draft_cache = drafters.init_cache(self.drafter, B, capacity, dt, K)
+        make = lambda: (kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params)),
+                        # the draft model's or head's: windowed where the capacity exceeds its window (cache_kv)
+                        drafters.init_cache(self.drafter, B, capacity, dt, K))
+        check_cache_memory(jax.eval_shape(make), B, capacity)
+        cache, draft_cache = make()
         # No id is -1: a row that must not stop at EOS gets that as its only stop token.
         eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
         # made on the host and put on the device: a conversion or jnp.asarray there would each be a program
@@ -404,7 +427,11 @@ class Engine:
         use, then reused (0.0 seconds). On one device it is two programs, decode.start_program and
         decode.rounds_program (three with a draft model: decode.draft_prefill_program), compiled side by side
         and run back to back (trace_parts); on a mesh the one decode.generate_program (the rounds' input
-        shardings are only known once the prefill is compiled)."""
+        shardings are only known once the prefill is compiled). Under the lock: a program compiles once."""
+        with self._lock:
+            return self._compile(args)
+
+    def _compile(self, args: ProgramArgs):
         key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
         if key in self._compiled:
             return self._compiled[key], 0.0
@@ -430,6 +457,19 @@ class Engine:
         stats = lambda b: self.row_stats(int(count[b]), int(rounds[b]), int(accepted[b]), K, kv_bytes=kv_bytes,
                                          compile_s=compile_s, decode_s=decode_s, batch_tokens=total, choice=choice)
         return [(tokens[b, : count[b]].tolist(), stats(b)) for b in range(len(count))]
+
+
+def check_cache_memory(caches, B: int, capacity: int) -> None:
+    """OutOfMemory, before they are allocated, when the caches (shapes, from jax.eval_shape) take more than the free
+    memory of the device (on the CPU, the host's): XLA would fail the call with RESOURCE_EXHAUSTED, or the
+    process be killed."""
+    need = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(caches))
+    free = checkpoint.device_available()
+    free = checkpoint.host_available() if free is None else free
+    if free is not None and need > free:
+        raise OutOfMemory(f"a batch of {B} rows at capacity {capacity} needs {need / 2**30:.2f} GiB of KV cache, "
+                          f"more than the {free / 2**30:.2f} GiB of memory free: fewer rows (--batch-size) or fewer "
+                          "tokens")
 
 
 def text_pieces(tokenizer, rounds, stop: tuple[str, ...] = ()):
