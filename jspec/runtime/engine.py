@@ -456,21 +456,32 @@ def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> Non
 
 
 def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mode: str,
-            rotations: str | Path | None) -> Params:
-    """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache."""
+            rotations: str | Path | None) -> tuple[Params, KVConfig]:
+    """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache -> (params, kv
+    with the rotation file's searched clip where kv leaves a clip unset)."""
     path = Path(rotations) if rotations else checkpoint.rotation_path(model_dir)
     if mode == "auto":
         mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
     if mode == "none":
-        return params
+        return params, kv
     rotation.check_head_dim(cfg.head_dim)
     if mode == "hadamard":
         rot_k, rot_v = rotation.hadamard_rotations(cfg)
     elif mode == "oscar":
-        rot_k, rot_v, _ = rotation.load_rotations(path, cfg)
+        rot_k, rot_v, meta = rotation.load_rotations(path, cfg)
+        kv = _with_searched_clips(kv, rotation.searched_clips(meta, cfg))
     else:
         raise ConfigError(f"unknown rotation {mode!r}; use none, hadamard or oscar")
-    return _apply_rotations(params, cfg, rot_k, rot_v)
+    return _apply_rotations(params, cfg, rot_k, rot_v), kv
+
+
+def _with_searched_clips(kv: KVConfig, found: dict | None) -> KVConfig:
+    """kv with the file's model-wide clip pair (jspec calibrate's search) in the clips the caller left unset."""
+    if found is None:
+        return kv
+    ck, cv = found["clip_model"]
+    return dataclasses.replace(kv, clip_k=ck if kv.clip_k is None else kv.clip_k,
+                               clip_v=cv if kv.clip_v is None else kv.clip_v)
 
 
 # One device program for the whole fold (run eagerly it was a dozen small ones, each compiled); the loaded
@@ -510,7 +521,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         has_rotations = (Path(rotations) if rotations else checkpoint.rotation_path(model_dir)).is_file()
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
-    params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
+    params, kv = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
     drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype)).replace(window=draft_window)
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
