@@ -98,6 +98,7 @@ class Engine:
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
+    _past_vocabulary: list = dataclasses.field(default_factory=list, repr=False)  # [tokens_past_vocabulary's]
 
     @property
     def xla_options(self) -> dict | None:
@@ -228,6 +229,25 @@ class Engine:
                 raise ConfigError(f"prompt of {n} tokens + {m} new tokens + lookahead {K} + 1 exceeds the "
                                   f"model's context of {context} tokens")
 
+    def _check_vocabulary(self, ids: list[list[int]], stop: list[tuple[str, ...]]) -> None:
+        """ConfigError naming the token where a prompt (its BOS included) holds an id at or past vocab_size, or a
+        stop string is a token the tokenizer numbers there: the tokenizer may have such ids (an added token past
+        the embedding: such models load), the model has no row for them and never generates them."""
+        if not self._past_vocabulary:
+            self._past_vocabulary.append(checkpoint.tokens_past_vocabulary(self.tokenizer, self.cfg.vocab_size))
+        past = self._past_vocabulary[0]
+        if not past:
+            return
+        V, name = self.cfg.vocab_size, {i: t for t, i in past.items()}
+        for row in ids:
+            bad = next((i for i in row if i >= V), None)
+            if bad is not None:
+                raise ConfigError(f"the prompt holds token {name.get(bad, '?')!r} (id {bad}), past the model's "
+                                  f"vocabulary (vocab_size {V}): the model has no embedding row for it")
+        for s in (s for row in stop for s in row if s in past):
+            raise ConfigError(f"stop string {s!r} is token id {past[s]}, past the model's vocabulary (vocab_size "
+                              f"{V}): the model can never generate it")
+
     def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
                      gen: GenerateConfig, stop: list[tuple[str, ...]] | None = None):
         """Token-level generate: returns [(token_ids, stats)] per row. stop: each row's stop strings (default
@@ -235,6 +255,7 @@ class Engine:
         string (Engine.text cuts the text before it), and stats.finish_reason is "stop" (EOS or a stop
         string) or "length"."""
         stop = _per_row_stops(gen, stop, len(ids))
+        self._check_vocabulary(ids, stop)
         gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
         args = self.prepare(ids, rows, max_new, gen, stop)
         kv_bytes = args.cache.nbytes() + (args.draft_cache.nbytes() if args.draft_cache is not None else 0)
