@@ -154,7 +154,8 @@ def plot(text_rows: dict, path: Path) -> None:
         labels = [f"{r['rotation']}/{r['clip']}\n({r['sink']}, {r['recent']})" for r in rs]
         ax.bar(range(len(rs)), [r["gap_mean_pct"] for r in rs], yerr=[r["gap_sem_pct"] for r in rs], capsize=3)
         ax.set_xticks(range(len(rs)), labels, rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("perplexity gap to BF16 (%)")
+        ax.set_yscale("symlog", linthresh=2)  # no rotation's +100-500% beside the rotations' few percent
+        ax.set_ylabel("perplexity gap to BF16 (%, mean +- s.e.)")
         ax.set_title(text)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
