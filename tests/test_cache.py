@@ -245,8 +245,8 @@ def test_masked_commit(mode):
     for x, y in zip(jax.tree.leaves(c1), jax.tree.leaves(c2)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     for l0, l1, kl, vl in zip(c0.layers, c1.layers, k, v):
-        _check_commit_layer(l0, l1, "k", np.asarray(kl), len0, n_commit, kv.clip_k, kv)
-        _check_commit_layer(l0, l1, "v", np.asarray(vl), len0, n_commit, kv.clip_v, kv)
+        _check_commit_layer(l0, l1, "k", np.asarray(kl), len0, n_commit, kv.clips[0], kv)
+        _check_commit_layer(l0, l1, "v", np.asarray(vl), len0, n_commit, kv.clips[1], kv)
 
 
 def _check_commit_layer(l0, l1, kind, x, len0, n_commit, clip, kv):

@@ -180,19 +180,34 @@ def test_rotation_files_are_checked_at_load(tmp_path):
             rotation.load_rotations(path, TINY)
 
 
-def test_token_ids_past_the_vocabulary_are_refused_at_load(hf_model_dir, tmp_path):
-    """Class 6: an added token beyond the embedding, or an eos/bos id past vocab_size, is one error at load
-    (transformers raises on such ids; jspec generated from them)."""
+def test_token_ids_past_the_vocabulary_load_and_only_their_use_is_refused(hf_model_dir, tmp_path, capsys):
+    """Class 6: a tokenizer with an added token beyond the embedding loads (transformers runs such models: the id
+    is never fed to the model); a prompt or stop string that uses it is one error line. An eos/bos id of
+    config.json past vocab_size is one error at load."""
     import shutil
+
+    import jspec
+    from jspec.cli import generate
 
     path = tmp_path / "added"
     shutil.copytree(hf_model_dir("llama"), path)
     tok = copy.deepcopy(tiny_tokenizer())  # the cached one is shared by the session's models
     tok.add_special_tokens({"additional_special_tokens": ["<extra>"]})
     tok.save_pretrained(path)
-    with pytest.raises(ConfigError, match=re.escape("the tokenizer's largest token id is 300 ('<extra>'), past the "
-                                                    "model's vocabulary (vocab_size 300 in config.json)")):
-        checkpoint.load_model(path)
+    eng = jspec.load(path, draft="none", kv=KVConfig("bf16"), dtype="float32")
+    assert checkpoint.tokens_past_vocabulary(eng.tokenizer, eng.cfg.vocab_size) == {"<extra>": 300}
+    gen = GenerateConfig(max_new_tokens=2)
+    assert len(eng.generate(["hello"], gen)[0].token_ids) == 2
+    with pytest.raises(ConfigError, match=re.escape("the prompt holds token '<extra>' (id 300), past the model's "
+                                                    "vocabulary (vocab_size 300)")):
+        eng.generate(["hello <extra>"], gen)
+    with pytest.raises(ConfigError, match=re.escape("stop string '<extra>' is token id 300, past the model's")):
+        eng.generate(["hello"], dataclasses.replace(gen, stop=("<extra>",)))
+    args = ["--model", str(path), "--draft", "none", "--kv", "bf16", "--compile-cache", "", "--max-new-tokens", "2"]
+    assert generate.main([*args, "hello <extra>"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: the prompt holds token '<extra>' (id 300)")
+    assert not any("Traceback" in line for line in err)
     good = json.loads((hf_model_dir("llama") / "config.json").read_text())
     for field, value in (("eos_token_id", 300), ("eos_token_id", [2, 301]), ("bos_token_id", 999)):
         with pytest.raises(ConfigError, match=f"field '{field}' holds {np.max(value)}, past the vocabulary"):

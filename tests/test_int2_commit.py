@@ -36,7 +36,7 @@ def _case(seed, sdt, clips, dtype=jnp.bfloat16):
 def _fused(layer, k, v, slot, hist, kv, interpret=True, **opts):
     """The kernel for one layer (L = 1)."""
     (bufs,) = int2_commit.commit_int2(((layer.k, layer.v, layer.codes, layer.qparams),), k[None], v[None], slot,
-                                      hist, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES,
+                                      hist, clip_k=kv.clips[0], clip_v=kv.clips[1], planes=kvcache.INT2_PLANES,
                                       interpret=interpret, **opts)
     return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
 
@@ -93,7 +93,7 @@ def test_all_layers_commit_equals_commit_layer_per_layer(dtype):
     """commit_int2 over three layers: each layer's buffers as commit_layer writes them, bit for bit."""
     cases, bufs, k, v = _layers_case(3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
-    got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+    got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clips[0], clip_v=kv.clips[1],
                                   planes=kvcache.INT2_PLANES, interpret=True)
     for c, g in zip(cases, got):
         want = kvcache.commit_layer(*c[:5], kv=kv)
@@ -105,7 +105,7 @@ def test_fused_commit_of_stacked_buffers():
     """commit_int2 over one set of [L, ...] stacks (kvcache.init_cache(stacked=True)): the per-layer result."""
     cases, bufs, k, v = _layers_case(3)
     slot, hist, kv = cases[0][3:]
-    run = lambda b: int2_commit.commit_int2(b, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+    run = lambda b: int2_commit.commit_int2(b, k, v, slot, hist, clip_k=kv.clips[0], clip_v=kv.clips[1],
                                             planes=kvcache.INT2_PLANES, interpret=True)
     [got], want = run((tuple(jnp.stack(x) for x in zip(*bufs)),)), run(bufs)
     for i, w in enumerate(want):
@@ -119,7 +119,7 @@ def test_fused_commit_lowers_for_cuda(stacked):
     cases, bufs, k, v = _layers_case(2)
     slot, hist, kv = cases[0][3:]
     bufs = (tuple(jnp.stack(x) for x in zip(*bufs)),) if stacked else bufs
-    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clip_k, clip_v=kv.clip_v, planes=kvcache.INT2_PLANES)
+    fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clips[0], clip_v=kv.clips[1], planes=kvcache.INT2_PLANES)
     assert "triton" in jax.jit(fn).trace(bufs, k, v, slot, hist).lower(lowering_platforms=("cuda",)).as_text()
 
 
@@ -214,7 +214,7 @@ def test_compiled_all_layers_commit_matches_commit_layer(dtype):
     """Compiled, three layers: each as the jnp commit_layer writes it, to the tolerances of the test above."""
     cases, bufs, k, v = _layers_case(3, seed=3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
-    got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clip_k, clip_v=kv.clip_v,
+    got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clips[0], clip_v=kv.clips[1],
                                   planes=kvcache.INT2_PLANES)
     for c, g in zip(cases, got):
         want = kvcache.commit_layer(*c[:5], kv=kv, options=Options(fused_commit=False))

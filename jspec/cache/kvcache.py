@@ -249,8 +249,8 @@ def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig, interpret: bool) ->
     (pallas/int2_commit.py; interpret: off a GPU)."""
     stacked = isinstance(layers, LayerKV)
     layers = (layers,) if stacked else layers
-    bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clip_k,
-                       clip_v=kv.clip_v, planes=INT2_PLANES, interpret=interpret)
+    bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clips[0],
+                       clip_v=kv.clips[1], planes=INT2_PLANES, interpret=interpret)
     out = tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
     return out[0] if stacked else out
 
@@ -263,7 +263,7 @@ def quantize_kv(k, v, kv: KVConfig, scale_dtype):
     fuses into the reductions and writes that read it, where XLA:GPU tends to give a concatenation a kernel
     of its own (benchmarks/results/profile_s6.json: 8 concatenate kernels per layer).
     """
-    clips = dict(k=kv.clip_k, v=kv.clip_v)
+    clips = dict(zip(("k", "v"), kv.clips))
     is_k = (jnp.arange(2) == 0)[:, None]  # [2, 1]: CODE_PLANES is (k, v), and QPARAM_PLANES (k, v) x (scale, zero)
     x = jnp.where(is_k, k[..., None, :], v[..., None, :])  # [.., H, 2, D]
     codes, scale, zero = quant.quantize(x, kv.group(x.shape[-1]), tuple(clips[kind] for kind in CODE_PLANES),

@@ -1,7 +1,7 @@
 """`jspec calibrate` (and `python -m jspec.calibrate`): the command line over jspec.model.calibrate.
 
 jspec calibrate --model DIR [--data PATH_OR_GLOB ...] [--tokens N] [--seq-len L]
-    [--mode oscar|hadamard|none] [--per-layer] [--order desc|asc] [--out FILE]
+    [--mode oscar|hadamard|none] [--per-layer] [--order desc|asc] [--clip-tokens N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import jax.numpy as jnp
 
 from jspec.config import INT32_MAX, ConfigError, check_int
 from jspec.model import rotation
-from jspec.model.calibrate import calibrate, data_files, token_windows
+from jspec.model.calibrate import CLIP_TOKENS, calibrate, data_files, token_windows
 
 
 def check_args(args) -> None:
     """ConfigError naming the flag unless the sizes are positive integers."""
     for flag in ("tokens", "seq_len", "batch_size"):
         check_int(f"--{flag.replace('_', '-')}", getattr(args, flag), 1, INT32_MAX)
+    check_int("--clip-tokens", args.clip_tokens, 0, INT32_MAX)
 
 
 def check_out(out: Path) -> None:
@@ -45,6 +46,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-layer", action="store_true", help="one rotation per layer shared by its KV heads")
     ap.add_argument("--order", choices=rotation.ORDERS, default="desc",
                     help="U's column order: which eigen-direction H maps to the constant row (default desc)")
+    ap.add_argument("--clip-tokens", type=int, default=CLIP_TOKENS,
+                    help="tokens the clip search reads (0: no search; the run time then uses its default clips)")
     ap.add_argument("--out", help="rotation file (default: DIR/rotations.safetensors, FILE.rotations.safetensors "
                                   "beside FILE.gguf)")
     args = ap.parse_args(argv)
@@ -62,7 +65,7 @@ def main(argv=None) -> int:
             files = data_files(model_dir.parent if is_gguf(model_dir) else model_dir, args.data)
             batches = token_windows(tokenizer, files, args.tokens, args.seq_len, args.batch_size)
         rot_k, rot_v, meta = calibrate(params, cfg, batches, args.mode, per_head=not args.per_layer,
-                                       order=args.order)
+                                       order=args.order, clip_tokens=args.clip_tokens)
     except (FileNotFoundError, ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -71,7 +74,9 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 2
-    print(f"wrote {out}: mode={meta['mode']} {meta['grouping']}, {meta['calibration_tokens']} tokens", file=sys.stderr)
+    clips = f", clip (K, V) {meta['clip_model']}" if "clip_model" in meta else ""
+    print(f"wrote {out}: mode={meta['mode']} {meta['grouping']}, {meta['calibration_tokens']} tokens{clips}",
+          file=sys.stderr)
     return 0
 
 

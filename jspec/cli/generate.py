@@ -22,8 +22,8 @@ from pathlib import Path
 # a second of every start-up (docs/results.md). Set the variable to "true" to preallocate.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, GenerateConfig, KVConfig,  # noqa: E402
-                          SamplingConfig)
+from jspec.config import (ATTENTION_IMPLS, DEFAULT_CLIPS, EMPTY_PROMPT, MAX_LOOKAHEAD, GenerateConfig,  # noqa: E402
+                          KVConfig, SamplingConfig)
 from jspec import __version__  # noqa: E402
 from jspec.paths import cache_root  # noqa: E402
 
@@ -81,8 +81,12 @@ def parser() -> argparse.ArgumentParser:
                    help="auto: oscar when a rotation file exists, else hadamard for int2")
     c.add_argument("--rotations", help="rotation file (default: MODEL/rotations.safetensors; for FILE.gguf, "
                                        "FILE.rotations.safetensors beside it)")
-    c.add_argument("--clip-k", type=float, default=KV.clip_k, help="key clip quantile (<= 0 disables)")
-    c.add_argument("--clip-v", type=float, default=KV.clip_v, help="value clip quantile (<= 0 disables)")
+    c.add_argument("--clip-k", type=float, default=KV.clip_k,
+                   help=f"key clip quantile (<= 0 disables; default: the rotation file's searched clip, else "
+                        f"{DEFAULT_CLIPS[0]})")
+    c.add_argument("--clip-v", type=float, default=KV.clip_v,
+                   help=f"value clip quantile (<= 0 disables; default: the rotation file's searched clip, else "
+                        f"{DEFAULT_CLIPS[1]})")
     c.add_argument("--scale-dtype", choices=("bfloat16", "float32"), default=KV.scale_dtype,
                    help="dtype of the INT2 scales and zero points")
     g = p.add_argument_group("generation")

@@ -217,15 +217,11 @@ def load_tokenizer(model_dir: str | Path):
         raise FileNotFoundError(f"no usable tokenizer in {str(model_dir)!r}: {first}") from None
 
 
-def check_vocabulary(tok, cfg: ModelConfig, model_dir: Path) -> None:
-    """ConfigError when the tokenizer has ids past the model's embedding (an added token beyond it): the model
-    would be run on, and could emit, rows it does not have."""
-    vocab = tok.get_vocab()
-    top = max(vocab.values(), default=-1)
-    if top >= cfg.vocab_size:
-        token = next(t for t, i in vocab.items() if i == top)
-        raise ConfigError(f"{model_dir}: the tokenizer's largest token id is {top} ({token!r}), past the model's "
-                          f"vocabulary (vocab_size {cfg.vocab_size} in config.json)")
+def tokens_past_vocabulary(tok, vocab_size: int) -> dict[str, int]:
+    """{token: id} of the tokenizer's tokens at or past the model's vocab_size (added tokens beyond the
+    embedding; fine-tunes and small models often do not pad their vocabulary): such a model loads, and only a
+    prompt or stop string that uses one is refused (runtime.engine.Engine.generate_ids). {} without a tokenizer."""
+    return {} if tok is None else {t: i for t, i in tok.get_vocab().items() if i >= vocab_size}
 
 
 def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):
@@ -239,8 +235,6 @@ def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True
     files.require(model_dir, "model directory", "a directory")
     cfg = load_model_config(model_dir)
     tok = load_tokenizer(model_dir) if tokenizer else None
-    if tok is not None:  # before the weights: a mismatch is reported at once
-        check_vocabulary(tok, cfg, model_dir)
     return cfg, load_params(model_dir, cfg, dtype), tok
 
 

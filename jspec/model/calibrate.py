@@ -12,6 +12,10 @@ the top eigen-direction lands on H's constant row, which the asymmetric INT2 cod
 point (jspec/rotation.py); --order asc is the released code's order and jspec's before issue 18.
 
 The command line over it is jspec.cli.calibrate (`jspec calibrate`).
+
+With the rotations of a layer fitted, the clip search (jspec.model.clip_search) scores candidate clip quantiles
+for its keys and values on the first --clip-tokens tokens, by the error of the attention output; the rotation
+file keeps the best per layer, the model-wide pair the run time uses, and how they were found.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
 from jspec.config import INT32_MAX, ConfigError, ModelConfig, check_int
-from jspec.model import rotation
+from jspec.model import clip_search, rotation
 from jspec.model.decoder import BlockSpec, Layer, Params, block, rope_tables
 
 
@@ -38,6 +43,9 @@ def _layer_step(lp: Layer, cfg: ModelConfig, x, y):
     _, x, y, q, k, v = block(lp, x, y, rope_tables(cfg, pos), None, jnp.zeros((B,), jnp.int32),
                              spec=BlockSpec(cfg, None))
     return x, y, q, k, v
+
+
+CLIP_TOKENS = 4096  # tokens the clip search reads by default (the first calibration batches)
 
 
 def query_second_moment(q, Hkv: int) -> np.ndarray:
@@ -68,32 +76,44 @@ def layer_targets(qs, ks, vs, Hkv: int) -> tuple[np.ndarray, np.ndarray]:
     return cq, num / np.maximum(den, np.finfo(np.float64).tiny)[:, None, None]
 
 
-def collect_targets(params: Params, cfg: ModelConfig, batches) -> tuple[np.ndarray, np.ndarray]:
-    """Runs the model layer by layer over token batches [B, n] -> C_Q, C_S [L, Hkv, D, D] float64."""
+def layer_inputs(params: Params, cfg: ModelConfig, batches):
+    """Runs the model layer by layer over token batches [B, n] -> per layer (its f32 params, and its lists of
+    post-RoPE q [B, n, Hq, D], k, v [B, n, Hkv, D], one per batch): one layer's activations in memory at a time."""
     f32 = lambda t: jax.tree.map(lambda a: a.astype(jnp.float32), t)
     xs = [params.embed[jnp.asarray(t)].astype(jnp.float32) for t in batches]  # [B, n, E] each
     ys = [jnp.zeros_like(x) for x in xs]
-    cqs, css = [], []
     for lp in params.layers:
         lp = f32(lp)
         qs, ks, vs = [], [], []
         for b, (x, y) in enumerate(zip(xs, ys)):
             xs[b], ys[b], q, k, v = _layer_step(lp, cfg, x, y)
-            qs.append(np.asarray(q))
-            ks.append(np.asarray(k))
-            vs.append(np.asarray(v))
-        cq, cs = layer_targets(qs, ks, vs, cfg.num_kv_heads)
-        cqs.append(cq)
-        css.append(cs)
+            qs.append(q)
+            ks.append(k)
+            vs.append(v)
+        yield lp, qs, ks, vs
+
+
+def collect_targets(params: Params, cfg: ModelConfig, batches) -> tuple[np.ndarray, np.ndarray]:
+    """C_Q, C_S [L, Hkv, D, D] float64 of the token batches [B, n]."""
+    layers = layer_inputs(params, cfg, batches)
+    cqs, css = zip(*(layer_targets(qs, ks, vs, cfg.num_kv_heads) for _, qs, ks, vs in layers))
     return np.stack(cqs), np.stack(css)
 
 
+def search_batches(batches, tokens: int) -> int:
+    """How many of the batches the clip search reads: the first ones holding about `tokens` tokens (at least one)."""
+    sizes = np.cumsum([t.size for t in batches])
+    return max(1, int(np.searchsorted(sizes, tokens, side="left")) + 1) if tokens < sizes[-1] else len(batches)
+
+
 def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "oscar", per_head: bool = True,
-              order: str = "desc"):
+              order: str = "desc", clip_tokens: int = CLIP_TOKENS, group_size: int | None = None):
     """Fits rotations for params (un-rotated weights) -> (rot_k, rot_v lists of [Hkv, D, D] f32, meta).
 
     token_batches: an iterable of int token arrays [B, n] (read more than once; only "oscar" uses it).
     order: U's column order (rotation.ORDERS).
+    clip_tokens: tokens of the first batches the clip search (model.clip_search) reads; 0: no search (the file
+    then carries no clip, and the run time uses config.DEFAULT_CLIPS). group_size: the codec's (None: head_dim).
     """
     meta = rotation.make_meta(cfg, mode, per_head, 0, order)
     if mode != "oscar":
@@ -105,9 +125,25 @@ def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "osca
     tokens = sum(t.size for t in batches)
     if tokens == 0:
         raise ConfigError("oscar calibration needs at least one token of calibration data")
-    cq, cs = collect_targets(params, cfg, batches)
-    rot_k, rot_v = rotation.rotations_from_covariances(cq, cs, per_head, order)
-    return rot_k, rot_v, rotation.make_meta(cfg, mode, per_head, tokens, order)
+    m = search_batches(batches, clip_tokens) if clip_tokens > 0 else 0
+    rot_k, rot_v, errors = [], [], []
+    layers = tqdm(layer_inputs(params, cfg, batches), total=cfg.num_layers, desc="calibrate", unit="layer",
+                  disable=None)
+    for lp, qs, ks, vs in layers:
+        cq, cs = layer_targets(qs, ks, vs, cfg.num_kv_heads)
+        (rk,), (rv,) = rotation.rotations_from_covariances(cq[None], cs[None], per_head, order)
+        rot_k.append(rk)
+        rot_v.append(rv)
+        if m:
+            errors.append(clip_search.search_layer(lp, cfg, qs[:m], ks[:m], vs[:m], rk, rv,
+                                                   group_size or cfg.head_dim))
+    meta = rotation.make_meta(cfg, mode, per_head, tokens, order)
+    if m:
+        provenance = {"objective": clip_search.OBJECTIVE, "candidates": list(clip_search.CANDIDATES),
+                      "rule": [clip_search.SINK, clip_search.RECENT], "tokens": int(sum(t.size for t in batches[:m])),
+                      "group_size": group_size or cfg.head_dim}
+        meta |= rotation.clip_meta(clip_search.choose(errors), provenance)
+    return rot_k, rot_v, meta
 
 
 def data_files(model_dir: Path, data: list[str] | None) -> list[Path]:

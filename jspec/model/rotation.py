@@ -163,6 +163,34 @@ def make_meta(cfg: ModelConfig, mode: str, per_head: bool, tokens: int, order: s
     }
 
 
+CLIP_KEYS = ("clip_k", "clip_v", "clip_model")  # a searched clip's metadata (JSON lists), with its clip_search
+
+
+def clip_meta(found: dict, provenance: dict) -> dict:
+    """The metadata of a searched clip (clip_search.choose's result): per-layer key and value quantiles, the
+    model-wide pair the run time uses, and clip_search: how they were found and what they gain."""
+    return {k: json.dumps(found[k]) for k in CLIP_KEYS} | {
+        "clip_search": json.dumps(provenance | {k: v for k, v in found.items() if k not in CLIP_KEYS})}
+
+
+def searched_clips(meta: dict, cfg: ModelConfig) -> dict | None:
+    """{clip_k: [L], clip_v: [L], clip_model: (k, v)} of a rotation file's metadata; None for a file without a
+    searched clip (then the defaults apply); ConfigError when the entries are malformed."""
+    if not any(k in meta for k in CLIP_KEYS):
+        return None
+    try:
+        out = {k: json.loads(meta[k]) for k in CLIP_KEYS}
+    except (KeyError, json.JSONDecodeError, TypeError) as e:
+        raise ConfigError(f"rotation metadata: searched clip entries incomplete or not JSON ({e})") from None
+    sizes = {"clip_k": cfg.num_layers, "clip_v": cfg.num_layers, "clip_model": 2}
+    for k, n in sizes.items():
+        x = out[k]
+        if not (isinstance(x, list) and len(x) == n and all(isinstance(c, (int, float)) and c <= 1 for c in x)):
+            raise ConfigError(f"rotation metadata: {k} must be a list of {n} quantiles <= 1, got {meta[k][:80]!r}")
+    out["clip_model"] = tuple(float(c) for c in out["clip_model"])
+    return out
+
+
 def save_rotations(path, rot_k: Sequence, rot_v: Sequence, meta: dict) -> None:
     """Writes rot_k.{l} / rot_v.{l} [Hkv, D, D] float32 and meta (values stored as strings)."""
     from safetensors.numpy import save_file
@@ -248,6 +276,10 @@ def load_rotations(path, cfg: ModelConfig):
             rot[kind] = [check_rotation(f"{kind}.{i}", r) for i, r in enumerate(rot[kind])]
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
+    try:
+        searched_clips(meta, cfg)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     return rot["rot_k"], rot["rot_v"], meta
 
 

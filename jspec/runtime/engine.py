@@ -116,6 +116,7 @@ class Engine:
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
     _lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
+    _past_vocabulary: list = dataclasses.field(default_factory=list, repr=False)  # [tokens_past_vocabulary's]
 
     @property
     def xla_options(self) -> dict | None:
@@ -250,6 +251,25 @@ class Engine:
                 raise ConfigError(f"prompt of {n} tokens + {m} new tokens + lookahead {K} + 1 exceeds the "
                                   f"model's context of {context} tokens")
 
+    def _check_vocabulary(self, ids: list[list[int]], stop: list[tuple[str, ...]]) -> None:
+        """ConfigError naming the token where a prompt (its BOS included) holds an id at or past vocab_size, or a
+        stop string is a token the tokenizer numbers there: the tokenizer may have such ids (an added token past
+        the embedding: such models load), the model has no row for them and never generates them."""
+        if not self._past_vocabulary:
+            self._past_vocabulary.append(checkpoint.tokens_past_vocabulary(self.tokenizer, self.cfg.vocab_size))
+        past = self._past_vocabulary[0]
+        if not past:
+            return
+        V, name = self.cfg.vocab_size, {i: t for t, i in past.items()}
+        for row in ids:
+            bad = next((i for i in row if i >= V), None)
+            if bad is not None:
+                raise ConfigError(f"the prompt holds token {name.get(bad, '?')!r} (id {bad}), past the model's "
+                                  f"vocabulary (vocab_size {V}): the model has no embedding row for it")
+        for s in (s for row in stop for s in row if s in past):
+            raise ConfigError(f"stop string {s!r} is token id {past[s]}, past the model's vocabulary (vocab_size "
+                              f"{V}): the model can never generate it")
+
     def generate_ids(self, ids: list[list[int]], rows: list[SamplingConfig], max_new: list[int],
                      gen: GenerateConfig, stop: list[tuple[str, ...]] | None = None):
         """Token-level generate: returns [(token_ids, stats)] per row. stop: each row's stop strings (default
@@ -257,6 +277,7 @@ class Engine:
         string (Engine.text cuts the text before it), and stats.finish_reason is "stop" (EOS or a stop
         string) or "length"."""
         stop = _per_row_stops(gen, stop, len(ids))
+        self._check_vocabulary(ids, stop)
         gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
         args = self.prepare(ids, rows, max_new, gen, stop)
         kv_bytes = args.kv_bytes()
@@ -520,21 +541,32 @@ def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> Non
 
 
 def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mode: str,
-            rotations: str | Path | None) -> Params:
-    """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache."""
+            rotations: str | Path | None) -> tuple[Params, KVConfig]:
+    """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache -> (params, kv
+    with the rotation file's searched clip where kv leaves a clip unset)."""
     path = Path(rotations) if rotations else checkpoint.rotation_path(model_dir)
     if mode == "auto":
         mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
     if mode == "none":
-        return params
+        return params, kv
     rotation.check_head_dim(cfg.head_dim)
     if mode == "hadamard":
         rot_k, rot_v = rotation.hadamard_rotations(cfg)
     elif mode == "oscar":
-        rot_k, rot_v, _ = rotation.load_rotations(path, cfg)
+        rot_k, rot_v, meta = rotation.load_rotations(path, cfg)
+        kv = _with_searched_clips(kv, rotation.searched_clips(meta, cfg))
     else:
         raise ConfigError(f"unknown rotation {mode!r}; use none, hadamard or oscar")
-    return _apply_rotations(params, cfg, rot_k, rot_v)
+    return _apply_rotations(params, cfg, rot_k, rot_v), kv
+
+
+def _with_searched_clips(kv: KVConfig, found: dict | None) -> KVConfig:
+    """kv with the file's model-wide clip pair (jspec calibrate's search) in the clips the caller left unset."""
+    if found is None:
+        return kv
+    ck, cv = found["clip_model"]
+    return dataclasses.replace(kv, clip_k=ck if kv.clip_k is None else kv.clip_k,
+                               clip_v=cv if kv.clip_v is None else kv.clip_v)
 
 
 # One device program for the whole fold (run eagerly it was a dozen small ones, each compiled); the loaded
@@ -576,7 +608,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         has_rotations = (Path(rotations) if rotations else checkpoint.rotation_path(model_dir)).is_file()
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
-    params = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
+    params, kv = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
     drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype)).replace(window=draft_window)
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
