@@ -406,7 +406,10 @@ def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
                                             (4, 64, jnp.float32, DecodeConfig(block_t=64, stages=2)),
                                             (8, 128, jnp.bfloat16, VerifyConfig(block_t=128)),
                                             (20, 64, jnp.float32, VerifyConfig()),
-                                            (20, 128, jnp.bfloat16, VerifyConfig())], ids=str)
+                                            (20, 128, jnp.bfloat16, VerifyConfig()),
+                                            (20, 128, jnp.bfloat16, VerifyConfig(lazy_max=True)),
+                                            (40, 64, jnp.float32, VerifyConfig(lazy_max=True, block_t=128))],
+                         ids=str)
 def test_bodies_lower_for_cuda(M, D, sdt, config):
     """Both bodies' inline code, the decode body's mbarrier release and the verification body's edge mask build
     (register maps, tiles of sums, both scale dtypes): lowered for CUDA on any host, which runs every

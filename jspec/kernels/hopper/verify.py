@@ -38,10 +38,12 @@ from jax.experimental import pallas as pl
 
 from jspec.kernels.common import NEG, RAW_OFFSET
 from jspec.kernels.hopper import ptx
-from jspec.kernels.hopper.prepare import ROW_BYTES, ring_inputs, row_vectors, schedule, with_inside
+from jspec.kernels.hopper.decode import TAU
+from jspec.kernels.hopper.launch import launch
+from jspec.kernels.hopper.prepare import ring_inputs, row_vectors, schedule, with_inside
 
 if ptx.plgpu is not None:
-    from jspec.kernels.hopper.ptx import arith, gpu, ir, mfa, mu, plgpu
+    from jspec.kernels.hopper.ptx import arith, gpu, ir, llvm, mfa, mu, plgpu, vector
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,11 +52,14 @@ class VerifyConfig:
 
     block_t: tokens per block, the wgmma M tile of the score product and K tile of the value product (64 or
     128); stages: blocks in flight per CTA (the TMA ring); num_splits: splits of the history per KV head (None:
-    verify_splits)."""
+    verify_splits); lazy_max: W against a reference max per row, the block redone with the running max only when
+    a warp's vote says a score passed it by TAU (the votes ride on W's barrier), instead of a cross-warp max and
+    a rescale in every block."""
 
     block_t: int = 64
     stages: int = 4
     num_splits: int | None = None
+    lazy_max: bool = False
 
     def __post_init__(self):
         if self.block_t not in (64, 128):
@@ -207,14 +212,46 @@ def unpack_values(ref, BT: int, D: int):
     return body(ref)
 
 
+def _weights(s, m, vs):
+    """p = 2^(s - m) and W = p * value scale (bf16) of a block's [BT, N] scores (m, vs broadcast)."""
+    p = jnp.exp2(s - m)
+    return p, (p * vs).astype(jnp.bfloat16)
+
+
+def _vote_over(flag_ref, s, limit, parity):
+    """flag_ref [2, 4] int32 (shared memory) row parity, column warp <- 1 when any score of s [BT, N] this warp
+    holds passes limit (both f32 WGMMA arrays; parity an i32 splat), else 0: one vote per warp, by its lane 0."""
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.Layout.WGMMA, plgpu.Layout.WGMMA, plgpu.Layout.WGMMA))
+    def body(ctx, ref, s, limit, parity):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        get = lambda v, i: vector.extract(v, dynamic_position=[], static_position=ir.DenseI64ArrayAttr.get([i]))
+        over = None
+        for sv, lv in zip(s.registers.flat, limit.registers.flat):
+            for i in range(2):
+                o = arith.cmpf(arith.CmpFPredicate.OGT, get(sv, i), get(lv, i))
+                over = o if over is None else arith.ori(over, o)
+        vote = ptx.warp_any(over)
+        wid, g, c = ptx.thread()
+        row = get(parity.registers.flat[0], 0)
+        addr = arith.addi(ptx.smem_addr(ref), arith.muli(arith.addi(arith.muli(row, ptx.imm(4)), wid), ptx.imm(4)))
+        first = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, arith.ori(g, c), ptx.imm(0)))
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr, vote, first],
+                        "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p st.shared.u32 [$0], $1; }", "r,r,r",
+                        has_side_effects=True)
+
+    body(flag_ref, s, limit, parity)
+
+
 # ----------------------------------------------------------------------------------------------
 # Kernel
 # ----------------------------------------------------------------------------------------------
 
 
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
-            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
-            BT: int, D: int, N: int, S: int, scale2: float):
+            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, flag_smem=None, *,
+            BT: int, D: int, N: int, S: int, scale2: float, lazy_max: bool = False):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 4] int32: first token, blocks, and the
     # range [max lo, min hi) that needs no mask | codes_gmem [BH, 2, T / wide, ROW_BYTES] uint8 (ring_inputs) |
@@ -259,21 +296,44 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
 
         start = first + j * BT  # blocks inside every row's range need no mask (a real branch, not a select)
         s = lax.cond((start >= lo_max) & (start + BT <= hi_min), lambda s: s, masked, s)
-        m_new = jnp.maximum(m, s.max(axis=0))
-        alpha = jnp.exp2(m - m_new)
-        p = jnp.exp2(s - bcol(m_new))
-        wv = (p * brow(vs)).astype(jnp.bfloat16)
-        wf = wv.astype(f32)
-        a2 = bcol(alpha)
-        l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
-        w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
-        plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
+        if lazy_max:  # W against the reference max; the block redone only where a score passed it by TAU
+            p, wv = _weights(s, bcol(m), brow(vs))
+            par = lax.rem(j, 2)
+            _vote_over(flag_smem, s, bcol(m + TAU), plgpu.layout_cast(jnp.full((64, 8), par, jnp.int32),
+                                                                        plgpu.Layout.WGMMA))
+            w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+            plgpu.commit_smem()  # W and the 4 warps' votes visible (votes alternate between two rows of flags)
+            over = (flag_smem[par, 0] | flag_smem[par, 1]) | (flag_smem[par, 2] | flag_smem[par, 3])
+
+            def redo(state):
+                m, l_t, w_t, z_t, acc, _, _ = state
+                m_new = jnp.maximum(m, s.max(axis=0))
+                alpha = jnp.exp2(m - m_new)
+                p, wv = _weights(s, bcol(m_new), brow(vs))
+                w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+                plgpu.commit_smem()
+                a2 = bcol(alpha)
+                return m_new, l_t * a2, w_t * a2, z_t * a2, acc * lax.broadcast_in_dim(alpha, (D, N), [1]), p, wv
+
+            m_new, l_t, w_t, z_t, acc, p, wv = lax.cond(over != 0, redo, lambda state: state,
+                                                        (m, l_t, w_t, z_t, acc, p, wv))
+            wf = wv.astype(f32)
+            l_t, w_t, z_t = l_t + p, w_t + wf, z_t + wf * brow(vz)
+        else:
+            m_new = jnp.maximum(m, s.max(axis=0))
+            alpha = jnp.exp2(m - m_new)
+            p, wv = _weights(s, bcol(m_new), brow(vs))
+            wf = wv.astype(f32)
+            a2 = bcol(alpha)
+            l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
+            w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+            plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
+            acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
 
         @pl.when(j + S < n_blocks)
         def _refill():
             fetch(j + S, slot)
 
-        acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
 
         def values(acc_ref):
             plgpu.wgmma(acc_ref, cv, w_smem.T)
@@ -310,30 +370,14 @@ def verify_attention(q, codes, qparams, lo, hi, *, config: VerifyConfig, scale2:
     BT, stages = config.block_t, config.stages
     ns = config.num_splits or verify_splits(B, H, T, BT)
     cod, par = ring_inputs(codes, qparams, BT)
-    f32 = jnp.float32
     qp, colv, sched = prepare_queries(q, lo, hi, T, ns, BT)
     swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-    scratch = dict(colv_smem=plgpu.SMEM((4, N), f32),
-                   c_smem=plgpu.SMEM((stages, 2, BT // (ROW_BYTES // (D // 4)), ROW_BYTES), jnp.uint8),
-                   p_smem=plgpu.SMEM((stages, 4, BT), par.dtype),
-                   o_smem=plgpu.SMEM((D, N), f32),
-                   st_smem=plgpu.SMEM((4, N), f32),
-                   bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
-                   q_bar=plgpu.Barrier(num_arrivals=2),  # queries, row vectors
-                   q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
+    scratch = dict(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
                    w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
-    params = plgpu.CompilerParams(approx_math=False, lowering_semantics=plgpu.LoweringSemantics.Lane,
-                                  unsafe_no_auto_barriers=False)
-    kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=scale2)
-    out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
-    raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
-                              grid_names=("bh", "split"), compiler_params=params,
-                              kernel_name="int2_attention_mosaic")(
-        qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
+    if config.lazy_max:
+        scratch.update(flag_smem=plgpu.SMEM((2, 4), jnp.int32))  # each warp's vote, by block parity
+    kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=scale2, lazy_max=config.lazy_max)
+    raw, stats = launch(kernel, qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par,
+                        raw_shape=(D, N), D=D, BT=BT, stages=stages, scratch=scratch, auto_barriers=True)
     return raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N)
 
-
-def value_factors(D: int) -> np.ndarray:
-    """[D] f32: 1 / the plane factor of each head dimension's value row (exact: powers of two)."""
-    dims, factor = value_slots(D)
-    return (1.0 / factor[np.argsort(dims)]).astype(np.float32)
