@@ -17,9 +17,12 @@ thread: the dot over D does not care about order, so Q' is permuted (and divided
 the value output rows are un-permuted by hopper.attention.finish. The offset 128 is removed with sum(Q') (keys)
 and sum(W) (values). No change to the cache layout.
 
-The softmax state per query row (running max, sum, value-zero sums) is kept per thread and merged once; each
-block needs one cross-warp max (Mosaic's reduction) and one shared-memory round trip for W. Blocks inside every
-row's range skip the range mask (a real branch, not a select).
+The softmax state per query row (reference max, sum, value-zero sums) is kept per thread and merged once. The
+max is lazy, as in the decode body: W is made against a reference max per row shared by the 4 warps, each warp
+votes (in shared memory, read after W's barrier) whether a score passed it by TAU, and only then is the block
+redone with the running max (a cross-warp max and a rescale): 1.31-1.35x kernel time against a cross-warp max in
+every block (H100, docs/kernels.md). Blocks inside every row's range skip the range mask (a real branch, not a
+select).
 
 Tested against the numpy model of its threads in tests/test_int2_mosaic.py, and compiled (on a Hopper GPU)
 against jspec.kernels.reference.int2_attention_reference.
@@ -52,14 +55,11 @@ class VerifyConfig:
 
     block_t: tokens per block, the wgmma M tile of the score product and K tile of the value product (64 or
     128); stages: blocks in flight per CTA (the TMA ring); num_splits: splits of the history per KV head (None:
-    verify_splits); lazy_max: W against a reference max per row, the block redone with the running max only when
-    a warp's vote says a score passed it by TAU (the votes ride on W's barrier), instead of a cross-warp max and
-    a rescale in every block."""
+    verify_splits)."""
 
     block_t: int = 64
     stages: int = 4
     num_splits: int | None = None
-    lazy_max: bool = False
 
     def __post_init__(self):
         if self.block_t not in (64, 128):
@@ -129,9 +129,12 @@ def prepare_queries(q, lo, hi, T: int, splits: int, BT: int):
     kdims, kf = key_slots(D)
     qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
     qp = (qb[..., kdims].astype(f32) / kf).astype(jnp.bfloat16)
-    qsum = qb.astype(f32).sum(-1)
+    # sum(Q') and sum(q) in one variadic reduction: summed inside row_vectors' stack they took 9 us per call at
+    # every batch (H100), a serial sum per row
+    both = lambda a, b: (a[0] + b[0], a[1] + b[1])
+    psum, qsum = jax.lax.reduce((qp.astype(f32), qb.astype(f32)), (0.0, 0.0), both, (3,))
     sched = with_inside(schedule(lo, hi, T, splits, BT), lo, hi)
-    return qp, row_vectors(RAW_OFFSET * qp.astype(f32).sum(-1), qsum, lo, hi), sched
+    return qp, row_vectors(RAW_OFFSET * psum, qsum, lo, hi), sched
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,8 +253,8 @@ def _vote_over(flag_ref, s, limit, parity):
 
 
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
-            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, flag_smem=None, *,
-            BT: int, D: int, N: int, S: int, scale2: float, lazy_max: bool = False):
+            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, flag_smem, *,
+            BT: int, D: int, N: int, S: int, scale2: float):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 4] int32: first token, blocks, and the
     # range [max lo, min hi) that needs no mask | codes_gmem [BH, 2, T / wide, ROW_BYTES] uint8 (ring_inputs) |
@@ -296,44 +299,34 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
 
         start = first + j * BT  # blocks inside every row's range need no mask (a real branch, not a select)
         s = lax.cond((start >= lo_max) & (start + BT <= hi_min), lambda s: s, masked, s)
-        if lazy_max:  # W against the reference max; the block redone only where a score passed it by TAU
-            p, wv = _weights(s, bcol(m), brow(vs))
-            par = lax.rem(j, 2)
-            _vote_over(flag_smem, s, bcol(m + TAU), plgpu.layout_cast(jnp.full((64, 8), par, jnp.int32),
-                                                                        plgpu.Layout.WGMMA))
-            w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
-            plgpu.commit_smem()  # W and the 4 warps' votes visible (votes alternate between two rows of flags)
-            over = (flag_smem[par, 0] | flag_smem[par, 1]) | (flag_smem[par, 2] | flag_smem[par, 3])
+        # The lazy max: W against the reference max m; the block is redone with the running max only where a warp's
+        # vote says a score passed m by TAU (so p <= 2^TAU), instead of a cross-warp max and a rescale per block.
+        p, wv = _weights(s, bcol(m), brow(vs))
+        par = lax.rem(j, 2)
+        _vote_over(flag_smem, s, bcol(m + TAU), plgpu.layout_cast(jnp.full((64, 8), par, jnp.int32),
+                                                                    plgpu.Layout.WGMMA))
+        w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+        plgpu.commit_smem()  # W and the 4 warps' votes visible (votes alternate between two rows of flags)
+        over = (flag_smem[par, 0] | flag_smem[par, 1]) | (flag_smem[par, 2] | flag_smem[par, 3])
 
-            def redo(state):
-                m, l_t, w_t, z_t, acc, _, _ = state
-                m_new = jnp.maximum(m, s.max(axis=0))
-                alpha = jnp.exp2(m - m_new)
-                p, wv = _weights(s, bcol(m_new), brow(vs))
-                w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
-                plgpu.commit_smem()
-                a2 = bcol(alpha)
-                return m_new, l_t * a2, w_t * a2, z_t * a2, acc * lax.broadcast_in_dim(alpha, (D, N), [1]), p, wv
-
-            m_new, l_t, w_t, z_t, acc, p, wv = lax.cond(over != 0, redo, lambda state: state,
-                                                        (m, l_t, w_t, z_t, acc, p, wv))
-            wf = wv.astype(f32)
-            l_t, w_t, z_t = l_t + p, w_t + wf, z_t + wf * brow(vz)
-        else:
+        def redo(state):
+            m, l_t, w_t, z_t, acc, _, _ = state
             m_new = jnp.maximum(m, s.max(axis=0))
             alpha = jnp.exp2(m - m_new)
             p, wv = _weights(s, bcol(m_new), brow(vs))
-            wf = wv.astype(f32)
-            a2 = bcol(alpha)
-            l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
             w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
-            plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
-            acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
+            plgpu.commit_smem()
+            a2 = bcol(alpha)
+            return m_new, l_t * a2, w_t * a2, z_t * a2, acc * lax.broadcast_in_dim(alpha, (D, N), [1]), p, wv
+
+        m_new, l_t, w_t, z_t, acc, p, wv = lax.cond(over != 0, redo, lambda state: state,
+                                                    (m, l_t, w_t, z_t, acc, p, wv))
+        wf = wv.astype(f32)
+        l_t, w_t, z_t = l_t + p, w_t + wf, z_t + wf * brow(vz)
 
         @pl.when(j + S < n_blocks)
         def _refill():
             fetch(j + S, slot)
-
 
         def values(acc_ref):
             plgpu.wgmma(acc_ref, cv, w_smem.T)
@@ -373,10 +366,9 @@ def verify_attention(q, codes, qparams, lo, hi, *, config: VerifyConfig, scale2:
     qp, colv, sched = prepare_queries(q, lo, hi, T, ns, BT)
     swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
     scratch = dict(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
-                   w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
-    if config.lazy_max:
-        scratch.update(flag_smem=plgpu.SMEM((2, 4), jnp.int32))  # each warp's vote, by block parity
-    kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=scale2, lazy_max=config.lazy_max)
+                   w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()),
+                   flag_smem=plgpu.SMEM((2, 4), jnp.int32))  # each warp's vote on the lazy max, by block parity
+    kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=scale2)
     raw, stats = launch(kernel, qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par,
                         raw_shape=(D, N), D=D, BT=BT, stages=stages, scratch=scratch, auto_barriers=True)
     return raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N)
