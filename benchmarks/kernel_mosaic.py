@@ -43,11 +43,14 @@ def config(n, **fields):
     return body(**fields)
 
 
-def mosaic_call(B, T, n, stages=4, target=528, block_t=64):
-    ns = verify_splits(B, ab.HKV, T, block_t, target=target, round_down=False)
+def mosaic_call(B, T, n, **sweep):
+    """The Mosaic kernel for n positions: the entry's default body and grid, or a SWEEP setting."""
+    cfg = config(n)
+    if sweep:
+        ns = verify_splits(B, ab.HKV, T, sweep["block_t"], target=sweep["target"], round_down=False)
+        cfg = config(n, block_t=sweep["block_t"], stages=sweep["stages"], num_splits=ns)
     lo = jnp.zeros((B, n * ab.G), jnp.int32)
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
-    cfg = config(n, block_t=block_t, stages=stages, num_splits=ns)
     return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, config=cfg, merge=False)
 
 
@@ -109,7 +112,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="folder for kernel_mosaic.json (none: print only)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new points after this")
-    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="the entry's default body and grid at every point")
     args = ap.parse_args(argv)
     t0 = time.time()
     if args.out:
