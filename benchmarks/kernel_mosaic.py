@@ -5,17 +5,21 @@ head) and verification of K = 4 (5 positions, M = 20), batch 1/8/64, contexts 32
 return the splits' partials (merge=False, as the split attention path calls them). Each figure: the
 median time of one call (8 calls per jit over rotating buffers), the bytes the call must read (codes,
 scales, queries) over that time, and that bandwidth as a fraction of a device copy measured in the
-same run. First a correctness check of the Mosaic kernel on a masked, unaligned input.
+same run; beside it the kernel alone (its GPU time in a jax.profiler trace of the same calls, without the
+XLA kernels that prepare its inputs and finish its partials, and the gaps between launches). First a
+correctness check of the Mosaic kernel on a masked, unaligned input.
 
-    PYTHONPATH=. python benchmarks/kernel_mosaic.py --out DIR     # on the GPU
+    PYTHONPATH=. python benchmarks/kernel_mosaic.py --out DIR     # on the GPU; JSON only with --out
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
+import tempfile
 import time
 
 import attention as ab  # benchmarks/attention.py: copy ceiling, inputs, timer (sets PREALLOCATE=false)
@@ -39,11 +43,14 @@ def config(n, **fields):
     return body(**fields)
 
 
-def mosaic_call(B, T, n, stages=4, target=528, block_t=64):
-    ns = verify_splits(B, ab.HKV, T, block_t, target=target, round_down=False)
+def mosaic_call(B, T, n, **sweep):
+    """The Mosaic kernel for n positions: the entry's default body and grid, or a SWEEP setting."""
+    cfg = config(n)
+    if sweep:
+        ns = verify_splits(B, ab.HKV, T, sweep["block_t"], target=sweep["target"], round_down=False)
+        cfg = config(n, block_t=sweep["block_t"], stages=sweep["stages"], num_splits=ns)
     lo = jnp.zeros((B, n * ab.G), jnp.int32)
     hi = jnp.full((B, n * ab.G), T, jnp.int32)
-    cfg = config(n, block_t=block_t, stages=stages, num_splits=ns)
     return lambda q, codes, qp: im.int2_attention_mosaic(q, codes, qp, lo, hi, config=cfg, merge=False)
 
 
@@ -64,30 +71,59 @@ def check(B, T, n, block_t):
                 lse=float(jnp.max(jnp.abs(lse - ref_lse))))
 
 
-def measure(name, make, B, T, n, reps, copy_gbps):
+def kernel_seconds(attn, qs, bufs, names=("int2_attention",), reps: int = 3) -> float:
+    """Seconds of GPU time per call of the kernels whose names hold one of names, from a jax.profiler trace of
+    reps runs of the CALLS calls (ab._time_calls' program)."""
+    from jax.profiler import ProfileData
+
+    many = jax.jit(lambda qs, bufs: [attn(q, *bufs[i % len(bufs)]) for i, q in enumerate(qs)])
+    jax.block_until_ready(many(qs, bufs))
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d):
+            for _ in range(reps):
+                jax.block_until_ready(many(qs, bufs))
+        path = sorted(glob.glob(os.path.join(d, "**", "*.xplane.pb"), recursive=True))[-1]
+        planes = ProfileData.from_file(path).planes
+        ns = sum(ev.duration_ns for plane in planes if plane.name.startswith("/device:GPU") for line in plane.lines
+                 if "stream" in line.name.lower() for ev in line.events if any(k in ev.name for k in names))
+    return ns / 1e9 / (reps * len(qs))
+
+
+def measure(name, make, B, T, n, reps, copy_gbps, kernel=False):
     nbytes = ab.int2_bytes(B, T, n)
     try:
         nb = ab._n_buffers(nbytes)
         qs, bufs = ab.int2_inputs(B, T, n, nb, False)
-        t = ab._time_calls(make(), qs, bufs, reps)
+        attn = make()
+        t = ab._time_calls(attn, qs, bufs, reps)
+        tk = kernel_seconds(attn, qs, bufs) if kernel else None
         del qs, bufs
         gbps = nbytes / t / 1e9
-        return dict(ms=t * 1e3, GBps=gbps, frac_copy=gbps / copy_gbps)
+        row = dict(ms=t * 1e3, GBps=gbps, frac_copy=gbps / copy_gbps)
+        if tk:
+            row.update(kernel_ms=tk * 1e3, kernel_frac_copy=nbytes / tk / 1e9 / copy_gbps)
+        return row
     except Exception as e:  # keep going: one failing variant must not lose the run
         return dict(error=repr(e)[:400])
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--out", default=None, help="folder for kernel_mosaic.json (none: print only)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new points after this")
-    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="the entry's default body and grid at every point")
     args = ap.parse_args(argv)
     t0 = time.time()
-    os.makedirs(args.out, exist_ok=True)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
     report = dict(device=str(jax.devices()[0]), jax=jax.__version__, checks={}, sweep=[], results=[])
-    dump = lambda: json.dump(report, open(os.path.join(args.out, "kernel_mosaic.json"), "w"), indent=1)
+
+    def dump():
+        if args.out:
+            with open(os.path.join(args.out, "kernel_mosaic.json"), "w") as f:
+                json.dump(report, f, indent=1)
+
     report["copy"] = ab.copy_bandwidth(1.0, 10)
     copy = report["copy"]["copy_GBps"]
     print("copy", report["copy"], flush=True)
@@ -122,8 +158,8 @@ def main(argv=None):
             print("budget reached: skipping", B, T, n, flush=True)
             continue
         row = dict(B=B, T=T, n=n, bytes=ab.int2_bytes(B, T, n))
-        row["mosaic"] = measure("mosaic", lambda: mosaic_call(B, T, n, **best), B, T, n, args.reps, copy)
-        row["triton"] = measure("triton", lambda: triton_call(B, T, n), B, T, n, args.reps, copy)
+        row["mosaic"] = measure("mosaic", lambda: mosaic_call(B, T, n, **best), B, T, n, args.reps, copy, kernel=True)
+        row["triton"] = measure("triton", lambda: triton_call(B, T, n), B, T, n, args.reps, copy, kernel=True)
         if "ms" in row["mosaic"] and "ms" in row["triton"]:
             row["speedup"] = row["triton"]["ms"] / row["mosaic"]["ms"]
         report["results"].append(row)
@@ -131,12 +167,13 @@ def main(argv=None):
         dump()
     print(f"copy {copy:.0f} GB/s; choice {best}; total {time.time() - t0:.0f} s")
     g = lambda r, k, f: r[k].get(f, float("nan"))
-    print(f"{'B':>3} {'T':>7} {'n':>2} | {'mosaic ms':>9} {'GB/s':>6} {'%copy':>5} | {'triton ms':>9} {'GB/s':>6} "
-          f"{'%copy':>5} | {'x':>5}")
+    print(f"{'B':>3} {'T':>7} {'n':>2} | {'mosaic ms':>9} {'%copy':>5} {'kernel':>7} {'%copy':>5} | {'triton ms':>9} "
+          f"{'%copy':>5} {'kernel':>7} {'%copy':>5} | {'x':>5}")
     for r in report["results"]:
-        print(f"{r['B']:>3} {r['T']:>7} {r['n']:>2} | {g(r, 'mosaic', 'ms'):9.4f} {g(r, 'mosaic', 'GBps'):6.0f} "
-              f"{100 * g(r, 'mosaic', 'frac_copy'):5.1f} | {g(r, 'triton', 'ms'):9.4f} {g(r, 'triton', 'GBps'):6.0f} "
-              f"{100 * g(r, 'triton', 'frac_copy'):5.1f} | {r.get('speedup', float('nan')):5.2f}")
+        cols = lambda k: (f"{g(r, k, 'ms'):9.4f} {100 * g(r, k, 'frac_copy'):5.1f} {g(r, k, 'kernel_ms'):7.4f} "
+                          f"{100 * g(r, k, 'kernel_frac_copy'):5.1f}")
+        print(f"{r['B']:>3} {r['T']:>7} {r['n']:>2} | {cols('mosaic')} | {cols('triton')} | "
+              f"{r.get('speedup', float('nan')):5.2f}")
     for r in report["results"]:
         for k in ("mosaic", "triton"):
             if "error" in r[k]:

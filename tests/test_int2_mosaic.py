@@ -410,7 +410,9 @@ def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
                                             (4, 64, jnp.float32, DecodeConfig(block_t=64, stages=2)),
                                             (8, 128, jnp.bfloat16, VerifyConfig(block_t=128)),
                                             (20, 64, jnp.float32, VerifyConfig()),
-                                            (20, 128, jnp.bfloat16, VerifyConfig())], ids=str)
+                                            (20, 128, jnp.bfloat16, VerifyConfig()),
+                                            (40, 64, jnp.float32, VerifyConfig(block_t=128))],
+                         ids=str)
 def test_bodies_lower_for_cuda(M, D, sdt, config):
     """Both bodies' inline code, the decode body's mbarrier release and the verification body's edge mask build
     (register maps, tiles of sums, both scale dtypes): lowered for CUDA on any host, which runs every
@@ -489,6 +491,30 @@ def test_compiled_interior_and_edge_blocks(M, config):
     ref_out, ref_lse = (np.asarray(x) for x in reference.int2_attention_reference(*args))
     out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args, config=config))
     assert _rel(out, ref_out) <= 1e-2
+    np.testing.assert_allclose(lse, ref_lse, atol=2e-2, rtol=1e-3)
+
+
+# (K, GQA group, history length): K = 1..8 at group 4 over every history-length class (within one block, a few
+# partial blocks, many blocks per split with lazy rescales), and groups 1, 2 and 8
+VERIFY_CASES = [(K, 4, T) for K in range(1, 9) for T in (40, 3001, 70000)] + [
+    (4, 1, 3001), (3, 2, 20000), (7, 8, 3001), (8, 8, 70000), (2, 8, 40)]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
+@pytest.mark.parametrize("K,g,T", VERIFY_CASES, ids=[f"K{K}-g{g}-T{T}" for K, g, T in VERIFY_CASES])
+def test_compiled_verification_matches_reference(K, g, T):
+    """K + 1 positions x a GQA group of g as the split path gives them (rows i g + j; position i's history ends
+    one token later than position i - 1's), through the body the entry picks, against the reference."""
+    M = (K + 1) * g
+    q, codes, qparams, _, _ = _inputs(K * 100 + g * 10 + T, 2, 4, M, 128, T, jnp.bfloat16)
+    ends = np.repeat(T - K + np.arange(K + 1), g)  # [M]
+    lo = jnp.full((2, M), min(4, T // 8), jnp.int32)
+    hi = jnp.asarray(np.stack([ends, ends - T // 3]), jnp.int32)  # batch row 1: a shorter history
+    args = (q, codes, qparams, lo, hi)
+    ref_out, ref_lse = (np.asarray(x) for x in reference.int2_attention_reference(*args))
+    out, lse = (np.asarray(x) for x in im.int2_attention_mosaic(*args))
+    assert np.all(np.isfinite(out)) and _rel(out, ref_out) <= 1e-2
     np.testing.assert_allclose(lse, ref_lse, atol=2e-2, rtol=1e-3)
 
 

@@ -17,6 +17,7 @@ from jspec.cache import kvcache
 from jspec.config import KVConfig, ModelConfig
 from jspec.kernels import window_merge as wm
 from jspec.kernels.hopper import attention as int2_mosaic, decode
+from jspec.kernels.hopper.launch import value_factors
 
 CFG = ModelConfig(model_type="llama", vocab_size=32, hidden_size=256, intermediate_size=64, num_layers=1,
                   num_heads=8, num_kv_heads=2, head_dim=64, max_position=512)
@@ -109,13 +110,13 @@ def test_raw_mosaic_partials_match_finished_ones(n, ns=20):
     merge = lambda splits: wm.window_merge(qkv, layer.k, layer.v, length, splits, sink=kv.sink, recent=kv.recent,
                                            pinned=layer.pinned_slots, interpret=True)
     want = merge(int2_mosaic.finish(raw, stats, M, decode_layout=True))
-    got = merge((raw, stats, decode.value_factors(D)))
+    got = merge((raw, stats, value_factors(decode.value_slots(D))))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_raw_partials_lower_for_cuda():
     kv, (q, k, v, layer, length) = _inputs(8, 70, 1, jnp.bfloat16)
-    splits = (jnp.zeros((3, 2, 20, 8, 64)), jnp.zeros((3, 2, 20, 4, 8)), decode.value_factors(64))
+    splits = (jnp.zeros((3, 2, 20, 8, 64)), jnp.zeros((3, 2, 20, 4, 8)), value_factors(decode.value_slots(64)))
     fn = lambda *a: wm.window_merge(*a, sink=kv.sink, recent=kv.recent, pinned=layer.pinned_slots)
     text = jax.jit(fn).trace(wm.join_slots(q, k, v), layer.k, layer.v, length, splits).lower(
         lowering_platforms=("cuda",)).as_text()

@@ -26,6 +26,7 @@ import numpy as np
 from jspec.kernels.common import LN2, LOG2E, RAW_OFFSET, merge_lse
 from jspec.kernels.hopper import decode, verify
 from jspec.kernels.hopper.decode import DECODE_MAX_ROWS, DecodeConfig
+from jspec.kernels.hopper.launch import value_factors
 from jspec.kernels.hopper.ptx import plgpu
 from jspec.kernels.hopper.verify import VerifyConfig
 from jspec.kernels.reference import int2_attention_reference
@@ -82,7 +83,7 @@ def int2_attention_mosaic(q, codes, qparams, lo, hi, *, config: DecodeConfig | V
     if isinstance(config, DecodeConfig):
         raw, stats = decode.decode_attention(q, codes, qparams, lo, hi, config=config, scale2=scale2)
         if merge == "raw":
-            return raw, stats, decode.value_factors(D)
+            return raw, stats, value_factors(decode.value_slots(D))
         out, lse = finish(raw, stats, M, decode_layout=True)
     else:
         raw, stats = verify.verify_attention(q, codes, qparams, lo, hi, config=config, scale2=scale2)
@@ -97,10 +98,10 @@ def finish(raw, stats, M: int, decode_layout: bool):
     raw [.., D, N], rows as verify.value_slots."""
     m, l, sw, zw = (stats[..., i, :, None] for i in range(4))  # [B, H, ns, N, 1]
     if decode_layout:
-        factors = decode.value_factors(raw.shape[-1])
+        factors = value_factors(decode.value_slots(raw.shape[-1]))
     else:
         raw = jnp.swapaxes(raw[..., np.argsort(verify.value_slots(raw.shape[-2])[0]), :], -1, -2)  # -> [.., N, D]
-        factors = verify.value_factors(raw.shape[-1])
+        factors = value_factors(verify.value_slots(raw.shape[-1]))
     c = (raw - RAW_OFFSET * sw) * jnp.asarray(factors) - zw
     live = l > 0
     out = jnp.where(live, c / jnp.where(live, l, 1.0), 0.0)

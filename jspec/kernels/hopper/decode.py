@@ -39,7 +39,8 @@ from jax.experimental import pallas as pl
 
 from jspec.kernels.common import NEG
 from jspec.kernels.hopper import ptx
-from jspec.kernels.hopper.prepare import ROW_BYTES, ring_inputs, row_vectors, schedule, with_inside
+from jspec.kernels.hopper.launch import launch
+from jspec.kernels.hopper.prepare import ring_inputs, row_vectors, schedule, with_inside
 
 if ptx.plgpu is not None:
     from jspec.kernels.hopper.ptx import arith, gpu, ir, llvm, mu, plgpu, vector
@@ -588,32 +589,14 @@ def decode_attention(q, codes, qparams, lo, hi, *, config: DecodeConfig, scale2:
     BT, stages = config.block_t, config.stages
     ns = config.num_splits or decode_splits(B, H, T, BT)
     cod, par = ring_inputs(codes, qparams, BT)
-    f32 = jnp.float32
     qp, colv, sched = prepare_queries(q, lo, hi, T, ns, BT)
-    scratch = dict(colv_smem=plgpu.SMEM((4, N), f32),
-                   c_smem=plgpu.SMEM((stages, 2, BT // (ROW_BYTES // (D // 4)), ROW_BYTES), jnp.uint8),
-                   p_smem=plgpu.SMEM((stages, 4, BT), par.dtype),
-                   o_smem=plgpu.SMEM((N, D), f32),
-                   st_smem=plgpu.SMEM((4, N), f32),
-                   bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
-                   q_bar=plgpu.Barrier(num_arrivals=2),  # queries, row vectors
-                   q_smem=plgpu.SMEM(qp.shape[2:], qp.dtype), red_smem=plgpu.SMEM((4, D * N + 4 * N), f32),
-                   empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per ring slot (release)
-    # No automatic warpgroup barriers either (Pallas puts one before every TMA copy in Lane semantics): the
-    # kernel reads no region it writes but in warp_merge, behind its own bar.sync.
-    params = plgpu.CompilerParams(approx_math=False, lowering_semantics=plgpu.LoweringSemantics.Lane,
-                                  unsafe_no_auto_barriers=True)
     xt = 1 if par.dtype == jnp.bfloat16 else 2  # tiles of value-zero sums: z in bf16 parts
+    scratch = dict(red_smem=plgpu.SMEM((4, D * N + 4 * N), jnp.float32),
+                   empty_smem=plgpu.SMEM((stages, 2), jnp.int32))  # one mbarrier per ring slot (release)
     kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=scale2, xt=xt)
-    out_type = (jax.ShapeDtypeStruct((B * H, ns, N, D), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
-    raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
-                              grid_names=("bh", "split"), compiler_params=params,
-                              kernel_name="int2_attention_mosaic")(
-        qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
+    # No automatic warpgroup barriers (Pallas puts one before every TMA copy in Lane semantics): the kernel reads
+    # no region it writes but in warp_merge, behind its own bar.sync.
+    raw, stats = launch(kernel, qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par,
+                        raw_shape=(N, D), D=D, BT=BT, stages=stages, scratch=scratch, auto_barriers=False)
     return raw.reshape(B, H, ns, N, D), stats.reshape(B, H, ns, 4, N)
 
-
-def value_factors(D: int) -> np.ndarray:
-    """[D] f32: 1 / the plane factor of each head dimension's value row (exact: powers of two)."""
-    dims, factor = value_slots(D)
-    return (1.0 / factor[np.argsort(dims)]).astype(np.float32)

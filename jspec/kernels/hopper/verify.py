@@ -17,9 +17,12 @@ thread: the dot over D does not care about order, so Q' is permuted (and divided
 the value output rows are un-permuted by hopper.attention.finish. The offset 128 is removed with sum(Q') (keys)
 and sum(W) (values). No change to the cache layout.
 
-The softmax state per query row (running max, sum, value-zero sums) is kept per thread and merged once; each
-block needs one cross-warp max (Mosaic's reduction) and one shared-memory round trip for W. Blocks inside every
-row's range skip the range mask (a real branch, not a select).
+The softmax state per query row (reference max, sum, value-zero sums) is kept per thread and merged once. The
+max is lazy, as in the decode body: W is made against a reference max per row shared by the 4 warps, each warp
+votes (in shared memory, read after W's barrier) whether a score passed it by TAU, and only then is the block
+redone with the running max (a cross-warp max and a rescale): 1.31-1.35x kernel time against a cross-warp max in
+every block (H100, docs/kernels.md). Blocks inside every row's range skip the range mask (a real branch, not a
+select).
 
 Tested against the numpy model of its threads in tests/test_int2_mosaic.py, and compiled (on a Hopper GPU)
 against jspec.kernels.reference.int2_attention_reference.
@@ -38,10 +41,12 @@ from jax.experimental import pallas as pl
 
 from jspec.kernels.common import NEG, RAW_OFFSET
 from jspec.kernels.hopper import ptx
-from jspec.kernels.hopper.prepare import ROW_BYTES, ring_inputs, row_vectors, schedule, with_inside
+from jspec.kernels.hopper.decode import TAU
+from jspec.kernels.hopper.launch import launch
+from jspec.kernels.hopper.prepare import ring_inputs, row_vectors, schedule, with_inside
 
 if ptx.plgpu is not None:
-    from jspec.kernels.hopper.ptx import arith, gpu, ir, mfa, mu, plgpu
+    from jspec.kernels.hopper.ptx import arith, gpu, ir, llvm, mfa, mu, plgpu, vector
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +129,12 @@ def prepare_queries(q, lo, hi, T: int, splits: int, BT: int):
     kdims, kf = key_slots(D)
     qb = jnp.pad(q.astype(jnp.bfloat16), ((0, 0), (0, 0), (0, N - M), (0, 0)))  # [B, H, N, D]
     qp = (qb[..., kdims].astype(f32) / kf).astype(jnp.bfloat16)
-    qsum = qb.astype(f32).sum(-1)
+    # sum(Q') and sum(q) in one variadic reduction: summed inside row_vectors' stack they took 9 us per call at
+    # every batch (H100), a serial sum per row
+    both = lambda a, b: (a[0] + b[0], a[1] + b[1])
+    psum, qsum = jax.lax.reduce((qp.astype(f32), qb.astype(f32)), (0.0, 0.0), both, (3,))
     sched = with_inside(schedule(lo, hi, T, splits, BT), lo, hi)
-    return qp, row_vectors(RAW_OFFSET * qp.astype(f32).sum(-1), qsum, lo, hi), sched
+    return qp, row_vectors(RAW_OFFSET * psum, qsum, lo, hi), sched
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,13 +215,45 @@ def unpack_values(ref, BT: int, D: int):
     return body(ref)
 
 
+def _weights(s, m, vs):
+    """p = 2^(s - m) and W = p * value scale (bf16) of a block's [BT, N] scores (m, vs broadcast)."""
+    p = jnp.exp2(s - m)
+    return p, (p * vs).astype(jnp.bfloat16)
+
+
+def _vote_over(flag_ref, s, limit, parity):
+    """flag_ref [2, 4] int32 (shared memory) row parity, column warp <- 1 when any score of s [BT, N] this warp
+    holds passes limit (both f32 WGMMA arrays; parity an i32 splat), else 0: one vote per warp, by its lane 0."""
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.RefType(), plgpu.Layout.WGMMA, plgpu.Layout.WGMMA, plgpu.Layout.WGMMA))
+    def body(ctx, ref, s, limit, parity):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        get = lambda v, i: vector.extract(v, dynamic_position=[], static_position=ir.DenseI64ArrayAttr.get([i]))
+        over = None
+        for sv, lv in zip(s.registers.flat, limit.registers.flat):
+            for i in range(2):
+                o = arith.cmpf(arith.CmpFPredicate.OGT, get(sv, i), get(lv, i))
+                over = o if over is None else arith.ori(over, o)
+        vote = ptx.warp_any(over)
+        wid, g, c = ptx.thread()
+        row = get(parity.registers.flat[0], 0)
+        addr = arith.addi(ptx.smem_addr(ref), arith.muli(arith.addi(arith.muli(row, ptx.imm(4)), wid), ptx.imm(4)))
+        first = arith.extui(i32, arith.cmpi(arith.CmpIPredicate.eq, arith.ori(g, c), ptx.imm(0)))
+        llvm.inline_asm(ir.Type.parse("!llvm.void"), [addr, vote, first],
+                        "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p st.shared.u32 [$0], $1; }", "r,r,r",
+                        has_side_effects=True)
+
+    body(flag_ref, s, limit, parity)
+
+
 # ----------------------------------------------------------------------------------------------
 # Kernel
 # ----------------------------------------------------------------------------------------------
 
 
 def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats_gmem,
-            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, *,
+            q_smem, colv_smem, c_smem, p_smem, w_smem, o_smem, st_smem, bars, q_bar, flag_smem, *,
             BT: int, D: int, N: int, S: int, scale2: float):
     # q_gmem [BH, N, D] bf16 (Q' : permuted, divided by the plane factor) | colv_gmem [BH, 4, N] f32:
     # 128 sum(Q'), sum(q), lo, hi per query row | sched_gmem [B, splits, 4] int32: first token, blocks, and the
@@ -259,21 +299,34 @@ def _kernel(q_gmem, colv_gmem, sched_gmem, codes_gmem, par_gmem, raw_gmem, stats
 
         start = first + j * BT  # blocks inside every row's range need no mask (a real branch, not a select)
         s = lax.cond((start >= lo_max) & (start + BT <= hi_min), lambda s: s, masked, s)
-        m_new = jnp.maximum(m, s.max(axis=0))
-        alpha = jnp.exp2(m - m_new)
-        p = jnp.exp2(s - bcol(m_new))
-        wv = (p * brow(vs)).astype(jnp.bfloat16)
-        wf = wv.astype(f32)
-        a2 = bcol(alpha)
-        l_t, w_t, z_t = l_t * a2 + p, w_t * a2 + wf, z_t * a2 + wf * brow(vz)
+        # The lazy max: W against the reference max m; the block is redone with the running max only where a warp's
+        # vote says a score passed m by TAU (so p <= 2^TAU), instead of a cross-warp max and a rescale per block.
+        p, wv = _weights(s, bcol(m), brow(vs))
+        par = lax.rem(j, 2)
+        _vote_over(flag_smem, s, bcol(m + TAU), plgpu.layout_cast(jnp.full((64, 8), par, jnp.int32),
+                                                                    plgpu.Layout.WGMMA))
         w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
-        plgpu.commit_smem()  # W visible to the tensor core; every thread is done reading this slot
+        plgpu.commit_smem()  # W and the 4 warps' votes visible (votes alternate between two rows of flags)
+        over = (flag_smem[par, 0] | flag_smem[par, 1]) | (flag_smem[par, 2] | flag_smem[par, 3])
+
+        def redo(state):
+            m, l_t, w_t, z_t, acc, _, _ = state
+            m_new = jnp.maximum(m, s.max(axis=0))
+            alpha = jnp.exp2(m - m_new)
+            p, wv = _weights(s, bcol(m_new), brow(vs))
+            w_smem.T[...] = plgpu.layout_cast(wv, plgpu.Layout.WGMMA_TRANSPOSED)
+            plgpu.commit_smem()
+            a2 = bcol(alpha)
+            return m_new, l_t * a2, w_t * a2, z_t * a2, acc * lax.broadcast_in_dim(alpha, (D, N), [1]), p, wv
+
+        m_new, l_t, w_t, z_t, acc, p, wv = lax.cond(over != 0, redo, lambda state: state,
+                                                    (m, l_t, w_t, z_t, acc, p, wv))
+        wf = wv.astype(f32)
+        l_t, w_t, z_t = l_t + p, w_t + wf, z_t + wf * brow(vz)
 
         @pl.when(j + S < n_blocks)
         def _refill():
             fetch(j + S, slot)
-
-        acc = acc * lax.broadcast_in_dim(alpha, (D, N), [1])
 
         def values(acc_ref):
             plgpu.wgmma(acc_ref, cv, w_smem.T)
@@ -310,30 +363,13 @@ def verify_attention(q, codes, qparams, lo, hi, *, config: VerifyConfig, scale2:
     BT, stages = config.block_t, config.stages
     ns = config.num_splits or verify_splits(B, H, T, BT)
     cod, par = ring_inputs(codes, qparams, BT)
-    f32 = jnp.float32
     qp, colv, sched = prepare_queries(q, lo, hi, T, ns, BT)
     swz = lambda: (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-    scratch = dict(colv_smem=plgpu.SMEM((4, N), f32),
-                   c_smem=plgpu.SMEM((stages, 2, BT // (ROW_BYTES // (D // 4)), ROW_BYTES), jnp.uint8),
-                   p_smem=plgpu.SMEM((stages, 4, BT), par.dtype),
-                   o_smem=plgpu.SMEM((D, N), f32),
-                   st_smem=plgpu.SMEM((4, N), f32),
-                   bars=plgpu.Barrier(num_arrivals=2, num_barriers=stages),  # two copies per block: codes, scales
-                   q_bar=plgpu.Barrier(num_arrivals=2),  # queries, row vectors
-                   q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
-                   w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()))
-    params = plgpu.CompilerParams(approx_math=False, lowering_semantics=plgpu.LoweringSemantics.Lane,
-                                  unsafe_no_auto_barriers=False)
+    scratch = dict(q_smem=plgpu.SMEM((N, D), jnp.bfloat16, transforms=swz()),
+                   w_smem=plgpu.SMEM((N, BT), jnp.bfloat16, transforms=swz()),
+                   flag_smem=plgpu.SMEM((2, 4), jnp.int32))  # each warp's vote on the lazy max, by block parity
     kernel = functools.partial(_kernel, BT=BT, D=D, N=N, S=stages, scale2=scale2)
-    out_type = (jax.ShapeDtypeStruct((B * H, ns, D, N), f32), jax.ShapeDtypeStruct((B * H, ns, 4, N), f32))
-    raw, stats = plgpu.kernel(kernel, out_type=out_type, scratch_types=scratch, grid=(B * H, ns),
-                              grid_names=("bh", "split"), compiler_params=params,
-                              kernel_name="int2_attention_mosaic")(
-        qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par)
+    raw, stats = launch(kernel, qp.reshape(B * H, *qp.shape[2:]), colv.reshape(B * H, 4, N), sched, cod, par,
+                        raw_shape=(D, N), D=D, BT=BT, stages=stages, scratch=scratch, auto_barriers=True)
     return raw.reshape(B, H, ns, D, N), stats.reshape(B, H, ns, 4, N)
 
-
-def value_factors(D: int) -> np.ndarray:
-    """[D] f32: 1 / the plane factor of each head dimension's value row (exact: powers of two)."""
-    dims, factor = value_slots(D)
-    return (1.0 / factor[np.argsort(dims)]).astype(np.float32)
