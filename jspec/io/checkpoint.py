@@ -220,8 +220,10 @@ def load_tokenizer(model_dir: str | Path):
 def tokens_past_vocabulary(tok, vocab_size: int) -> dict[str, int]:
     """{token: id} of the tokenizer's tokens at or past the model's vocab_size (added tokens beyond the
     embedding; fine-tunes and small models often do not pad their vocabulary): such a model loads, and only a
-    prompt or stop string that uses one is refused (runtime.engine.Engine.generate_ids). {} without a tokenizer."""
-    return {} if tok is None else {t: i for t, i in tok.get_vocab().items() if i >= vocab_size}
+    prompt or stop string that uses one is refused (runtime.engine.Engine.generate_ids). {} without a tokenizer or
+    one with no vocabulary to list (a library user's minimal tokenizer may only decode)."""
+    vocab = getattr(tok, "get_vocab", None)
+    return {} if vocab is None else {t: i for t, i in vocab().items() if i >= vocab_size}
 
 
 def load_model(model_dir: str | Path, dtype=jnp.bfloat16, tokenizer: bool = True):
