@@ -153,11 +153,10 @@ class Engine:
             except TypeError:
                 raise ConfigError(f"a prompt must be a str or a list of token ids, not {type(prompt).__name__}") \
                     from None
+        if isinstance(prompt, str):  # its ids past the embedding (a tokenizer may have such tokens), by name
+            self._check_vocabulary([ids], [()])
         bad = [x for x in ids if isinstance(x, bool) or not isinstance(x, numbers.Integral)
-               or not 0 <= x < self.cfg.vocab_size]  # an encoded prompt too: a tokenizer may pass the embedding
-        if bad and isinstance(prompt, str):
-            raise ConfigError(f"the prompt encodes to token id {bad[0]}, past the model's vocabulary of "
-                              f"{self.cfg.vocab_size}")
+               or not 0 <= x < self.cfg.vocab_size]
         if bad:
             raise ConfigError(f"token ids must be integers in [0, {self.cfg.vocab_size}), got {bad[0]!r}")
         ids = [int(x) for x in ids]
@@ -258,8 +257,6 @@ class Engine:
         if not self._past_vocabulary:
             self._past_vocabulary.append(checkpoint.tokens_past_vocabulary(self.tokenizer, self.cfg.vocab_size))
         past = self._past_vocabulary[0]
-        if not past:
-            return
         V, name = self.cfg.vocab_size, {i: t for t, i in past.items()}
         for row in ids:
             bad = next((i for i in row if i >= V), None)
