@@ -95,7 +95,7 @@ def choose(errors: list, ratios=CANDIDATES) -> dict:
     head than with the layer's (0.02: 2%), the figure that says whether per-head clips would pay."""
     r = np.asarray(ratios)
     ek_h, ek, ev_h, ev = (np.stack(x) for x in zip(*errors))  # [L, C, Hkv] and [L, C]
-    gain = lambda eh: float(1 - eh.min(1).sum() / eh.sum(2).min(1).sum())
+    gain = lambda eh: float(1 - eh.min(1).sum() / d) if (d := eh.sum(2).min(1).sum()) > 0 else 0.0  # no error: no gain
     at = lambda e, c: float(e[:, list(r).index(c)].sum()) if c in r else None
     return {"clip_k": [float(x) for x in r[ek.argmin(1)]], "clip_v": [float(x) for x in r[ev.argmin(1)]],
             "clip_model": [float(r[ek.sum(0).argmin()]), float(r[ev.sum(0).argmin()])],
