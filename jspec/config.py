@@ -482,14 +482,21 @@ class Options:
         check_int("prefill_chunk", self.prefill_chunk, 1, INT32_MAX)
 
     @property
+    def backend(self) -> str:
+        """The platform the programs are built for: platform, else JAX's default backend (default_platform)."""
+        return self.platform or default_platform()
+
+    @property
     def gpu(self) -> bool:
-        """Whether the programs are built for a GPU (platform, else JAX's default backend)."""
-        return (self.platform or default_platform()) == "gpu"
+        """Whether the programs are built for a GPU (backend)."""
+        return self.backend == "gpu"
 
 
 def default_platform() -> str:
-    """JAX's default backend: where jspec asks which platform it runs on (jax is imported here, not with config:
-    `jspec generate --help` imports no jax)."""
+    """JAX's default backend: the one place jspec asks which platform it runs on. jspec.load asks once and the
+    value travels in Options.platform; what stands outside any program's options (the program store, the Mosaic
+    kernels' priming, attend_split called with no interpret) asks here. jax is imported here, not with config:
+    `jspec generate --help` imports no jax."""
     import jax
 
     return jax.default_backend()

@@ -27,13 +27,13 @@ from jspec.numerics import dot_scores, einsum_f32
 
 
 def attend(q, k, v, layer: LayerKV | ScratchLayer | None, length, kv: KVConfig | None, impl: str = "reference",
-           qkv=None, fused_window: bool | None = None):
+           qkv=None, fused_window: bool | None = None, interpret: bool | None = None):
     """q: [B, n, Hq, D] rotated queries and k, v: [B, n, Hkv, D] their new rows, at positions length + 0..n-1.
 
     layer is this layer's cache (None: no cache, plain causal attention over the n rows; a ScratchLayer: a
     window view and its scratch rows, with a "window" kv). qkv: the one
     [B, n, Hkv, g + 2, D] array that q, k and v are slices of (model.qkv_slots), if the caller has it (the split
-    path's window kernel reads it whole).
+    path's window kernel reads it whole). fused_window, interpret: the split path's (attend_split).
     Returns [B, n, Hq, D].
     """
     if kv is not None and kv.windowed:  # no history to read: the BF16 window in XLA, whatever the impl
@@ -41,7 +41,7 @@ def attend(q, k, v, layer: LayerKV | ScratchLayer | None, length, kv: KVConfig |
     if impl in ("pallas", "mosaic", "triton") and layer is not None and kv is not None and kv.int2:
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
-        split = functools.partial(attend_split, kernel=kernel, fused_window=fused_window)
+        split = functools.partial(attend_split, kernel=kernel, fused_window=fused_window, interpret=interpret)
         return per_shard(split)(q, k, v, layer, length, kv, qkv=qkv)
     return attend_reference(q, k, v, layer, length, kv)
 

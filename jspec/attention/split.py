@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jspec.cache.kvcache import LayerKV, fake_quantize_kv
-from jspec.config import DP, TP, KVConfig
+from jspec.config import DP, TP, KVConfig, default_platform
 from jspec.numerics import einsum_f32
 # Imported with the module, not while tracing: with the lazy import (153682c, untimed then) the warm README
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (cause not established).
@@ -39,8 +39,10 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
                  kernel: str = "auto", fused_window: bool | None = None, qkv=None, **kernel_options):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
-    Returns [B, n, Hq, D] in q.dtype. kernel: "mosaic", "triton" or "auto" (mosaic where the device
-    has wgmma and D is 64 or 128). kernel_options: fields of the Triton kernel's TritonConfig (block sizes, splits).
+    Returns [B, n, Hq, D] in q.dtype. interpret: the Pallas kernels in interpret mode (an engine's forwards pass
+    not Options.gpu; None, for callers with no engine: off a GPU, config.default_platform). kernel: "mosaic",
+    "triton" or "auto" (mosaic where the device has wgmma and D is 64 or 128). kernel_options: fields of the
+    Triton kernel's TritonConfig (block sizes, splits).
     fused_window (Options.fused_window): the BF16 parts and the merge in kernels/window_merge.py where it takes
     the shapes (None: on GPUs; True: also in interpret mode), else in XLA. qkv: q, k and v as the one
     [B, n, Hkv, g + 2, D] array
@@ -54,7 +56,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     rows = q.reshape(B, n, H, g, D).transpose(0, 2, 1, 3, 4).reshape(B, H, n * g, D)
     t = length[:, None] + jnp.arange(n)  # [B, n] query positions
     if interpret is None:
-        interpret = jax.default_backend() != "gpu"
+        interpret = default_platform() != "gpu"
     if fused_window is None:
         fused_window = not interpret
     fused_window = fused_window and window_merge_supported(n, g, D, layer.k.shape[2], kv.recent)

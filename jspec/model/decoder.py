@@ -235,7 +235,8 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     if cache is not None and cache.stacked != is_stacked(params):
         raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
     L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
-    spec = BlockSpec(cfg, kv, attn_impl, fused_norms(cfg.hidden_size, options), options.fused_window)
+    spec = BlockSpec(cfg, kv, attn_impl, fused_norms(cfg.hidden_size, options), options.fused_window,
+                     interpret=not options.gpu)
     y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
     if is_stacked(params):
         def layer(carry, xs):
@@ -259,7 +260,7 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
                 tapped[i], x, y, _, k, v = _block(lp, x, y, rope, layer_cache, length, spec=spec)
                 new_k.append(k)
                 new_v.append(v)
-    tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, spec.fused)
+    tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, spec.fused, interpret=spec.interpret)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = logits_f32(x, head)
     features = jnp.concatenate([tapped[j] for j in taps], -1) if taps else None
@@ -275,6 +276,7 @@ class BlockSpec:
     attn_impl: str = "reference"
     fused: bool = False  # each residual add and the norm after it in one kernel (add_rms_norm)
     fused_window: bool | None = None  # Options.fused_window, for the split attention path
+    interpret: bool = False  # the Pallas kernels in interpret mode (off a GPU: not Options.gpu)
 
 
 def block(lp: Layer, x, y, rope, layer_cache, length, norm_stacks=None, *, spec: BlockSpec):
@@ -286,16 +288,16 @@ def block(lp: Layer, x, y, rope, layer_cache, length, norm_stacks=None, *, spec:
     index, for the fused norms' kernel to read in place.
     """
     B, n, _ = x.shape
-    cfg, fused = spec.cfg, spec.fused
+    cfg, fused, interpret = spec.cfg, spec.fused, spec.interpret
     attn_norm, mlp_norm, index = norm_stacks or (lp.attn_norm, lp.mlp_norm, None)
-    entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index)
+    entering, h = add_rms_norm(x, y, attn_norm, cfg.rms_eps, fused, index, interpret=interpret)
     # One bf16 array that attention and the commit both read (behind the barrier: else XLA kept the f32 sums for the
     # commit's copy and rounded them again in a kernel of its own, H200)
     slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, None, rope))
     q, k, v = split_slots(slots, cfg)
-    o = attend(q, k, v, layer_cache, length, spec.kv, spec.attn_impl, qkv=slots,
-               fused_window=spec.fused_window).reshape(B, n, -1)
-    x, h = add_rms_norm(entering, attn_out(lp, o), mlp_norm, cfg.rms_eps, fused, index)
+    o = attend(q, k, v, layer_cache, length, spec.kv, spec.attn_impl, qkv=slots, fused_window=spec.fused_window,
+               interpret=interpret).reshape(B, n, -1)
+    x, h = add_rms_norm(entering, attn_out(lp, o), mlp_norm, cfg.rms_eps, fused, index, interpret=interpret)
     return entering, x, mlp(lp, h), q, k, v
 
 
@@ -309,11 +311,12 @@ def fused_norms(width: int, options: Options = Options()) -> bool:
     return width >= FUSED_NORM_WIDTH and options.gpu and jax.sharding.get_abstract_mesh().empty
 
 
-def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None):
+def add_rms_norm(x, y, w, eps, fused: bool = False, layer=None, interpret: bool = False):
     """(s, rms_norm(s, w)) for s = x + y, the residual x and a layer's output y; w [E], or with layer (an index) a
-    [L, E] stack. fused: in one Pallas kernel where it takes the rows (pallas/add_norm.py), else in XLA."""
+    [L, E] stack. fused: in one Pallas kernel where it takes the rows (pallas/add_norm.py; interpret: in its
+    interpret mode, off a GPU), else in XLA."""
     if fused and add_norm_supported(x.size // x.shape[-1], x.shape[-1]):
-        return _fused_add_norm(x, y, w, layer, eps)
+        return _fused_add_norm(x, y, w, layer, eps, interpret)
     return _xla_add_norm(x, y, w, layer, eps)
 
 
@@ -322,17 +325,17 @@ def _xla_add_norm(x, y, w, layer, eps):
     return s, rms_norm(s, w if layer is None else w[layer], eps)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _fused_add_norm(x, y, w, layer, eps):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _fused_add_norm(x, y, w, layer, eps, interpret):
     """The kernel, differentiated as XLA's path (a Pallas call has no derivative of its own: training takes it)."""
-    return add_norm(x, y, w, layer, eps=eps, interpret=jax.default_backend() != "gpu")
+    return add_norm(x, y, w, layer, eps=eps, interpret=interpret)
 
 
-def _fused_add_norm_fwd(x, y, w, layer, eps):
-    return _fused_add_norm(x, y, w, layer, eps), (x, y, w, layer)
+def _fused_add_norm_fwd(x, y, w, layer, eps, interpret):
+    return _fused_add_norm(x, y, w, layer, eps, interpret), (x, y, w, layer)
 
 
-def _fused_add_norm_bwd(eps, saved, cotangents):
+def _fused_add_norm_bwd(eps, interpret, saved, cotangents):
     x, y, w, layer = saved
     _, vjp = jax.vjp(lambda x, y, w: _xla_add_norm(x, y, w, layer, eps), x, y, w)
     return (*vjp(cotangents), None)  # the layer index: an integer, no cotangent

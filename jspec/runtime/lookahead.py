@@ -225,7 +225,7 @@ def _loop(probe: Probe, mesh, steps: int, estimate: bool | None = None) -> _Loop
     m, step, make = probe.models, probe.step, lambda: probe.make(_place(mesh))
     carry = make()
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), carry)
-    if jax.default_backend() == "cpu" if estimate is None else estimate:
+    if m.options.backend == "cpu" if estimate is None else estimate:
         return _Loop(None, m, make, steps, one_step=jax.jit(step).lower(m, shapes))
     run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1,
                   out_shardings=jax.tree.map(lambda x: x.sharding, carry))

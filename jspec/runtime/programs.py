@@ -31,6 +31,7 @@ import jax
 import jaxlib
 from jax.experimental import serialize_executable
 
+from jspec.config import default_platform
 from jspec.files import atomic_write
 from jspec.runtime.startup import mosaic_keys
 from jspec.paths import PACKAGE
@@ -45,7 +46,7 @@ def directory() -> Path | None:
     Function slice_convert_fusion.11 not found`): XLA:CPU links its programs into one
     in-process JIT, where two copies of a program clash. A GPU program is a module of its own."""
     root = jax.config.jax_compilation_cache_dir
-    return Path(root) / "jspec-programs" if root and jax.default_backend() == "gpu" else None
+    return Path(root) / "jspec-programs" if root and default_platform() == "gpu" else None
 
 
 @functools.cache

@@ -93,8 +93,9 @@ DECODE_CTAS_PER_SM, DECODE_CTA_TOKENS, DECODE_MIN_BLOCKS = 3, 16384, 8
 
 
 def decode_wave() -> int:
-    """CTAs of the decode kernel resident at once on the default device (an H200's 132 SMs off a GPU)."""
-    sms = getattr(jax.devices()[0], "core_count", None) if jax.default_backend() == "gpu" else None
+    """CTAs of the decode kernel resident at once on the default device (an H200's 132 SMs off a GPU, whose
+    devices have no core count)."""
+    sms = getattr(jax.devices()[0], "core_count", None)
     return DECODE_CTAS_PER_SM * (sms or 132)
 
 

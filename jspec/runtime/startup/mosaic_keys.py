@@ -27,6 +27,8 @@ import hashlib
 import io
 import warnings
 
+from jspec.config import default_platform
+
 DUMP_NAME = "mosaic_gpu.dump_basename"
 _lowered: dict = {}  # digest -> (input avals, module, params) of each kernel lowered and not yet primed
 _primed: set = set()
@@ -62,12 +64,10 @@ def prime() -> None:
     elsewhere they are dropped), so that jaxlib holds it compiled before the programs that call it are
     (programs.compile_all calls it before theirs). A kernel that fails here is left to its program's
     compile, as before, with a warning."""
-    import jax
-
     while _lowered:
         digest, noted = _lowered.popitem()
         _primed.add(digest)
-        if jax.default_backend() == "gpu":
+        if default_platform() == "gpu":
             try:
                 kernel_program(*noted).compile()
             except Exception as e:  # noqa: BLE001
