@@ -128,17 +128,17 @@ def _summary(calls) -> dict:
     """tokens/s (of the programs, compile excluded), tau and accept rate of generate calls run in turn (each
     a list of results): all their new tokens over all their decode time. K is the one most calls ran."""
     st = [r.stats for results in calls for r in results]
-    new, rounds = sum(s["new_tokens"] for s in st), sum(s["rounds"] for s in st)
+    new, rounds = sum(s.new_tokens for s in st), sum(s.rounds for s in st)
     Ks = [results[0].stats.lookahead for results in calls]
-    drafted = sum(s["lookahead"] * s["rounds"] for s in st)
+    drafted = sum(s.lookahead * s.rounds for s in st)
     out = dict(K=max(Ks, key=Ks.count), tok_s=new / sum(results[0].stats.decode_s for results in calls),
                new_tokens=new, compile_s=sum(results[0].stats.compile_s for results in calls),
                tau=(new - len(st)) / rounds if rounds else 1.0,
-               accept_rate=sum(s["accepted"] for s in st) / drafted if drafted else 0.0)
+               accept_rate=sum(s.accepted for s in st) / drafted if drafted else 0.0)
     if len(set(Ks)) > 1:
         out["Ks"] = Ks
-    if "lookahead_auto" in st[0]:
-        out["auto"] = st[0]["lookahead_auto"]
+    if st[0].lookahead_auto is not None:
+        out["auto"] = st[0].lookahead_auto
     return out
 
 
