@@ -29,6 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from jspec.kernels import int2_triton as ia
 from jspec.kernels.reference import int2_attention_reference
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HQ, HKV, D = 32, 8, 128
 G = HQ // HKV
@@ -332,7 +333,7 @@ def v3_confirm(out, budget_s=60.0):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--out", default=str(default_out()), help="folder for attention.json (default: a scratch folder)")
     ap.add_argument("--sweep", action="store_true", help="tune block sizes / warps first")
     ap.add_argument("--sweep-only", action="store_true", help="sweep + the cost of viewing uint8 as words")
     ap.add_argument("--smoke", action="store_true", help="CPU check of the script: tiny, interpret mode")

@@ -49,6 +49,7 @@ from jspec.train import data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kv_blocked  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 ROTATIONS = ("none", "hadamard", "oscar")
 CLIPS = {"on": (0.96, 0.92), "off": (0.0, 0.0)}
@@ -267,7 +268,7 @@ def main(argv=None) -> int:
                     help="more clip settings (key and value quantiles), each run as clip setting 'K,V'")
     ap.add_argument("--forward", choices=("model", "blocked"), default="model",
                     help="model.forward with an empty int2 cache, or the blocked forward (kv_blocked.py, faster)")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality.json"))
+    ap.add_argument("--out", type=Path, default=default_out("kv_quality.json"), help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()

@@ -20,11 +20,12 @@ from jspec.model import decoder as model
 from jspec.runtime import sharding
 
 from decode import LLAMA3_8B, kv_modes, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="benchmarks/results/multi_gpu.json")
+    ap.add_argument("--out", default=str(default_out("multi_gpu.json")), help="JSON path (default: a scratch folder)")
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--steps", type=int, default=8)

@@ -62,6 +62,7 @@ from jspec.runtime import engine, lookahead
 from jspec.train import data
 
 from decode import LLAMA3_8B, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_norm=True, max_position=140000)
 # Llama-3.1-8B's EAGLE-3 head (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): one Llama layer of the target's shape,
@@ -362,7 +363,7 @@ def part_b(tau: float, K: int = 4, ctx: int = 8192) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="benchmarks/results/speculative.json")
+    ap.add_argument("--out", default=str(default_out("speculative.json")), help="JSON path (default: a scratch folder)")
     ap.add_argument("--small", action="store_true", help="a CPU-sized run: bf16, batch 1, K 2 and auto, 24 tokens")
     ap.add_argument("--budget-s", type=float, default=270.0, help="skip the jobs left after this many seconds")
     ap.add_argument("--hf", action="store_true", help="also time HF transformers (needs torch with CUDA)")
