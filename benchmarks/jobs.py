@@ -11,7 +11,7 @@ slots: static batches (each until its slowest row is done), then refilled batche
 refilled batch, at least this many times its slots: slots.groups) and --refill-at (rows done before the rounds
 stop for a refill; 0: slots.default_refill_at). Each run reports the decode time and
 tokens/s (compile excluded), the rounds the rows took, the row-rounds the batches ran (slots x rounds), and the
-wasted fraction (row-rounds in which a slot was done or empty). Writes benchmarks/results/jobs.json (or --out):
+wasted fraction (row-rounds in which a slot was done or empty). Writes --out (default: a scratch folder):
 the rows and the commit, device, jax version, date and command.
 """
 

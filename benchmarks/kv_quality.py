@@ -270,7 +270,8 @@ def main(argv=None) -> int:
                     f"{TAIL_FROM} on, or half the window when shorter)")
     ap.add_argument("--forward", choices=("model", "blocked"), default="model",
                     help="model.forward with an empty int2 cache, or the blocked forward (kv_blocked.py, faster)")
-    ap.add_argument("--out", type=Path, default=default_out("kv_quality.json"), help="JSON path (default: a scratch folder)")
+    ap.add_argument("--out", type=Path, default=default_out("kv_quality.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()

@@ -188,7 +188,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clip", nargs="*", choices=tuple(kvq.CLIPS), default=["on"])
     ap.add_argument("--clip-kv", nargs="*", default=[], metavar="K,V",
                     help="more clip settings (key and value quantiles), each run as clip setting 'K,V'")
-    ap.add_argument("--out", type=Path, default=default_out("kv_quality_real.json"), help="JSON path (default: a scratch folder)")
+    ap.add_argument("--out", type=Path, default=default_out("kv_quality_real.json"),
+                    help="JSON path (default: a scratch folder)")
     ap.add_argument("--plot", type=Path, default=default_out("kv_quality_real.png"),
                     help="the gap plot (PNG)")
     args = ap.parse_args(argv)

@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--layer-table", choices=("prose", "code", "none"), default="prose",
                     help="text of the per-layer table (its first window)")
-    ap.add_argument("--out", type=Path, default=default_out("kv_quality_real_levers.json"), help="JSON path (default: a scratch folder)")
+    ap.add_argument("--out", type=Path, default=default_out("kv_quality_real_levers.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     cfg, params, tok = checkpoint.load_model(args.model, jnp.float32)

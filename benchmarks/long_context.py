@@ -169,7 +169,8 @@ def part_b(contexts, new_tokens: int, reps: int) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=default_out("long_context.json"), help="JSON path (default: a scratch folder)")
+    ap.add_argument("--out", type=Path, default=default_out("long_context.json"),
+                    help="JSON path (default: a scratch folder)")
     ap.add_argument("--small", action="store_true", help="CPU-sized shapes and contexts")
     ap.add_argument("--budget-s", type=float, default=480.0, help="part A skips what is left after this")
     ap.add_argument("--parts", default="ab", help="a: the 8B-shaped costs and derived speed-ups; b: the shipped pair's "

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jspec.model import decoder as model
 from jspec.runtime import sharding
 
-from decode import LLAMA3_8B, SMOKE, kv_modes, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from decode import LLAMA3_8B, SMOKE, kv_modes, time_step  # noqa: E402  (benchmarks/ is on sys.path)
 from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
