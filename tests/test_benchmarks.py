@@ -37,7 +37,7 @@ FIELDS = {
     "startup": {"cases[]": ["case", "process", "import_s", "load_s", "compile_s", "wall_s"]},
     "jobs": {"rows[]": ["mode", "batch_size", "new_tokens", "wasted_fraction", "compile_s", "decode_s",
                         "decode_tokens_per_s", "decode_speedup_vs_static"]},
-    "long_context": {"part_a[]": ["ctx", "batch", "drafter", "K", "measured_ms", "derived"]},
+    "long_context": {"part_a[]": ["ctx", "batch", "drafter", "K", "measured_ms"]},
     "long_context_acceptance": {"rows[]": ["drafter", "dtype", "K", "context", "tokens_per_round", "rounds",
                                            "accepted_histogram", "rejected_token_kinds"]},
     "bf16_agreement": {"results{}": ["identical", "prompts", "mean_common_prefix"]},
@@ -155,8 +155,8 @@ def test_missing_fields_sees_a_missing_field():
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.gpu] if n in GPU else []) for n in FIELDS])
 def test_benchmark_runs_and_writes_its_fields(name, tmp_path, hf_model_dir):
-    if name in GPU:
-        pytest.importorskip("jax").devices("gpu")
+    if name in GPU and not any(d.platform == "gpu" for d in __import__("jax").devices()):
+        pytest.skip("Mosaic GPU has no interpret mode: kernel_mosaic runs on a GPU only")
     model = str(hf_model_dir("llama")) if "--model" in ARGS[name](tmp_path, "m") and name != "jobs" else "-"
     out = tmp_path / "out" if name in OUT_DIR else tmp_path / f"{name}.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(BENCH)]), **ENV.get(name, {}))
