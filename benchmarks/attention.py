@@ -29,6 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 from timing import median_time  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from jspec.kernels import int2_triton as ia
 from jspec.kernels.reference import int2_attention_reference
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HQ, HKV, D = 32, 8, 128
 G = HQ // HKV
@@ -332,7 +333,7 @@ def v3_confirm(out, budget_s=60.0):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--out", default=str(default_out()), help="folder for attention.json (default: a scratch folder)")
     ap.add_argument("--sweep", action="store_true", help="tune block sizes / warps first")
     ap.add_argument("--sweep-only", action="store_true", help="sweep + the cost of viewing uint8 as words")
     ap.add_argument("--smoke", action="store_true", help="CPU check of the script: tiny, interpret mode")
@@ -352,9 +353,13 @@ def main(argv=None):
         return v3_confirm(args.out)
     if args.v3:
         return v3(args, report, dump, t_start)
-    if args.smoke:
-        t, _ = time_int2(1, 256, 5, 2, interpret=True, block_t=64, min_rows=4)
-        print("smoke int2 ms", t * 1e3, "rel err", check_int2(1, 512, 5, False, interpret=True, block_t=64))
+    if args.smoke:  # the int2 kernel in interpret mode and XLA's BF16 attention at one tiny point, the JSON written
+        report["copy"] = copy_bandwidth(1 / 32, 3)
+        report["checks"]["words=False"] = check_int2(1, 512, 5, False, interpret=True, block_t=64)
+        choice = {n: (False, dict(interpret=True, block_t=64, min_rows=4)) for n in (1, 5)}
+        bench([], [], 2, choice, report["copy"]["copy_GBps"], t_start + args.budget_s, report["results"], dump,
+              impls=("int2", "xla"), points=[(256, 1, 5)])
+        print(table(report["results"]))
         return
 
     report["copy"] = copy_bandwidth()

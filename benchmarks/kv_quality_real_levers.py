@@ -32,6 +32,7 @@ from jspec.config import KVConfig  # noqa: E402
 from jspec.io import checkpoint  # noqa: E402
 from jspec.model import rotation  # noqa: E402
 from jspec.model import calibrate  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 TOKENS = (2048, 8192)
 
@@ -96,7 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--layer-table", choices=("prose", "code", "none"), default="prose",
                     help="text of the per-layer table (its first window)")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/kv_quality_real_levers.json"))
+    ap.add_argument("--out", type=Path, default=default_out("kv_quality_real_levers.json"),
+                    help="JSON path (default: a scratch folder)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     cfg, params, tok = checkpoint.load_model(args.model, jnp.float32)

@@ -43,6 +43,7 @@ from jspec.runtime import lookahead
 from decode import LLAMA3_8B  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from long_context_acceptance import HEAD, OUT as ACCEPTANCE, prompts  # noqa: E402
 from speculative import LLAMA3_8B_EAGLE3, QWEN3_06B_SHAPE  # noqa: E402
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 K = 4
 FULL = dict(contexts=(32768, 131072), batches=(1, 8, 32, 64), paired_contexts=(1024, 4000), new_tokens=64, reps=3)
@@ -168,7 +169,8 @@ def part_b(contexts, new_tokens: int, reps: int) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/long_context.json"))
+    ap.add_argument("--out", type=Path, default=default_out("long_context.json"),
+                    help="JSON path (default: a scratch folder)")
     ap.add_argument("--small", action="store_true", help="CPU-sized shapes and contexts")
     ap.add_argument("--budget-s", type=float, default=480.0, help="part A skips what is left after this")
     ap.add_argument("--parts", default="ab", help="a: the 8B-shaped costs and derived speed-ups; b: the shipped pair's "

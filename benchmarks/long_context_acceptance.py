@@ -38,8 +38,9 @@ from jspec.config import GenerateConfig, SamplingConfig
 from jspec.decode import loop as decode
 from jspec.paths import CHECKPOINTS
 from jspec.train import data
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
-OUT = Path(__file__).parent / "results" / "long_context_acceptance.json"
+OUT = default_out("long_context_acceptance.json")
 HEAD = CHECKPOINTS / "code-head"
 DRAFTERS = {  # name: (load's draft argument, draft_window: "default" keeps load's)
     "self": ("self", "default"), "ngram": ("ngram", "default"), "ngram+self": ("ngram+self", "default"),

@@ -1,6 +1,8 @@
 """Decode tokens/s of the 8B-shaped target on one GPU and on several: tensor- and data-parallel.
 
     PYTHONPATH=. python benchmarks/multi_gpu.py --out $OUT/multi_gpu.json
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu PYTHONPATH=. \
+        python benchmarks/multi_gpu.py --smoke     # CPU check: two host devices, decode.py's tiny model
 
 The step of benchmarks/decode.py (a fori_loop of decode steps in one jitted call) on a ("dp", "tp")
 mesh of jspec.runtime.sharding: the target split over tp by heads and MLP units, the cache by rows over dp and
@@ -19,17 +21,22 @@ import jax.numpy as jnp
 from jspec.model import decoder as model
 from jspec.runtime import sharding
 
-from decode import LLAMA3_8B, kv_modes, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from decode import LLAMA3_8B, SMOKE, kv_modes, time_step  # noqa: E402  (benchmarks/ is on sys.path)
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="benchmarks/results/multi_gpu.json")
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(default_out("multi_gpu.json")), help="JSON path (default: a scratch folder)")
     ap.add_argument("--ctx", type=int, default=32768)
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--steps", type=int, default=8)
-    args = ap.parse_args()
-    cfg, n = LLAMA3_8B, jax.device_count()
+    ap.add_argument("--smoke", action="store_true", help="a CPU check of the script: decode.py's tiny model, "
+                    "context 512, batch 2, 2 steps per call")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.ctx, args.batches, args.steps = 512, "2", 2
+    cfg, n = SMOKE if args.smoke else LLAMA3_8B, jax.device_count()
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     modes = kv_modes(params, cfg)
     meshes = [(None, 1)] + [(spec, k) for k in (2, 4, 8) if k <= n for spec in (f"tp={k},dp=1", f"tp=1,dp={k}")]

@@ -62,6 +62,7 @@ from jspec.runtime import engine, lookahead
 from jspec.train import data
 
 from decode import LLAMA3_8B, time_step  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 QWEN3_06B_SHAPE = ModelConfig("qwen3", 128256, 1024, 3072, 28, 16, 8, 128, qk_norm=True, max_position=140000)
 # Llama-3.1-8B's EAGLE-3 head (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): one Llama layer of the target's shape,
@@ -128,17 +129,17 @@ def _summary(calls) -> dict:
     """tokens/s (of the programs, compile excluded), tau and accept rate of generate calls run in turn (each
     a list of results): all their new tokens over all their decode time. K is the one most calls ran."""
     st = [r.stats for results in calls for r in results]
-    new, rounds = sum(s["new_tokens"] for s in st), sum(s["rounds"] for s in st)
+    new, rounds = sum(s.new_tokens for s in st), sum(s.rounds for s in st)
     Ks = [results[0].stats.lookahead for results in calls]
-    drafted = sum(s["lookahead"] * s["rounds"] for s in st)
+    drafted = sum(s.lookahead * s.rounds for s in st)
     out = dict(K=max(Ks, key=Ks.count), tok_s=new / sum(results[0].stats.decode_s for results in calls),
                new_tokens=new, compile_s=sum(results[0].stats.compile_s for results in calls),
                tau=(new - len(st)) / rounds if rounds else 1.0,
-               accept_rate=sum(s["accepted"] for s in st) / drafted if drafted else 0.0)
+               accept_rate=sum(s.accepted for s in st) / drafted if drafted else 0.0)
     if len(set(Ks)) > 1:
         out["Ks"] = Ks
-    if "lookahead_auto" in st[0]:
-        out["auto"] = st[0]["lookahead_auto"]
+    if st[0].lookahead_auto is not None:
+        out["auto"] = st[0].lookahead_auto
     return out
 
 
@@ -362,7 +363,7 @@ def part_b(tau: float, K: int = 4, ctx: int = 8192) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="benchmarks/results/speculative.json")
+    ap.add_argument("--out", default=str(default_out("speculative.json")), help="JSON path (default: a scratch folder)")
     ap.add_argument("--small", action="store_true", help="a CPU-sized run: bf16, batch 1, K 2 and auto, 24 tokens")
     ap.add_argument("--budget-s", type=float, default=270.0, help="skip the jobs left after this many seconds")
     ap.add_argument("--hf", action="store_true", help="also time HF transformers (needs torch with CUDA)")

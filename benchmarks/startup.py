@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ["-m", "jspec.generate", "def fibonacci(n):"]
@@ -335,7 +336,7 @@ def table(result: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="benchmarks/results/startup.json")
+    ap.add_argument("--out", default=str(default_out("startup.json")), help="JSON path (default: a scratch folder)")
     ap.add_argument("--small", action="store_true", help="tiny shapes instead of the 8B ones (CPU check)")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     ap.add_argument("--budget", type=float, default=330, help="seconds; later steps are skipped past it")
