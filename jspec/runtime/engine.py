@@ -732,7 +732,8 @@ def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Draft
     spec = DraftSpec.parse(draft)
     if spec.model == "auto" and not spec.copies:
         raise ConfigError("draft 'auto' chooses among drafters per call: it is load's own value, not a drafter")
-    if spec.model in ("shipped", "auto"):  # (ngram+auto: ngram+shipped) the shipped draft with the shipped target; prompt lookup (free, lossless) with any other
+    if spec.model in ("shipped", "auto"):  # (ngram+auto: ngram+shipped) the shipped draft with the shipped target;
+        # prompt lookup (free, lossless) with any other
         shipped = model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir()
         spec = DraftSpec(spec.copies, DEFAULT_DRAFT) if shipped else DraftSpec(True, None)
     if spec.model in (None, "none"):
