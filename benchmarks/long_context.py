@@ -138,15 +138,31 @@ def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float) -> list[dict]:
                                           f"{taus[name]['dtype']}", speedup_over_plain_int2=tau * step / (draft_s + verify))
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "costs_ms"}), flush=True)
+            rows.append(auto_row(rows, ctx, B))
+            print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+AUTO = ("self", "ngram", "ngram+self", "model-window")  # what draft "auto" holds here (the windowed draft: load's)
+
+
+def auto_row(rows: list[dict], ctx: int, B: int) -> dict:
+    """What draft "auto" would choose at (ctx, B) from the same derived costs at K: the fastest of its candidates if
+    it beats plain decoding by lookahead.MIN_GAIN, else plain (1.0x)."""
+    got = [(r["derived"]["speedup_over_plain_int2"], r["drafter"]) for r in rows if r.get("ctx") == ctx and
+           r.get("batch") == B and r["drafter"] in AUTO and "derived" in r]
+    gain, name = max(got, default=(1.0, "none"))
+    won = gain >= lookahead.MIN_GAIN
+    return dict(ctx=ctx, batch=B, drafter="auto", K=K, chose=name if won else "none",
+                derived=dict(speedup_over_plain_int2=gain if won else 1.0))
 
 
 def part_b(contexts, new_tokens: int, reps: int) -> list[dict]:
     """The shipped pair, batch 1: plain INT2 against each drafter at K = 4, paired calls on held-out prompts."""
     rows = []
     engines = {name: jspec.load(draft=arg, **kw) for name, (arg, kw) in dict(
-        plain=(None, {}), self=("self", {}), ngram=("ngram", {}), model=("auto", dict(draft_window=None)),
-        head=(str(HEAD), dict(draft_window=None)), **{"ngram+self": ("ngram+self", {}), "model-window": ("auto", {}),
+        plain=(None, {}), self=("self", {}), ngram=("ngram", {}), model=("shipped", dict(draft_window=None)),
+        head=(str(HEAD), dict(draft_window=None)), **{"ngram+self": ("ngram+self", {}), "model-window": ("shipped", {}),
                                                       "head-window": (str(HEAD), {})}).items()}
     for ctx in contexts:
         [ids] = prompts(engines["plain"].tokenizer, 1, ctx, new_tokens)

@@ -44,7 +44,7 @@ OUT = default_out("long_context_acceptance.json")
 HEAD = CHECKPOINTS / "code-head"
 DRAFTERS = {  # name: (load's draft argument, draft_window: "default" keeps load's)
     "self": ("self", "default"), "ngram": ("ngram", "default"), "ngram+self": ("ngram+self", "default"),
-    "model": ("auto", None), "model-window": ("auto", "default"),
+    "model": ("shipped", None), "model-window": ("shipped", "default"),
     "head": (str(HEAD), None), "head-window": (str(HEAD), "default"),
 }
 

@@ -175,7 +175,7 @@ def measure(eng, groups, gen, reps: int, plain=None) -> dict:
 def engines(kv: str, head_dir) -> dict:
     """{mode: Engine} for one KV mode. They are copies of one engine (dataclasses.replace keeps its
     program and cost caches), so the K = 0 program that several modes run is compiled once."""
-    base = jspec.load(draft="auto", kv=KVConfig(kv))
+    base = jspec.load(draft="shipped", kv=KVConfig(kv))
     d = base.drafter
     out = {"none": dataclasses.replace(base, drafter=Drafter()), "model": base,
            "ngram": dataclasses.replace(base, drafter=Drafter(mode=DraftMode.NGRAM)),

@@ -355,7 +355,7 @@ def test_a_resume_without_its_settings_file_or_on_ray_with_other_settings_is_ref
     _fake_ray(monkeypatch)
     ray_out = tmp_path / "ray.jsonl"
     shutil.copy(dst, ray_out)
-    load = dict(model=None, draft="auto", kv=KVConfig())
+    load = dict(model=None, draft="shipped", kv=KVConfig())
     run_ray = lambda load, **kw: ray_jobs.run_job(load, src, ray_out, GEN, SAMPLING, 1, progress=False, **kw)
     with pytest.raises(batch.JobError, match="holds results, but its settings file"):
         run_ray(load)

@@ -55,12 +55,14 @@ def parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("models")
     m.add_argument("--model", help="target Hugging Face directory or GGUF file (default: the shipped "
                                    "checkpoints/code-target)")
-    m.add_argument("--draft", default="auto",
+    m.add_argument("--draft", default="shipped",
                    help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
                         "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
-                        "'ngram+auto' (the n-gram copy where it matches, the model elsewhere); 'self' (the target "
-                        "over the BF16 window of its own cache, no extra weights); 'ngram+self'; 'none' (no "
-                        "speculation); 'auto': the shipped draft with the shipped target")
+                        "'ngram+shipped' (the n-gram copy where it matches, the model elsewhere); 'self' (the "
+                        "target over the BF16 window of its own cache, no extra weights); 'ngram+self'; 'none' (no "
+                        "speculation); 'shipped': the shipped draft with the shipped target; 'auto': the drafter "
+                        "and K chosen per call from their costs and observed acceptance (plain decoding when none "
+                        "pays; docs/design.md)")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
     m.add_argument("--attn", choices=ATTENTION_IMPLS, default="auto",
                    help="INT2 attention: Pallas kernel (GPU; pallas: the Mosaic wgmma kernel on Hopper, else Triton) "
@@ -181,6 +183,9 @@ def _summary(s) -> str:
     why = (f" (auto: expected acceptance {auto['alpha']:.2f} per draft, predicted {auto['predicted_speedup']:.2f}x"
            f"{timed})") if auto else ""
     k = f", {s.draft_mode} K {s.lookahead}{why}" if s.draft_mode != "none" else ""
+    if s.speculation:  # draft auto: the winner among the priced candidates
+        won = max(s.speculation["why"]["candidates"], key=lambda c: c["predicted_speedup"])
+        k = f", auto chose {s.draft_mode} K {s.lookahead} (predicted {won['predicted_speedup']:.2f}x){timed}"
     return (f"[{s.new_tokens} tokens, {s.rounds} rounds{k}{spec}, kv {s.kv_mode} "
             f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
             f"{s.batch_tokens_per_s:.0f} tok/s]")
@@ -231,7 +236,7 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
     if a.kv == "auto" and not eng.kv.int2:
         print(f"note: no rotation file for this model: a BF16 KV cache (make one for the INT2 cache, about 7x "
               f"smaller: jspec calibrate --model {a.model} --data 'some/text/*.py')", file=sys.stderr)
-    if a.draft == "auto" and eng.draft_mode == "ngram":
+    if a.draft == "shipped" and eng.draft_mode == "ngram":
         print("note: no draft model ships with this model: drafting by n-gram lookup (--draft DIR for a draft model, "
               "--draft none for plain decoding)", file=sys.stderr)
     if a.input is not None:

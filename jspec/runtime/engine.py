@@ -58,6 +58,8 @@ class Stats:
     batch_tokens_per_s: float
     lookahead_auto: dict | None = None  # with lookahead "auto": the K chosen and why (lookahead.Choice.stats)
     finish_reason: str = "length"  # "stop" (EOS or a stop string) or "length" (max_new_tokens)
+    # with draft "auto": the drafter and K chosen, tokens per round, accept rate and every priced candidate
+    speculation: dict | None = None
 
     @classmethod
     def of(cls, new_tokens: int, rounds: int, accepted: int, lookahead: int, batch_tokens: int, decode_s: float,
@@ -72,8 +74,9 @@ class Stats:
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        if d["lookahead_auto"] is None:
-            del d["lookahead_auto"]
+        for name in ("lookahead_auto", "speculation"):
+            if d[name] is None:
+                del d[name]
         return d
 
 
@@ -102,6 +105,8 @@ class Engine:
     tokenizer: object
     kv: KVConfig
     drafter: Drafter = Drafter()
+    # draft "auto": the drafters it chooses from per call (drafter is then Drafter(mode="auto"), never run)
+    candidates: tuple[Drafter, ...] = ()
     dtype: str = "bfloat16"
     attn_impl: str = "reference"
     mesh: jax.sharding.Mesh | None = None  # ("dp", "tp"): see jspec.runtime.sharding
@@ -114,6 +119,8 @@ class Engine:
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
+    _last: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> last call's
+    _calls: dict = dataclasses.field(default_factory=dict, repr=False)  # batch bucket -> calls observed
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
     _lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
     _past_vocabulary: list = dataclasses.field(default_factory=list, repr=False)  # [tokens_past_vocabulary's]
@@ -276,6 +283,10 @@ class Engine:
         stop = _per_row_stops(gen, stop, len(ids))
         self._check_vocabulary(ids, stop)
         gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
+        return self.using(choice)._run(ids, rows, max_new, gen, stop, choice)
+
+    def _run(self, ids, rows, max_new, gen: GenerateConfig, stop, choice):
+        """generate_ids' call once planned."""
         args = self.prepare(ids, rows, max_new, gen, stop)
         kv_bytes = args.kv_bytes()
         program, compile_s = self.compile(args)
@@ -289,10 +300,10 @@ class Engine:
                               "fewer tokens") from None
         decode_s = time.perf_counter() - t0
         K, key = args.models.lookahead, (self.draft_mode, lookahead.batch_bucket(len(ids)))
+        rounds, count = np.asarray(state.rounds)[: len(ids)], np.asarray(state.count)[: len(ids)]
         with self._lock:
-            self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K,
-                                                      np.asarray(state.rounds)[: len(ids)],
-                                                      np.asarray(state.count)[: len(ids)])
+            self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, rounds, count)
+            self._learn(key, K, lookahead.last_alpha(K, rounds, count))
         out = self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
         return [self.finish(t, st, s, gen) for (t, st), s in zip(out, stop)]
 
@@ -302,6 +313,14 @@ class Engine:
         key = (self.draft_mode, lookahead.batch_bucket(batch))
         with self._lock:
             self._seen[key] = lookahead.observe(self._seen.get(key, (0, 0)), K, rounds, accepted)
+            self._learn(key, K, lookahead.alpha_from_accepted(accepted / rounds, K) if K and rounds else None)
+
+    def _learn(self, key, K: int, alpha: float | None) -> None:
+        """Keeps a call's own acceptance for draft "auto"'s fallback (lookahead.auto_alpha) and counts the call in
+        its batch bucket (its probes). Under the lock."""
+        if alpha is not None:
+            self._last[key] = alpha
+        self._calls[key[1]] = self._calls.get(key[1], 0) + 1
 
     def program(self, name: str, jitted, *args):
         """(jitted compiled for these arguments' shapes, compile seconds): kept in the engine's program cache under
@@ -316,9 +335,15 @@ class Engine:
     def row_stats(self, new_tokens: int, rounds: int, accepted: int, K: int, *, kv_bytes: int, compile_s: float,
                   decode_s: float, batch_tokens: int, choice=None) -> Stats:
         """Stats.of for a row of this engine's calls (its drafter and KV mode)."""
-        return Stats.of(new_tokens, rounds, accepted, K, batch_tokens, decode_s, draft_mode=str(self.draft_mode),
-                        kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes), compile_s=round(compile_s, 3),
-                        lookahead_auto=None if choice is None else choice.stats())
+        st = Stats.of(new_tokens, rounds, accepted, K, batch_tokens, decode_s, draft_mode=str(self.draft_mode),
+                      kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes), compile_s=round(compile_s, 3),
+                      lookahead_auto=None if choice is None else choice.stats())
+        if choice is None or not choice.priced:
+            return st
+        return dataclasses.replace(st, speculation=dict(
+            drafter=str(self.draft_mode), K=K, tokens_per_round=round(st.accept_length, 3),
+            accept_rate=round(st.accept_rate, 3), why=dict(winner=choice.mode, candidates=[p.stats() for p in
+                                                                                          choice.priced])))
 
     def finish(self, tokens: list[int], stats: Stats, stop: tuple[str, ...], gen: GenerateConfig):
         """(tokens, stats with finish_reason): "stop" where the text holds a stop string or the row ended at EOS,
@@ -339,6 +364,10 @@ class Engine:
         decode_s the wall time of the rounds, host syncs included."""
         sampling.validate()
         gen, choice = self.plan(gen, [len(self.prompt_ids(prompt))], [gen.max_new_tokens])
+        return (yield from self.using(choice)._stream(prompt, gen, sampling, choice))
+
+    def _stream(self, prompt, gen: GenerateConfig, sampling: SamplingConfig, choice):
+        """stream once planned."""
         args = self.prepare([self.prompt_ids(prompt)], [sampling], [gen.max_new_tokens], gen, [gen.stop])
         last = []
         t0 = time.perf_counter()
@@ -364,28 +393,72 @@ class Engine:
     def plan(self, gen: GenerateConfig, lengths: list[int], max_new: list[int]):
         """(gen with its lookahead fixed, lookahead.Choice or None): "auto" resolved for a batch of prompts of
         `lengths` tokens, from the costs at its shapes (measured on first use) and the acceptance expected
-        in this draft mode; K stays within the room the request leaves and the BF16 window."""
+        in this draft mode; K stays within the room the request leaves and the BF16 window. Under draft "auto"
+        the drafter is chosen too (plan_auto): the call then runs as using(choice)."""
+        if self.candidates:
+            return self.plan_auto(gen, lengths, max_new)
         if gen.lookahead != "auto":
             return gen, None
         self.check(gen, lengths, max_new)
-        mode, dp = self.draft_mode, sharding.dp_size(self.mesh)
-        need = max(n + m for n, m in zip(lengths, max_new))
-        window = self.kv.recent - 1 if self.kv.int2 else MAX_LOOKAHEAD  # candidates are attended in BF16
-        k_max = min(MAX_LOOKAHEAD, window, self.room(gen) - need)
+        mode, k_max = self.draft_mode, self._k_max(gen, lengths, max_new)
         if mode == DraftMode.NONE or k_max < 1:
             return dataclasses.replace(gen, lookahead=0), None
-        # measured once per batch size and power of two of the largest capacity K may need (self._costs, and
-        # on disk)
-        capacity, context = lookahead.cost_shape(
-            self.capacity(dataclasses.replace(gen, lookahead=k_max), lengths, max_new), k_max)
         t0 = time.perf_counter()
-        costs = lookahead.measure(self._models(k_max), self.kv, -(-len(lengths) // dp) * dp, capacity, context,
-                                  k_max, jnp.dtype(self.dtype), self.mesh, self._costs, say=self.say)
+        costs = self._measure(self.drafter, gen, lengths, max_new, k_max)
         B = len(lengths)
         alpha, source = lookahead.estimate(mode, self._seen.get((mode, lookahead.batch_bucket(B)), (0, 0)), B)
         K, gain = lookahead.choose(costs, mode, alpha, k_max)
         choice = lookahead.Choice(K, mode, alpha, source, gain, costs, time.perf_counter() - t0)
         return dataclasses.replace(gen, lookahead=K), choice
+
+    def plan_auto(self, gen: GenerateConfig, lengths: list[int], max_new: list[int]):
+        """plan under draft "auto": every candidate drafter priced at its best K (gen's K where fixed) from its
+        costs at the call's shapes and its acceptance (lookahead.auto_alpha: the prior before any call measured
+        one; a drafter whose last call accepted little priced at that, bar the probe calls), against plain
+        decoding -> (gen with the winner's K, Choice naming the winner, every candidate in Choice.priced)."""
+        self.check(gen, lengths, max_new)
+        k_max = self._k_max(gen, lengths, max_new) if gen.lookahead == "auto" else gen.lookahead
+        if k_max < 1:
+            return dataclasses.replace(gen, lookahead=0), None
+        ks = lookahead.CANDIDATES if gen.lookahead == "auto" else (gen.lookahead,)
+        B, t0 = len(lengths), time.perf_counter()
+        bucket = lookahead.batch_bucket(B)
+        priced, costs = [], {}
+        for d in self.candidates:
+            costs[d.mode] = self._measure(d, gen, lengths, max_new, k_max)
+            alpha, source = lookahead.auto_alpha(d.mode, self._seen.get((d.mode, bucket), (0, 0)),
+                                                 self._last.get((d.mode, bucket)), self._calls.get(bucket, 0), B)
+            priced.append(lookahead.price(costs[d.mode], d.mode, alpha, source, k_max, ks))
+        priced.insert(0, lookahead.plain(costs[self.candidates[0].mode]))
+        w = lookahead.winner(priced)
+        shared = costs[self.candidates[0].mode]  # plain decoding's: the verify every candidate shares
+        choice = lookahead.Choice(w.K, w.mode, w.alpha, w.alpha_from, w.speedup, costs.get(w.mode, shared),
+                                  time.perf_counter() - t0, tuple(priced))
+        return dataclasses.replace(gen, lookahead=w.K), choice
+
+    def using(self, choice) -> Engine:
+        """The engine a call planned by plan runs as: under draft "auto", one with the chosen drafter alone
+        (plain decoding where none was chosen) that shares this one's programs, costs, estimates and lock; else
+        this one."""
+        if not self.candidates:
+            return self
+        d = next((d for d in self.candidates if choice is not None and choice.K and d.mode == choice.mode), Drafter())
+        return dataclasses.replace(self, drafter=d, candidates=())
+
+    def _k_max(self, gen: GenerateConfig, lengths: list[int], max_new: list[int]) -> int:
+        """The largest K a call may take: the room its rows leave and the BF16 window."""
+        need = max(n + m for n, m in zip(lengths, max_new))
+        window = self.kv.recent - 1 if self.kv.int2 else MAX_LOOKAHEAD  # candidates are attended in BF16
+        return min(MAX_LOOKAHEAD, window, self.room(gen) - need)
+
+    def _measure(self, drafter: Drafter, gen: GenerateConfig, lengths, max_new, k_max: int):
+        """lookahead.measure for drafter at a call's shapes: once per batch size and power of two of the largest
+        capacity K may need (self._costs, and on disk)."""
+        capacity, context = lookahead.cost_shape(
+            self.capacity(dataclasses.replace(gen, lookahead=k_max), lengths, max_new), k_max)
+        dp = sharding.dp_size(self.mesh)
+        return lookahead.measure(self._models(k_max, drafter), self.kv, -(-len(lengths) // dp) * dp, capacity,
+                                 context, k_max, jnp.dtype(self.dtype), self.mesh, self._costs, say=self.say)
 
     def prepare(self, ids, rows, max_new, gen, stop: list[tuple[str, ...]] | None = None,
                 capacity: int | None = None) -> ProgramArgs:
@@ -394,6 +467,9 @@ class Engine:
         each row's stop strings (generate_ids). capacity: a larger cache than the batch's own (runtime.slots:
         a batch whose slots take the rows of a whole bucket)."""
         stop = _per_row_stops(gen, stop, len(ids))
+        if self.candidates:  # draft "auto": the drafter chosen first
+            gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
+            return self.using(choice).prepare(ids, rows, max_new, gen, stop, capacity)
         if gen.lookahead == "auto":  # the callers here plan first (once per call)
             gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
@@ -420,8 +496,8 @@ class Engine:
         return stops.Stops(**self._token_bytes[1], strings=jax.device_put(host["strings"]),
                            sizes=jax.device_put(host["sizes"]))
 
-    def _models(self, K: int) -> Models:
-        return Models(self.params, self.drafter.at(K), self.cfg, K, self.attn_impl, self.options)
+    def _models(self, K: int, drafter: Drafter | None = None) -> Models:
+        return Models(self.params, (drafter or self.drafter).at(K), self.cfg, K, self.attn_impl, self.options)
 
     def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
@@ -571,7 +647,7 @@ def _with_searched_clips(kv: KVConfig, found: dict | None) -> KVConfig:
 _apply_rotations = jax.jit(rotation.apply_rotations, static_argnums=1, donate_argnums=0)
 
 
-def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, kv: KVConfig = KVConfig("auto"),
+def load(model: str | Path | None = None, draft: str | Path | None = "shipped", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False,
          options: Options = Options(), draft_window: KVConfig | None = DRAFT_WINDOW) -> Engine:
@@ -579,8 +655,10 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     or GGUF files (model.gguf: jspec.io.gguf; its rotations default to model.rotations.safetensors beside it).
 
     draft: a draft model's directory, or an EAGLE-3 head's (its config.json's architectures name
-    LlamaForCausalLMEagle3: jspec.io.eagle3); "auto": the shipped draft when the shipped target is used;
-    "ngram": prompt lookup, no model; "ngram+DIR" or "ngram+auto": the n-gram copy where a row has a
+    LlamaForCausalLMEagle3: jspec.io.eagle3); "shipped": the shipped draft when the shipped target is used;
+    "auto": the drafter and K chosen per call (Engine.plan_auto) among n-gram lookup, the self-draft, every
+    registered drafter without weights that has cost probes, and the shipped draft with the shipped target;
+    "ngram": prompt lookup, no model; "ngram+DIR" or "ngram+shipped": the n-gram copy where a row has a
     match, the draft model elsewhere; "self": the target drafts for itself over the BF16 window of its own cache
     (no extra weights); "ngram+self": the copy where a row has a match, the self-draft elsewhere; the name of a
     drafter registered without weights (decode.drafters.register), or "ngram+" it; None/"none": no speculation
@@ -606,7 +684,12 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
         kv = dataclasses.replace(kv, mode="int2" if has_rotations else "bf16")
     kv.validate(cfg.head_dim)
     params, kv = _rotate(params, cfg, model_dir, kv, rotation_mode, rotations)
-    drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype)).replace(window=draft_window)
+    if draft == "auto":
+        candidates = tuple(d.replace(window=draft_window) for d in _auto_drafters(model_dir, cfg, tok, jnp.dtype(dtype)))
+        drafter = Drafter(mode="auto")
+    else:
+        candidates = ()
+        drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype)).replace(window=draft_window)
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
     options = dataclasses.replace(options, platform=options.platform or default_platform())  # decided once, here
@@ -614,19 +697,40 @@ def load(model: str | Path | None = None, draft: str | Path | None = "auto", *, 
     mesh = sharding.resolve_mesh(mesh, cfg)
     if scan_layers:
         params = stack_layers(params)
-        drafter = drafter.replace(model=None if drafter.model is None else stack_layers(drafter.model))
+        stack = lambda d: d.replace(model=None if d.model is None else stack_layers(d.model))
+        drafter, candidates = stack(drafter), tuple(stack(d) for d in candidates)
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, drafter = sharding.shard_params(params, cfg, mesh), sharding.replicate(drafter, mesh)
+        candidates = tuple(sharding.replicate(d, mesh) for d in candidates)
     template = tok.chat_template if checkpoint.is_gguf(model_dir) else chat.template_of(model_dir)
     source = f"model={model_dir.resolve()} draft={draft} rotation={rotation_mode} rotations={rotations}"
-    return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, dtype=dtype, attn_impl=impl,
+    return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, candidates=candidates,
+                  dtype=dtype, attn_impl=impl,
                   mesh=mesh, options=options, chat_template=template, source=source)
+
+
+def _auto_drafters(model_dir: Path, cfg: ModelConfig, tok, dtype) -> list[Drafter]:
+    """The drafters draft "auto" chooses from: every registered one that needs no weights and has cost probes
+    (n-gram lookup, the self-draft, ngram+self, any registered from outside), and with the shipped target the
+    shipped draft (model, ngram+model)."""
+    out = [Drafter(mode=n) for n in drafters.names()
+           if n not in ("none", "model", "head", "ngram+model") and _has_probes(drafters.proposer(n))]
+    d = _load_drafter("shipped", model_dir, cfg, tok, dtype)
+    return out + ([d, d.replace(mode="ngram+model")] if d.model is not None else [])
+
+
+def _has_probes(p) -> bool:
+    """Whether a drafter prices its rounds (overrides Proposer.probes): one without is never chosen by auto."""
+    return type(p).probes is not drafters.Proposer.probes
 
 
 def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:
     """load's draft argument as a Drafter (see load)."""
     spec = DraftSpec.parse(draft)
-    if spec.model == "auto":  # the shipped draft with the shipped target; prompt lookup (free, lossless) with any other
+    if spec.model == "auto" and not spec.copies:
+        raise ConfigError("draft 'auto' chooses among drafters per call: it is load's own value, not a drafter")
+    if spec.model in ("shipped", "auto"):  # (ngram+auto: ngram+shipped) the shipped draft with the shipped target;
+        # prompt lookup (free, lossless) with any other
         shipped = model_dir.resolve() == DEFAULT_TARGET.resolve() and DEFAULT_DRAFT.is_dir()
         spec = DraftSpec(spec.copies, DEFAULT_DRAFT) if shipped else DraftSpec(True, None)
     if spec.model in (None, "none"):

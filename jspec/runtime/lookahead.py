@@ -130,17 +130,84 @@ class Choice:
     speedup: float  # predicted, at K
     costs: Costs
     measure_s: float = 0.0  # seconds this call spent getting the costs: compiling and timing, or reading them
+    priced: tuple[Priced, ...] = ()  # draft "auto": every candidate, plain decoding first (the winner: mode, K)
 
     def stats(self) -> dict:
-        return dict(K=self.K, mode=self.mode, alpha=round(self.alpha, 3), alpha_from=self.alpha_from,
-                    predicted_speedup=round(self.speedup, 3), costs_ms=self.costs.as_ms(),
-                    measure_s=round(self.measure_s, 3))
+        d = dict(K=self.K, mode=self.mode, alpha=round(self.alpha, 3), alpha_from=self.alpha_from,
+                 predicted_speedup=round(self.speedup, 3), costs_ms=self.costs.as_ms(),
+                 measure_s=round(self.measure_s, 3))
+        return d | (dict(candidates=[p.stats() for p in self.priced]) if self.priced else {})
 
 
-def choose(costs: Costs, mode: str, alpha: float, k_max: int) -> tuple[int, float]:
-    """(K, predicted speed-up): the best candidate K <= k_max, or (0, 1.0) if none gains MIN_GAIN."""
-    best = max(((speedup(costs, mode, alpha, K), K) for K in CANDIDATES if K <= k_max), default=(1.0, 0))
+def choose(costs: Costs, mode: str, alpha: float, k_max: int, ks=CANDIDATES) -> tuple[int, float]:
+    """(K, predicted speed-up): the best K of ks up to k_max, or (0, 1.0) if none gains MIN_GAIN."""
+    best = max(((speedup(costs, mode, alpha, K), K) for K in ks if 0 < K <= k_max), default=(1.0, 0))
     return (best[1], best[0]) if best[0] >= MIN_GAIN else (0, 1.0)
+
+
+# ----------------------------------------------------------------------------- draft "auto": the drafter too
+
+
+@dataclasses.dataclass(frozen=True)
+class Priced:
+    """One candidate of draft "auto" (a drafter at its best K) priced at the call's shape: for the call's stats."""
+
+    mode: str  # the drafter's name ("none": plain decoding)
+    K: int
+    alpha: float  # the acceptance it was priced with
+    alpha_from: str  # "prior", "N drafts measured", or "last call" (fallback: the last call's own acceptance)
+    cost_s: float  # one round: its drafting with K drafts and the verify over K + 1 (plain: the verify over 1)
+    tokens: float  # expected tokens per round (expected_tokens)
+    speedup: float  # tokens / cost_s over plain decoding's 1 / verify(1)
+
+    def stats(self) -> dict:
+        return dict(drafter=self.mode, K=self.K, alpha=round(self.alpha, 3), alpha_from=self.alpha_from,
+                    round_ms=round(self.cost_s * 1e3, 4), tokens_per_round=round(self.tokens, 3),
+                    predicted_speedup=round(self.speedup, 3))
+
+
+def price(costs: Costs, mode: str, alpha: float, alpha_from: str, k_max: int, ks=CANDIDATES) -> Priced:
+    """mode at its best K of ks up to k_max, whether or not that beats plain decoding (winner decides)."""
+    _, K = max(((speedup(costs, mode, alpha, K), K) for K in ks if 0 < K <= k_max), default=(1.0, 0))
+    if K == 0:
+        return dataclasses.replace(plain(costs), mode=mode, alpha=alpha, alpha_from=alpha_from)
+    return Priced(mode, K, alpha, alpha_from, costs.draft(mode, K) + costs.verify_at(K + 1),
+                  expected_tokens(alpha, K), speedup(costs, mode, alpha, K))
+
+
+def plain(costs: Costs) -> Priced:
+    return Priced("none", 0, 0.0, "prior", costs.verify_at(1), 1.0, 1.0)
+
+
+def winner(priced: list[Priced]) -> Priced:
+    """The fastest candidate that beats plain decoding (the first) by MIN_GAIN, else plain decoding."""
+    best = max(priced[1:], key=lambda p: p.speedup, default=priced[0])
+    return best if best.K and best.speedup >= MIN_GAIN else priced[0]
+
+
+# A drafter whose rows stopped accepting is priced at its last call's own acceptance (the slowest row's) rather than
+# at the blended estimate, which moves by at most the last call's share of PRIOR_WEIGHT + all drafts measured: so it
+# falls back from the next call on. Every PROBE_EVERY-th call of a batch bucket prices such drafters at their
+# blended estimate again (the probe): one that would pay by it runs that call, and is measured again.
+PROBE_EVERY = 4
+
+
+def auto_alpha(mode: str, seen: tuple[float, float], last: float | None, calls: int, B: int) -> tuple[float, str]:
+    """(alpha, where from) of one candidate of draft "auto" (see PROBE_EVERY): last, its last call's measured
+    acceptance (None: never ran); calls, the calls its batch bucket made so far."""
+    alpha, source = estimate(mode, seen, B)
+    if last is not None and last < alpha and calls % PROBE_EVERY:
+        return last, "last call"
+    return alpha, source
+
+
+def last_alpha(K: int, rounds, count) -> float | None:
+    """A call's measured acceptance as observe_batch counts it (the slowest row's), or None without drafts."""
+    rounds, count = np.asarray(rounds), np.asarray(count)
+    if K == 0 or rounds.size == 0 or int(rounds.max()) == 0:
+        return None
+    r = int(rounds.max())
+    return alpha_from_accepted(max(int(count.max()) - 1 - r, 0) / r, K)
 
 
 # ----------------------------------------------------------------------------- acceptance estimate

@@ -94,6 +94,7 @@ class _Batch:
         lengths, max_new = [len(r.ids) for r in rows], [r.max_new for r in rows]
         need = max(zip(lengths, max_new), key=sum)  # "auto" K: planned for the most demanding row in every slot
         self.gen, self.choice = engine.plan(gen, [need[0]] * size, [need[1]] * size)
+        self.engine = engine = engine.using(self.choice)  # draft "auto": the drafter chosen for the whole batch
         capacity = engine.capacity(self.gen, lengths, max_new)
         self.width = capacity_bucket(max(lengths), capacity)  # prompt array: the prefill reads no wider
         has_stops = any(r.stop for r in rows) and engine.token_bytes() is not None
