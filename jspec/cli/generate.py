@@ -22,8 +22,8 @@ from pathlib import Path
 # a second of every start-up (docs/results.md). Set the variable to "true" to preallocate.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from jspec.config import (ATTENTION_IMPLS, DEFAULT_CLIPS, EMPTY_PROMPT, MAX_LOOKAHEAD, GenerateConfig,  # noqa: E402
-                          KVConfig, SamplingConfig)
+from jspec.config import (ATTENTION_IMPLS, DEFAULT_CLIPS, EMPTY_PROMPT, MAX_LOOKAHEAD, DraftSpec,  # noqa: E402
+                          GenerateConfig, KVConfig, SamplingConfig)
 from jspec import __version__  # noqa: E402
 from jspec.paths import cache_root  # noqa: E402
 
@@ -148,7 +148,10 @@ def _check(a) -> None:
            (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
            (a.stream and (a.json or a.input is not None), "--stream prints text: it does not combine with "
                                                           "--json or --input"),
-           (a.chat and (a.stream or a.input is not None), "--chat does not combine with --stream or --input")]
+           (a.chat and (a.stream or a.input is not None), "--chat does not combine with --stream or --input"),
+           (a.draft_layers is not None and DraftSpec.parse(a.draft).model != "self-skip",
+            "--draft-layers goes with --draft self-skip or ngram+self-skip"),
+           (a.draft_layers is not None and a.draft_layers < 1, "--draft-layers must be >= 1")]
     for cond, msg in bad:
         if cond:
             raise ValueError(msg)
