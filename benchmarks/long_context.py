@@ -9,7 +9,8 @@ row; a long prefill is not the point), a Qwen3-0.6B-shaped draft model and a Lla
 Per context and batch, in one run, by the loops --lookahead auto uses (jspec.runtime.lookahead.measure): the plain
 INT2 step (a target forward over one token and its commit), the verify step (K + 1 tokens), and each drafter's own
 step: the self-draft (the target over its BF16 window and a round's scratch), the draft model and the head each
-over a full BF16 cache and over a windowed one (decode.state.DRAFT_WINDOW), and the n-gram lookup. A drafter
+over a full BF16 cache and over a windowed one (decode.state.DRAFT_WINDOW), the n-gram lookup, and the self-skip
+(decode.drafters.self_skip: the target's first 12, 16 or 24 of its 32 layers over the self-draft's view). A drafter
 whose cache does not fit the device beside the target's is skipped and says so. From these costs and the
 tokens per round measured on the CPU with the shipped pair (benchmarks/results/long_context_acceptance.json, at
 the longest context it has: 4K), the speed-up over plain INT2, tau * step / (draft(K) + verify(K + 1)): derived,
@@ -52,7 +53,8 @@ SMALL = dict(contexts=(512, 1024), batches=(1, 2), paired_contexts=(200,), new_t
 DRAFTERS = {"self": (DraftMode.SELF, None, False), "ngram+self": (DraftMode.NGRAM_SELF, None, False),
             "ngram": (DraftMode.NGRAM, None, False), "model": (DraftMode.MODEL, "model", False),
             "model-window": (DraftMode.MODEL, "model", True), "head": (DraftMode.HEAD, "head", False),
-            "head-window": (DraftMode.HEAD, "head", True)}
+            "head-window": (DraftMode.HEAD, "head", True), **{f"self-skip-{n}": (DraftMode.SELF_SKIP, n, False)
+                                                              for n in (12, 16, 24)}}  # N of the 8B's 32 layers
 
 
 def shapes(small: bool, max_ctx: int):
@@ -86,6 +88,8 @@ def drafter(name, draft, hp, dcfg, hcfg) -> Drafter:
         return Drafter(draft, mode=mode, model_cfg=dcfg, window=window)
     if part == "head":
         return Drafter(head=hp, mode=mode, head_cfg=hcfg, window=window)
+    if isinstance(part, int):  # self-skip: the target's first `part` layers (all of a smaller --small target)
+        return Drafter(mode=mode, layers=part)
     return Drafter(mode=mode)
 
 

@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jspec.cache import kvcache
+from jspec.cache import kvcache, scratch
 from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
 from jspec.decode import drafters, loop as decode, ngram, speculative
+from jspec.decode.drafters import self_skip
 from jspec.decode.drafters.head import head_hidden
 from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
 from jspec.model import head, decoder as model
@@ -477,15 +478,16 @@ def _head_q(ctx):
 
 
 @functools.cache
-def _self_q_program():
+def _self_q_program(kind="self"):
     """A tiny target over V tokens with an INT2 cache of windows 1 + 3, and a jitted (history [T], its length n) ->
     (q1 [V], q2 [V, V]): the self-draft's distribution of d1 with history[:n - 1] committed and history[n - 1] as
     `next`, and of d2 after each d1 (in the round's scratch), through drafters.self_token and the sampler's warp
-    (temperature 1). The window hides most of the history: the self-draft is not the target."""
+    (temperature 1). The window hides most of the history: the self-draft is not the target. "self-skip": the
+    first of its two layers drafts (drafters.self_skip)."""
     cfg = ModelConfig("llama", V, 8, 16, 2, 2, 1, 4, max_position=16)
     params = model.init_params(cfg, jax.random.key(8), std=0.8)
     kv = KVConfig("int2", sink=1, recent=3, group_size=4)
-    m = Models(params, Drafter(mode=DraftMode.SELF), cfg, 2)
+    m = Models(params, Drafter(mode=DraftMode(kind), layers=1 if kind == "self-skip" else None), cfg, 2)
     sampler, key = Sampler.make(1, temperature=1.0), jax.random.split(jax.random.key(0), 1)
 
     @jax.jit
@@ -493,18 +495,20 @@ def _self_q_program():
         cache = kvcache.init_cache(cfg, kv, 1, 16, jnp.float32, 2)
         _, (k, v) = model.forward(params, cfg, history[None], cache)
         cache = kvcache.commit(cache, k, v, (n - 1)[None])
-        sc, _, q1 = drafters.self_token(m, cache, drafters.new_scratch(m, cache), history[n - 1][None], key, sampler)
-        q2 = jax.vmap(lambda d: drafters.self_token(m, cache, sc, d[None], key, sampler)[2][0])(jnp.arange(V))
+        mm, cut = self_skip.skipped(m, cache) if kind == "self-skip" else (m, cache)
+        sc = scratch.new_scratch(cut, len(mm.target.layers), 2)
+        sc, _, q1 = drafters.self_token(mm, cut, sc, history[n - 1][None], key, sampler)
+        q2 = jax.vmap(lambda d: drafters.self_token(mm, cut, sc, d[None], key, sampler)[2][0])(jnp.arange(V))
         return q1[0], q2
 
     return q_tables
 
 
-def _self_q(ctx):
+def _self_q(ctx, kind="self"):
     """q [V] for d1 and [V, V] for d2 given d1, after LOOKUP_PREFIX + ctx."""
     history = LOOKUP_PREFIX + ctx
     padded = jnp.asarray(history + (0,) * (12 - len(history)), jnp.int32)
-    q1, q2 = (np.asarray(x, np.float64) for x in _self_q_program()(padded, jnp.int32(len(history))))
+    q1, q2 = (np.asarray(x, np.float64) for x in _self_q_program(kind)(padded, jnp.int32(len(history))))
     return q1 / q1.sum(), q2 / q2.sum(-1, keepdims=True)
 
 
@@ -512,8 +516,8 @@ def _proposals(kind, ctx):
     """[(drafts (d1, d2), probability of drafting them, q [2, V])] of a round at ctx. The q tables draw
     d1 from q(ctx) and d2 from q(ctx + d1); the n-gram drafter copies both (decode's point mass); the head
     and the self-draft draw from their own distributions."""
-    if kind in ("head", "self"):
-        q1, q2 = (_head_q if kind == "head" else _self_q)(ctx)
+    if kind in ("head", "self", "self-skip"):
+        q1, q2 = _head_q(ctx) if kind == "head" else _self_q(ctx, kind)
         return [((d1, d2), q1[d1] * q2[d1, d2], np.stack([q1, q2[d1]]))
                 for d1, d2 in itertools.product(range(V), repeat=2) if q1[d1] * q2[d1, d2] > 0]
     if kind == "ngram":
@@ -573,13 +577,13 @@ def _target_dist(kind, n):
     return out
 
 
-@pytest.mark.parametrize("kind", TABLES + ["ngram", "head", "self"])
+@pytest.mark.parametrize("kind", TABLES + ["ngram", "head", "self", "self-skip"])
 def test_exact_enumeration_matches_target(kind):
     """The first 1, 2 and 3 emitted tokens (the 3rd covers the bonus token after a full accept) are
     jointly distributed as the target's: total variation <= 1e-6 in float64. "ngram": the prompt-lookup
     drafter's copies of the history, with their point-mass q. "head": an EAGLE-3 head's own distributions
     (a reduced draft vocabulary: one token it never drafts). "self": the self-draft's, a model over the window of
-    its cache and its round's scratch."""
+    its cache and its round's scratch; "self-skip": its first layer's alone."""
     with jax.enable_x64(True):
         for n in (1, 2, 3):
             got, want = _emitted_dist(kind, (), n), _target_dist(kind, n)

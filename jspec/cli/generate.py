@@ -22,8 +22,8 @@ from pathlib import Path
 # a second of every start-up (docs/results.md). Set the variable to "true" to preallocate.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from jspec.config import (ATTENTION_IMPLS, DEFAULT_CLIPS, EMPTY_PROMPT, MAX_LOOKAHEAD, GenerateConfig,  # noqa: E402
-                          KVConfig, SamplingConfig)
+from jspec.config import (ATTENTION_IMPLS, DEFAULT_CLIPS, EMPTY_PROMPT, MAX_LOOKAHEAD, DraftSpec,  # noqa: E402
+                          GenerateConfig, KVConfig, SamplingConfig)
 from jspec import __version__  # noqa: E402
 from jspec.paths import cache_root  # noqa: E402
 
@@ -59,10 +59,13 @@ def parser() -> argparse.ArgumentParser:
                    help="drafter: a draft model's directory, or an EAGLE-3 head's (config architectures "
                         "LlamaForCausalLMEagle3); 'ngram' (prompt lookup, no model); 'ngram+DIR' or "
                         "'ngram+shipped' (the n-gram copy where it matches, the model elsewhere); 'self' (the "
-                        "target over the BF16 window of its own cache, no extra weights); 'ngram+self'; 'none' (no "
-                        "speculation); 'shipped': the shipped draft with the shipped target; 'auto': the drafter "
-                        "and K chosen per call from their costs and observed acceptance (plain decoding when none "
-                        "pays; docs/design.md)")
+                        "target over the BF16 window of its own cache, no extra weights); 'ngram+self'; 'self-skip' "
+                        "(the target's first layers over that window: --draft-layers); 'none' (no speculation); "
+                        "'shipped': the shipped draft with the shipped target; 'auto': the drafter and K chosen per "
+                        "call from their costs and observed acceptance (plain decoding when none pays; docs/design.md)")
+    m.add_argument("--draft-layers", type=int, default=None, metavar="N",
+                   help="with --draft self-skip (or ngram+self-skip): the target's first N layers draft, then its "
+                        "norm and LM head (default: 3/4 of its layers)")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
     m.add_argument("--attn", choices=ATTENTION_IMPLS, default="auto",
                    help="INT2 attention: Pallas kernel (GPU; pallas: the Mosaic wgmma kernel on Hopper, else Triton) "
@@ -146,7 +149,10 @@ def _check(a) -> None:
            (a.input is not None and bool(a.prompts or a.prompt), "give prompts or --input, not both"),
            (a.stream and (a.json or a.input is not None), "--stream prints text: it does not combine with "
                                                           "--json or --input"),
-           (a.chat and (a.stream or a.input is not None), "--chat does not combine with --stream or --input")]
+           (a.chat and (a.stream or a.input is not None), "--chat does not combine with --stream or --input"),
+           (a.draft_layers is not None and DraftSpec.parse(a.draft).model != "self-skip",
+            "--draft-layers goes with --draft self-skip or ngram+self-skip"),
+           (a.draft_layers is not None and a.draft_layers < 1, "--draft-layers must be >= 1")]
     for cond, msg in bad:
         if cond:
             raise ValueError(msg)
@@ -231,7 +237,7 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
         return _run_ray(a, kv, gen, sampling)
     _say(f"loading {a.model or 'the shipped code model'}")
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
-                      attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
+                      attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers, draft_layers=a.draft_layers)
     eng.say = _say
     if a.kv == "auto" and not eng.kv.int2:
         print(f"note: no rotation file for this model: a BF16 KV cache (make one for the INT2 cache, about 7x "
@@ -309,7 +315,8 @@ def _run_ray(a, kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> 
     from jspec.jobs import ray_jobs
 
     load = dict(model=a.model, draft=a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
-                attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers)
+                attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers,
+                **({} if a.draft_layers is None else dict(draft_layers=a.draft_layers)))  # (a job's settings as before)
     summary = ray_jobs.run_job(load, a.input, a.output, gen, sampling, a.batch_size, address=a.ray or None,
                                restart=a.restart, compile_cache=(a.compile_cache, a.compile_cache_gib)
                                if a.compile_cache else None)

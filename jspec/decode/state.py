@@ -34,6 +34,7 @@ class DraftMode(enum.StrEnum):
     # history); no weights of its own
     SELF = "self"
     NGRAM_SELF = "ngram+self"  # the copy where a row has a match of 2 tokens or more, the self-draft elsewhere
+    SELF_SKIP = "self-skip"  # the target's first Drafter.layers layers, its norm and head, over the self-draft's view
 
 
 @struct.dataclass
@@ -50,6 +51,8 @@ class Drafter:
     # The draft model's or the head's cache where a call's capacity exceeds this window: sink + recent only
     # (kvcache's "window" layout), so its memory and step cost stay flat with the context; None: always full BF16.
     window: KVConfig | None = struct.field(pytree_node=False, default=DRAFT_WINDOW)
+    # self-skip: how many of the target's first layers draft (None: drafters.self_skip.DEFAULT_FRACTION of them)
+    layers: int | None = struct.field(pytree_node=False, default=None)
 
     def at(self, K: int) -> Drafter:
         """The drafter of a call with lookahead K: none at K = 0 (plain decoding needs no draft at all)."""

@@ -25,6 +25,7 @@ from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigEr
                           DraftSpec, ModelConfig, Options, OutOfMemory, SamplingConfig, check_stops,
                           default_platform)
 from jspec.decode import drafters, loop as decode, stops
+from jspec.decode.drafters import self_skip
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3
 from jspec.model import rotation
@@ -650,7 +651,8 @@ _apply_rotations = jax.jit(rotation.apply_rotations, static_argnums=1, donate_ar
 def load(model: str | Path | None = None, draft: str | Path | None = "shipped", *, kv: KVConfig = KVConfig("auto"),
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False,
-         options: Options = Options(), draft_window: KVConfig | None = DRAFT_WINDOW) -> Engine:
+         options: Options = Options(), draft_window: KVConfig | None = DRAFT_WINDOW,
+         draft_layers: int | None = None) -> Engine:
     """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories
     or GGUF files (model.gguf: jspec.io.gguf; its rotations default to model.rotations.safetensors beside it).
 
@@ -665,6 +667,8 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
     (the grammar: config.DraftSpec).
     draft_window: the draft model's or head's cache where a call's capacity exceeds this window (KV mode
     "window": sink + recent only, so its cost and memory stay flat with the context); None: always full BF16.
+    draft_layers: "self-skip" (or "ngram+self-skip") drafts with the target's first N layers, its norm and head
+    (decode.drafters.self_skip); None: its default share of the layers.
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.runtime.sharding).
@@ -690,6 +694,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
     else:
         candidates = ()
         drafter = _load_drafter(draft, model_dir, cfg, tok, jnp.dtype(dtype)).replace(window=draft_window)
+    drafter = drafter.replace(layers=_draft_layers(draft_layers, drafter, cfg))
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
     options = dataclasses.replace(options, platform=options.platform or default_platform())  # decided once, here
@@ -722,6 +727,14 @@ def _auto_drafters(model_dir: Path, cfg: ModelConfig, tok, dtype) -> list[Drafte
 def _has_probes(p) -> bool:
     """Whether a drafter prices its rounds (overrides Proposer.probes): one without is never chosen by auto."""
     return type(p).probes is not drafters.Proposer.probes
+
+
+def _draft_layers(n, drafter: Drafter, cfg: ModelConfig) -> int | None:
+    """load's draft_layers, checked: for a self-skip drafter only, a layer count of the target."""
+    if n is not None and DraftSpec.parse(drafter.mode).model != DraftMode.SELF_SKIP:
+        raise ConfigError(f"draft layers go with the self-skip drafter (draft 'self-skip'), not {drafter.mode!r}")
+    self_skip.check_layers(n, cfg)
+    return n
 
 
 def _load_drafter(draft, model_dir: Path, cfg: ModelConfig, tok, dtype) -> Drafter:
