@@ -98,6 +98,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=SAMPLING.top_k, help="0 disables")
     g.add_argument("--top-p", type=float, default=SAMPLING.top_p, help="1 disables")
     g.add_argument("--seed", type=int, default=SAMPLING.seed, help="sampling seed (per row in jobs)")
+    g.add_argument("--no-heal", dest="heal", action="store_false",
+                   help="no token healing: the prompt's last token is kept as given (by default it is backed off "
+                        "and the first new token starts with its text, so that a prompt ending in a newline or "
+                        "mid-word continues as its text would; not for --chat)")
     g.add_argument("--stop", action="append", default=[], metavar="STR",
                    help="stop string (repeatable): the text ends right before the first one generated, and the row "
                         "stops in that round (a job line's own \"stop\" replaces these)")
@@ -154,7 +158,8 @@ def _configs(a) -> tuple[KVConfig, GenerateConfig, SamplingConfig]:
     """The run's configs, every value checked (before the slow model load)."""
     kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
                   clip_v=a.clip_v, scale_dtype=a.scale_dtype)
-    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead, stop=tuple(a.stop))
+    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead, stop=tuple(a.stop),
+                         heal=a.heal and not a.chat)
     sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
     kv.check_values()
     gen.validate()
