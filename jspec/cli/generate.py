@@ -186,8 +186,9 @@ def _summary(s) -> str:
     why = (f" (auto: expected acceptance {auto['alpha']:.2f} per draft, predicted {auto['predicted_speedup']:.2f}x"
            f"{timed})") if auto else ""
     k = f", {s.draft_mode} K {s.lookahead}{why}" if s.draft_mode != "none" else ""
+    bf16 = f" (bf16 would be {s.bf16_kv_bytes / 2**20:.1f} MiB at this length)" if s.kv_mode == "int2" else ""
     return (f"[{s.new_tokens} tokens, {s.rounds} rounds{k}{spec}, kv {s.kv_mode} "
-            f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
+            f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch{bf16}, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
             f"{s.batch_tokens_per_s:.0f} tok/s]")
 
 

@@ -119,7 +119,8 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     active = ~s.done
     return s.replace(
         tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
-        done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
+        # accepted: the drafts emitted, not those cut by max_new, EOS or a stop string (emit)
+        done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.minimum(a, count - s.count),
         cache=cache, draft=draft, stop=stop,
     )
 

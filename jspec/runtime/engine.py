@@ -46,13 +46,15 @@ class Stats:
 
     new_tokens: int
     rounds: int  # speculative rounds (decode steps when lookahead is 0)
-    accepted: int  # draft tokens accepted
-    accept_length: float  # tokens emitted per round, the bonus token included
+    accepted: int  # draft tokens accepted and emitted (drafts past max_new_tokens, EOS or a stop are not counted)
+    accept_length: float  # tokens the rounds emitted per round, the bonus token included: (new_tokens - 1) / rounds,
+    # which is 1 + accepted / rounds, less 1 / rounds where the last round was cut before its bonus token
     accept_rate: float  # accepted / proposed drafts
     lookahead: int  # K, the drafts per round
     draft_mode: str
     kv_mode: str
     batch_kv_bytes: int  # KV storage allocated for the whole batch the row ran in, target and draft
+    bf16_kv_bytes: int  # batch_kv_bytes with the target's cache in BF16: the INT2 cache pays where it is smaller
     compile_s: float  # the call's compile (0 when its program was compiled before)
     decode_s: float  # the call's device time, for the whole batch
     batch_tokens_per_s: float
@@ -292,7 +294,7 @@ class Engine:
         ids = healed.ids
         gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
         args = self.prepare(ids, rows, max_new, gen, stop, allowed=healed.allowed)
-        kv_bytes = args.kv_bytes()
+        kv_bytes = self.kv_bytes(args)
         program, compile_s = self.compile(args)
         t0 = time.perf_counter()
         try:
@@ -329,11 +331,20 @@ class Engine:
         self._compiled[key] = programs.compiled(jitted, *args, options=self.xla_options)
         return self._compiled[key], time.perf_counter() - t0
 
-    def row_stats(self, new_tokens: int, rounds: int, accepted: int, K: int, *, kv_bytes: int, compile_s: float,
-                  decode_s: float, batch_tokens: int, choice=None) -> Stats:
-        """Stats.of for a row of this engine's calls (its drafter and KV mode)."""
+    def kv_bytes(self, args: ProgramArgs) -> tuple[int, int]:
+        """(the KV storage of a call, the same with the target's cache in BF16): shapes only, nothing allocated."""
+        B, N, K = args.prompts.shape[0], args.cache.capacity, args.models.lookahead
+        bf16 = jax.eval_shape(lambda: kvcache.init_cache(self.cfg, KVConfig("bf16"), B, N, jnp.dtype(self.dtype), K,
+                                                         stacked=args.cache.stacked))
+        draft = 0 if args.draft_cache is None else args.draft_cache.nbytes()
+        return args.kv_bytes(), sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(bf16.layers)) + draft
+
+    def row_stats(self, new_tokens: int, rounds: int, accepted: int, K: int, *, kv_bytes: tuple[int, int],
+                  compile_s: float, decode_s: float, batch_tokens: int, choice=None) -> Stats:
+        """Stats.of for a row of this engine's calls (its drafter and KV mode); kv_bytes: Engine.kv_bytes'."""
         return Stats.of(new_tokens, rounds, accepted, K, batch_tokens, decode_s, draft_mode=str(self.draft_mode),
-                        kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes), compile_s=round(compile_s, 3),
+                        kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes[0]), bf16_kv_bytes=int(kv_bytes[1]),
+                        compile_s=round(compile_s, 3),
                         lookahead_auto=None if choice is None else choice.stats())
 
     def finish(self, tokens: list[int], stats: Stats, stop: tuple[str, ...], gen: GenerateConfig):
@@ -360,7 +371,7 @@ class Engine:
         last = []
         t0 = time.perf_counter()
         yield from text_pieces(self.tokenizer, self._rounds(args, last), gen.stop, healed.removed[0])
-        kv_bytes = args.kv_bytes()
+        kv_bytes = self.kv_bytes(args)
         [(_, stats)] = self._results(last[0], args.models.lookahead, choice, 0.0, time.perf_counter() - t0, kv_bytes)
         return dataclasses.replace(stats, healed=healed.removed[0])
 

@@ -104,7 +104,7 @@ class _Batch:
         args = engine.prepare([[0]] * size, [SamplingConfig()] * size, [0] * size, self.gen, [()] * size,
                               capacity=capacity)
         self.models, self.eos_ids, self.K = args.models, args.eos_ids, args.models.lookahead
-        self.kv_bytes = args.kv_bytes()
+        self.kv_bytes = engine.kv_bytes(args)
         self.slots: list = [None] * size
         self.life: list = [None] * size  # per slot: (device s, compile s, batch tokens) when its row was placed
         self.clock = dict(decode_s=0.0, compile_s=0.0, tokens=0)
