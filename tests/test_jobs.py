@@ -98,10 +98,10 @@ def test_bad_field_values_are_error_records_for_their_line(shipped, tmp_path, cl
         def generate_ids(self, ids, rows, max_new, gen, stop=None):
             if [666] in ids:
                 raise ConfigError("refused")
-            return [(x, {}) for x in ids]
+            return [(x, types.SimpleNamespace(healed="")) for x in ids]
 
         tokenizer = type("Tok", (), {"decode": staticmethod(lambda t, **kw: "t")})
-        text = staticmethod(lambda t, stop=(): "t")
+        text = staticmethod(lambda t, stop=(), healed="": "t")
 
     jobs = [batch.Job(i, i + 1, "h", ids, 4, SAMPLING) for i, ids in enumerate([[5], [666], [7]])]
     recs = batch.answer(Refusing(), jobs, GEN, 4)

@@ -3,7 +3,7 @@
     python -m jspec.generate "def fibonacci(n):"                 # the shipped pair, INT2 OSCAR cache
     python -m jspec.generate --model DIR --draft none --kv bf16 --json "Hello"
     python -m jspec.generate --input in.jsonl --output out.jsonl --batch-size 16
-    python -m jspec.generate --input in.jsonl --output out.jsonl --ray       # on a Ray cluster (jspec[ray])
+    python -m jspec.generate --input in.jsonl --output out.jsonl --ray       # a Ray cluster: pip install -e ".[ray]"
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--batch-size", type=int, default=8,
                    help="prompts (job rows) per compiled batch; in a job, rows refilled as they finish")
     o.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run the job on a Ray cluster, one engine per GPU (jspec[ray]); ADDRESS: the cluster's "
+                   help="run the job on a Ray cluster, one engine per GPU (pip install -e '.[ray]'); ADDRESS: the "
+                        "cluster's "
                         "(without one: RAY_ADDRESS, else a cluster on this machine)")
     o.add_argument("--compile-cache", default=str(cache_root() / "xla"),
                    help="JAX persistent compilation cache directory ('' disables)")
@@ -288,8 +289,9 @@ def _check_platform() -> None:
     try:
         jax.devices()
     except (RuntimeError, AssertionError):
-        raise ValueError(f"JAX_PLATFORMS={want}, but JAX sees no GPU: install jspec for CUDA (pip install "
-                         "'jspec[cuda12]' or '[cuda13]', see the README), check nvidia-smi, or unset JAX_PLATFORMS "
+        raise ValueError(f"JAX_PLATFORMS={want}, but JAX sees no GPU: install jspec for CUDA (in the clone: "
+                         "pip install -e '.[cuda12]' or '.[cuda13]', see the README), check nvidia-smi, or unset "
+                         "JAX_PLATFORMS "
                          "to run on the CPU") from None
 
 
