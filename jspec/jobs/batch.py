@@ -474,7 +474,7 @@ def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt
 
 def _record(engine, job: Job, tokens, stats) -> dict:
     return {"id": job.id, "line": job.line, "line_hash": job.line_hash,
-            "text": engine.text(tokens, job.stop, stats.healed), "token_ids": tokens, "stats": stats}
+            "text": engine.text(tokens, job.stop, getattr(stats, "healed", "")), "token_ids": tokens, "stats": stats}
 
 
 def _error(job: Job, message: str) -> dict:
