@@ -409,7 +409,7 @@ def test_a_batch_whose_caches_do_not_fit_shrinks_or_fails_its_line(hf_model_dir,
                 raise OutOfMemory("a batch of 2 rows ...")
             return [([5], "stats")] * len(ids)
 
-        def text(self, tokens, stop):
+        def text(self, tokens, stop, healed=""):
             return "t"
 
     jobs = [batch.Job(i, i + 1, "h", [1], 2, SAMPLING) for i in range(3)]
