@@ -13,7 +13,7 @@ _EXPORTS = {
     "ModelConfig": "jspec.config", "SamplingConfig": "jspec.config",
     "Engine": "jspec.runtime.engine", "Result": "jspec.runtime.engine", "load": "jspec.runtime.engine",
     "calibrate": "jspec.model.calibrate",  # the module: calibrate.calibrate(params, cfg, batches)
-    "ray": "jspec.jobs.ray_jobs",  # the module: ray.run_job, a job on a Ray cluster (jspec[ray])
+    "ray": "jspec.jobs.ray_jobs",  # the module: ray.run_job, a job on a Ray cluster (pip install -e ".[ray]")
 }
 
 __all__ = sorted(_EXPORTS)

@@ -388,6 +388,10 @@ class GenerateConfig:
     # The text ends right before the first stop string generated (decode.stops); the row stops generating in the
     # round that completes it. A tuple of non-empty str.
     stop: tuple[str, ...] = ()
+    # Token healing (decode.healing): each prompt's last token backed off and the first generated token made to
+    # start with its text, so that a prompt ending in "\n" or mid-word continues as its text would. Off here, so
+    # that the library runs the exact token ids it is given; the CLI and jobs turn it on (--no-heal turns it off).
+    heal: bool = False
 
     def __post_init__(self):
         _plain_numbers(self)
@@ -395,6 +399,8 @@ class GenerateConfig:
     def validate(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)
         check_stops(self.stop)
+        if not isinstance(self.heal, bool):
+            raise ConfigError(f"heal must be True or False, got {self.heal!r}")
         K = self.lookahead
         if K != "auto" and (isinstance(K, bool) or not isinstance(K, numbers.Integral) or not 0 <= K <= MAX_LOOKAHEAD):
             raise ConfigError(f"lookahead must be 'auto' or in [0, {MAX_LOOKAHEAD}], got {K!r}: compile time grows "

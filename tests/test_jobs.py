@@ -98,10 +98,10 @@ def test_bad_field_values_are_error_records_for_their_line(shipped, tmp_path, cl
         def generate_ids(self, ids, rows, max_new, gen, stop=None):
             if [666] in ids:
                 raise ConfigError("refused")
-            return [(x, {}) for x in ids]
+            return [(x, types.SimpleNamespace(healed="")) for x in ids]
 
         tokenizer = type("Tok", (), {"decode": staticmethod(lambda t, **kw: "t")})
-        text = staticmethod(lambda t, stop=(): "t")
+        text = staticmethod(lambda t, stop=(), healed="": "t")
 
     jobs = [batch.Job(i, i + 1, "h", ids, 4, SAMPLING) for i, ids in enumerate([[5], [666], [7]])]
     recs = batch.answer(Refusing(), jobs, GEN, 4)
@@ -409,7 +409,7 @@ def test_a_batch_whose_caches_do_not_fit_shrinks_or_fails_its_line(hf_model_dir,
                 raise OutOfMemory("a batch of 2 rows ...")
             return [([5], "stats")] * len(ids)
 
-        def text(self, tokens, stop):
+        def text(self, tokens, stop, healed=""):
             return "t"
 
     jobs = [batch.Job(i, i + 1, "h", [1], 2, SAMPLING) for i in range(3)]

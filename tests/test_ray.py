@@ -1,7 +1,8 @@
 """Jobs on a Ray cluster (jspec/jobs/ray_jobs.py): on a local CPU cluster of two actors the output equals the
 one-process job's, and an actor killed mid-job loses and duplicates no line. Without --ray, nothing imports ray.
 
-The Ray tests carry the `ray` marker and are skipped where ray[data] is not installed (jspec[ray]).
+The Ray tests carry the `ray` marker and are skipped where ray[data] is not installed (in the clone:
+pip install -e ".[ray]").
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def test_no_ray_without_the_flag(hf_model_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray", reason="ray[data] is not installed (pip install 'jspec[ray]')")
-    pytest.importorskip("ray.data", reason="ray[data] is not installed (pip install 'jspec[ray]')")
+    ray = pytest.importorskip("ray", reason="ray[data] is not installed (pip install -e '.[ray]')")
+    pytest.importorskip("ray.data", reason="ray[data] is not installed (pip install -e '.[ray]')")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip("gguf", reason="the gguf package reads the model file (pip install jspec[real])")
+pytest.importorskip("gguf", reason="the gguf package reads the model file (in the clone: pip install -e '.[real]')")
 
 from jspec.config import KVConfig  # noqa: E402
 from jspec.model import rotation  # noqa: E402

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("gguf", reason="the gguf package reads the model file (pip install jspec[real])")
+pytest.importorskip("gguf", reason="the gguf package reads the model file (in the clone: pip install -e '.[real]')")
 
 import jspec  # noqa: E402
 from jspec.config import GenerateConfig, KVConfig  # noqa: E402

@@ -3,7 +3,7 @@
     python -m jspec.generate "def fibonacci(n):"                 # the shipped pair, INT2 OSCAR cache
     python -m jspec.generate --model DIR --draft none --kv bf16 --json "Hello"
     python -m jspec.generate --input in.jsonl --output out.jsonl --batch-size 16
-    python -m jspec.generate --input in.jsonl --output out.jsonl --ray       # on a Ray cluster (jspec[ray])
+    python -m jspec.generate --input in.jsonl --output out.jsonl --ray       # a Ray cluster: pip install -e ".[ray]"
 """
 
 from __future__ import annotations
@@ -103,6 +103,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=SAMPLING.top_k, help="0 disables")
     g.add_argument("--top-p", type=float, default=SAMPLING.top_p, help="1 disables")
     g.add_argument("--seed", type=int, default=SAMPLING.seed, help="sampling seed (per row in jobs)")
+    g.add_argument("--no-heal", dest="heal", action="store_false",
+                   help="no token healing: the prompt's last token is kept as given (by default it is backed off "
+                        "and the first new token starts with its text, so that a prompt ending in a newline or "
+                        "mid-word continues as its text would; not for --chat)")
     g.add_argument("--stop", action="append", default=[], metavar="STR",
                    help="stop string (repeatable): the text ends right before the first one generated, and the row "
                         "stops in that round (a job line's own \"stop\" replaces these)")
@@ -121,7 +125,8 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--batch-size", type=int, default=8,
                    help="prompts (job rows) per compiled batch; in a job, rows refilled as they finish")
     o.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run the job on a Ray cluster, one engine per GPU (jspec[ray]); ADDRESS: the cluster's "
+                   help="run the job on a Ray cluster, one engine per GPU (pip install -e '.[ray]'); ADDRESS: the "
+                        "cluster's "
                         "(without one: RAY_ADDRESS, else a cluster on this machine)")
     o.add_argument("--compile-cache", default=str(cache_root() / "xla"),
                    help="JAX persistent compilation cache directory ('' disables)")
@@ -162,7 +167,8 @@ def _configs(a) -> tuple[KVConfig, GenerateConfig, SamplingConfig]:
     """The run's configs, every value checked (before the slow model load)."""
     kv = KVConfig(mode=a.kv, sink=a.sink, recent=a.recent, group_size=a.group_size, clip_k=a.clip_k,
                   clip_v=a.clip_v, scale_dtype=a.scale_dtype)
-    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead, stop=tuple(a.stop))
+    gen = GenerateConfig(max_new_tokens=a.max_new_tokens, lookahead=a.lookahead, stop=tuple(a.stop),
+                         heal=a.heal and not a.chat)
     sampling = SamplingConfig(a.temperature, a.top_k, a.top_p, a.seed)
     kv.check_values()
     gen.validate()
@@ -192,8 +198,9 @@ def _summary(s) -> str:
     if s.speculation:  # draft auto: the winner among the priced candidates
         won = max(s.speculation["why"]["candidates"], key=lambda c: c["predicted_speedup"])
         k = f", auto chose {s.draft_mode} K {s.lookahead} (predicted {won['predicted_speedup']:.2f}x){timed}"
+    bf16 = f" (bf16 would be {s.bf16_kv_bytes / 2**20:.1f} MiB at this length)" if s.kv_mode == "int2" else ""
     return (f"[{s.new_tokens} tokens, {s.rounds} rounds{k}{spec}, kv {s.kv_mode} "
-            f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
+            f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch{bf16}, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
             f"{s.batch_tokens_per_s:.0f} tok/s]")
 
 
@@ -293,8 +300,9 @@ def _check_platform() -> None:
     try:
         jax.devices()
     except (RuntimeError, AssertionError):
-        raise ValueError(f"JAX_PLATFORMS={want}, but JAX sees no GPU: install jspec for CUDA (pip install "
-                         "'jspec[cuda12]' or '[cuda13]', see the README), check nvidia-smi, or unset JAX_PLATFORMS "
+        raise ValueError(f"JAX_PLATFORMS={want}, but JAX sees no GPU: install jspec for CUDA (in the clone: "
+                         "pip install -e '.[cuda12]' or '.[cuda13]', see the README), check nvidia-smi, or unset "
+                         "JAX_PLATFORMS "
                          "to run on the CPU") from None
 
 

@@ -14,21 +14,21 @@ import jax
 import jax.numpy as jnp
 
 from jspec.cache import kvcache
-from jspec.decode import chunks, drafters, speculative, stops
+from jspec.decode import chunks, drafters, healing, speculative, stops
 from jspec.decode.drafters import Chunk, draw, pick
 from jspec.decode.state import DecodeState, Models
 from jspec.model import sampling
 from jspec.model.sampling import Sampler
 
 
-def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sampler, keys):
+def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sampler, keys, allowed=None):
     """Runs the prompts through the target and the drafter's share of each chunk (drafters: Proposer.prefill_chunk),
     commits them, draws the first token of each row -> (cache, draft_cache, first, last, keys, the drafter's
     prefill carry).
 
     prompts [B, P] right-padded, read in chunks (decode.chunks); a row commits only its own tokens of a chunk
     (prompt padding never reaches a cache), and its next-token logits come from the chunk that holds its last
-    prompt token.
+    prompt token. allowed [B, V] bool: the first token's choices where prompts were healed (decode.healing).
     """
     B, P = prompts.shape
     drafter = drafters.of(m)
@@ -53,7 +53,7 @@ def prefill(m: Models, prompts, prompt_lens, cache, draft_cache, sampler: Sample
                  drafter.prefill_carry(m, B))
         cache, draft_cache, logits, extra = chunks.over_chunks(m, prompts, prompt_lens, chunk, carry)
         keys, use = sampling.split_keys(keys, 2)
-        first, _ = draw(use, logits, sampler)
+        first, _ = draw(use, healing.constrain(logits, allowed), sampler)
     last = jnp.take_along_axis(prompts, (prompt_lens - 1)[:, None], axis=1)[:, 0]
     return cache, draft_cache, first, last, keys, extra
 
@@ -119,17 +119,18 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     active = ~s.done
     return s.replace(
         tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
-        done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.where(active, a, 0),
+        # accepted: the drafts emitted, not those cut by max_new, EOS or a stop string (emit)
+        done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.minimum(a, count - s.count),
         cache=cache, draft=draft, stop=stop,
     )
 
 
 def _start(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache, eos_ids,
-           stop_strings=None):
+           stop_strings=None, allowed=None):
     """Prefill and the first emitted token: the state the rounds start from."""
     keys = jax.vmap(jax.random.key)(seeds)
     cache, draft_cache, first, last, keys, extra = prefill(m, prompts, prompt_lens, cache, draft_cache, sampler,
-                                                           keys)
+                                                           keys, allowed)
     return first_state(m, prompts, prompt_lens, max_new, eos_ids, stop_strings, cache, draft_cache, first, last,
                        keys, extra)
 
@@ -158,8 +159,8 @@ def _rounds(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> De
 
 
 def _generate(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, cache, draft_cache,
-              eos_ids, stop_strings=None):
-    s = _start(m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos_ids, stop_strings)
+              eos_ids, stop_strings=None, allowed=None):
+    s = _start(m, prompts, prompt_lens, max_new, sampler, seeds, cache, draft_cache, eos_ids, stop_strings, allowed)
     return _rounds(m, sampler, max_new, eos_ids, s)
 
 

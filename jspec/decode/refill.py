@@ -62,17 +62,17 @@ def _rows_map(fn, tree, *others):
 
 
 def _refill(m: Models, prompts, prompt_lens, max_new, sampler: Sampler, seeds, eos_ids, stop_strings, all_stops,
-            slots, s: DecodeState) -> DecodeState:
+            slots, s: DecodeState, allowed=None) -> DecodeState:
     """s with R new rows started at its rows `slots` [R] (B: a padding row): prompts [R, P], prompt_lens,
-    max_new, sampler, seeds and stop_strings the R rows' (as _start's); all_stops: every row's stop strings
-    after the refill (or None). The other rows and their cache rows are left as they are."""
+    max_new, sampler, seeds, stop_strings and allowed the R rows' (as _start's); all_stops: every row's stop
+    strings after the refill (or None). The other rows and their cache rows are left as they are."""
     R = prompts.shape[0]
     # zeros behind a barrier: XLA constant-folded the prefill's reads of them (a "constant folding > 1s" alarm in
     # benchmarks/jobs.py; the tiny model's first step compiled in 11.8 s with it, 12.9 s without, CPU)
     empty = lambda c: jax.lax.optimization_barrier(
         _cache_map(lambda x, axis: jnp.zeros(x.shape[:axis] + (R,) + x.shape[axis + 1:], x.dtype), c))
     fresh = _start(m, prompts, prompt_lens, max_new, sampler, seeds, empty(s.cache),
-                   empty(drafters.of(m).cache_of(s.draft)), eos_ids, stop_strings)
+                   empty(drafters.of(m).cache_of(s.draft)), eos_ids, stop_strings, allowed)
     put = functools.partial(_put, slots)
     per_row = lambda x: x.replace(cache=None, draft=None, stop=None)
     out = jax.tree.map(lambda big, rows: put(0, big, rows), per_row(s), per_row(fresh))

@@ -111,6 +111,7 @@ class ProgramArgs(NamedTuple):
     draft_cache: KVCache | None  # donated: the drafter's own (decode.drafters.init_cache)
     eos_ids: jax.Array  # [E] int32: a row stops at the first of these it emits
     stops: stops.Stops | None = None  # stop strings (decode.stops); None: no stop strings, the program without them
+    allowed: jax.Array | None = None  # [B, V] bool the first token's choices (decode.healing); None: any token
 
     def kv_bytes(self) -> int:
         """The KV storage of the call: the target's cache and the drafter's."""

@@ -52,7 +52,7 @@ def open_gguf(path: str | Path):
     try:
         import gguf
     except ImportError:
-        raise ConfigError("reading GGUF files needs the gguf package: pip install 'jspec[real]'") from None
+        raise ConfigError("reading GGUF files needs the gguf package: pip install -e '.[real]' in the clone") from None
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist")

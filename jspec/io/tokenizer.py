@@ -277,5 +277,5 @@ def _auto_tokenizer(model_dir: Path):
         from transformers import AutoTokenizer  # imports torch where it is installed: only this case
     except ImportError:
         raise ConfigError(f"{model_dir}: its tokenizer has no tokenizer.json that jspec rebuilds, and reading it "
-                          "needs transformers: pip install 'jspec[hf]'") from None
+                          "needs transformers: pip install -e '.[hf]' in the clone") from None
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)

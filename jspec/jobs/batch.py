@@ -394,7 +394,7 @@ def _answer(engine, chunk: list[Job], gen: GenerateConfig, size: int, fmt: Forma
     return [(fmt.record(engine, j, t, st), st) for j, (t, st) in zip(chunk, results)]
 
 
-def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,
+def run_job(engine, input_path: str | Path, output_path: str | Path, gen: GenerateConfig, base: SamplingConfig,
             batch_size: int, progress: bool = True, restart: bool = False, data: bytes | None = None,
             refill: bool = True) -> Summary:
     """Runs a JSONL job; returns the end-of-run summary. Interrupted (Ctrl-C, kill), the output holds whole
@@ -405,6 +405,7 @@ def run_job(engine, input_path: Path, output_path: Path, gen: GenerateConfig, ba
     t0 = time.perf_counter()
     base.validate()
     engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
+    input_path, output_path = Path(input_path), Path(output_path)
     check_paths(input_path, output_path)
     lines = input_lines(read_input(input_path) if data is None else data)
     fmt = detect_format(lines)
@@ -472,8 +473,8 @@ def _refilled(engine, jobs: list[Job], gen: GenerateConfig, batch_size: int, fmt
 
 
 def _record(engine, job: Job, tokens, stats) -> dict:
-    return {"id": job.id, "line": job.line, "line_hash": job.line_hash, "text": engine.text(tokens, job.stop),
-            "token_ids": tokens, "stats": stats}
+    return {"id": job.id, "line": job.line, "line_hash": job.line_hash,
+            "text": engine.text(tokens, job.stop, getattr(stats, "healed", "")), "token_ids": tokens, "stats": stats}
 
 
 def _error(job: Job, message: str) -> dict:

@@ -178,7 +178,7 @@ def _record_id(job) -> str:
 
 
 def record(engine, job, tokens, stats) -> dict:
-    text = engine.text(tokens, job.stop)
+    text = engine.text(tokens, job.stop, stats.healed)
     choice = {"index": 0, "logprobs": None, "finish_reason": stats.finish_reason}
     if job.meta["url"] == CHAT:
         obj, choice = "chat.completion", {**choice, "message": {"role": "assistant", "content": text}}

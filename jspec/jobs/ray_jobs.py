@@ -9,7 +9,7 @@ the output is the same resumable file. A block whose actor fails or is killed is
 Data restarts the actor and retries its task); the driver writes a line's record once, whichever attempt
 brings it. Per-actor stats are merged into the job's summary.
 
-Ray is imported only here, and only when a job asks for it (jspec[ray]: `pip install "jspec[ray]"`).
+Ray is imported only here, and only when a job asks for it (the ray extra: `pip install -e ".[ray]"` in the clone).
 """
 
 from __future__ import annotations
@@ -110,9 +110,9 @@ def _openai():
     return openai_batch.FORMAT
 
 
-def run_job(load_args: dict, input_path: Path, output_path: Path, gen: GenerateConfig, base: SamplingConfig,
-            batch_size: int, address: str | None = None, workers: int | None = None, restart: bool = False,
-            progress: bool = True, block_lines: int | None = None, compile_cache: tuple[str, float] | None = None,
+def run_job(load_args: dict, input_path: str | Path, output_path: str | Path, gen: GenerateConfig,
+            base: SamplingConfig, batch_size: int, address: str | None = None, workers: int | None = None,
+            restart: bool = False, progress: bool = True, block_lines: int | None = None, compile_cache: tuple[str, float] | None = None,
             worker_cls=Worker) -> Summary:
     """batch.run_job on a Ray cluster (the module docstring). load_args: jspec.load's arguments, for each actor.
     address: the cluster's (None: RAY_ADDRESS, else a local one); workers: actors (default: one per GPU, one
@@ -123,6 +123,7 @@ def run_job(load_args: dict, input_path: Path, output_path: Path, gen: GenerateC
     t0 = time.perf_counter()
     base.validate()
     gen.validate()
+    input_path, output_path = Path(input_path), Path(output_path)
     batch.check_paths(input_path, output_path)
     lines = batch.input_lines(input_path.read_bytes())
     fmt = batch.detect_format(lines)

@@ -24,7 +24,7 @@ from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
                           DraftSpec, ModelConfig, Options, OutOfMemory, SamplingConfig, check_stops,
                           default_platform)
-from jspec.decode import drafters, loop as decode, stops
+from jspec.decode import drafters, healing, loop as decode, stops
 from jspec.decode.drafters import self_skip
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3
@@ -47,13 +47,15 @@ class Stats:
 
     new_tokens: int
     rounds: int  # speculative rounds (decode steps when lookahead is 0)
-    accepted: int  # draft tokens accepted
-    accept_length: float  # tokens emitted per round, the bonus token included
+    accepted: int  # draft tokens accepted and emitted (drafts past max_new_tokens, EOS or a stop are not counted)
+    accept_length: float  # tokens the rounds emitted per round, the bonus token included: (new_tokens - 1) / rounds,
+    # which is 1 + accepted / rounds, less 1 / rounds where the last round was cut before its bonus token
     accept_rate: float  # accepted / proposed drafts
     lookahead: int  # K, the drafts per round
     draft_mode: str
     kv_mode: str
     batch_kv_bytes: int  # KV storage allocated for the whole batch the row ran in, target and draft
+    bf16_kv_bytes: int  # batch_kv_bytes with the target's cache in BF16: the INT2 cache pays where it is smaller
     compile_s: float  # the call's compile (0 when its program was compiled before)
     decode_s: float  # the call's device time, for the whole batch
     batch_tokens_per_s: float
@@ -61,6 +63,7 @@ class Stats:
     finish_reason: str = "length"  # "stop" (EOS or a stop string) or "length" (max_new_tokens)
     # with draft "auto": the drafter and K chosen, tokens per round, accept rate and every priced candidate
     speculation: dict | None = None
+    healed: str = ""  # the prompt's text token healing moved into the first token (decode.healing); "": none
 
     @classmethod
     def of(cls, new_tokens: int, rounds: int, accepted: int, lookahead: int, batch_tokens: int, decode_s: float,
@@ -75,8 +78,8 @@ class Stats:
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        for name in ("lookahead_auto", "speculation"):
-            if d[name] is None:
+        for name in ("lookahead_auto", "speculation", "healed"):  # None / "": not set
+            if not d[name]:
                 del d[name]
         return d
 
@@ -196,12 +199,19 @@ class Engine:
         if not ids:
             return []
         out = self.generate_ids(ids, rows, max_new, gen)
-        return [Result(p, self.text(t, gen.stop), t, st) for p, (t, st) in zip(prompts, out)]
+        return [Result(p, self.text(t, gen.stop, st.healed), t, st) for p, (t, st) in zip(prompts, out)]
 
-    def text(self, token_ids: list[int], stop: tuple[str, ...] = ()) -> str:
+    def text(self, token_ids: list[int], stop: tuple[str, ...] = (), healed: str = "") -> str:
         """The text of generated tokens, special tokens skipped, cut right before the first stop string
-        (stops.truncate)."""
-        return stops.truncate(self.tokenizer.decode(token_ids, skip_special_tokens=True), stop)[0]
+        (stops.truncate); healed (Stats.healed): the prompt's text the first token repeats, taken off."""
+        text = stops.truncate(self.tokenizer.decode(token_ids, skip_special_tokens=True), stop)[0]
+        return healing.unheal(text, healed)
+
+    def heal(self, ids: list[list[int]], stop: list[tuple[str, ...]], gen: GenerateConfig) -> healing.Healed:
+        """The prompts token-healed where gen.heal asks (decode.healing.heal), else as given."""
+        if not gen.heal:
+            return healing.Healed(ids, [""] * len(ids), None)
+        return healing.heal(self.token_bytes(), ids, stop)
 
     def token_bytes(self) -> stops.TokenBytes | None:
         """The tokenizer's byte table for stop strings, built on first use (stops.token_bytes); None where its
@@ -220,7 +230,8 @@ class Engine:
             raise ConfigError("this model has no chat template (tokenizer_config.json, chat_template.jinja or "
                               "GGUF metadata)")
         text = chat.render(self.chat_template, messages, **chat.special_tokens(self.tokenizer))
-        [result] = self.generate([self.encode(text, add_special_tokens=False)], gen, sampling)
+        ids = self.encode(text, add_special_tokens=False)  # the template's own ending, not healed
+        [result] = self.generate([ids], dataclasses.replace(gen, heal=False), sampling)
         return dataclasses.replace(result, prompt=text)
 
     def lookahead(self, gen: GenerateConfig) -> int:
@@ -283,13 +294,15 @@ class Engine:
         string) or "length"."""
         stop = _per_row_stops(gen, stop, len(ids))
         self._check_vocabulary(ids, stop)
+        healed = self.heal(ids, stop, gen)
+        ids = healed.ids
         gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
-        return self.using(choice)._run(ids, rows, max_new, gen, stop, choice)
+        return self.using(choice)._run(ids, rows, max_new, gen, stop, choice, healed)
 
-    def _run(self, ids, rows, max_new, gen: GenerateConfig, stop, choice):
-        """generate_ids' call once planned."""
-        args = self.prepare(ids, rows, max_new, gen, stop)
-        kv_bytes = args.kv_bytes()
+    def _run(self, ids, rows, max_new, gen: GenerateConfig, stop, choice, healed):
+        """generate_ids' call once planned (healed: heal's)."""
+        args = self.prepare(ids, rows, max_new, gen, stop, allowed=healed.allowed)
+        kv_bytes = self.kv_bytes(args)
         program, compile_s = self.compile(args)
         t0 = time.perf_counter()
         try:
@@ -306,7 +319,8 @@ class Engine:
             self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, rounds, count)
             self._learn(key, K, lookahead.last_alpha(K, rounds, count))
         out = self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
-        return [self.finish(t, st, s, gen) for (t, st), s in zip(out, stop)]
+        return [self.finish(t, dataclasses.replace(st, healed=h), s, gen)
+                for (t, st), s, h in zip(out, stop, healed.removed)]
 
     def observe(self, K: int, batch: int, rounds: int, accepted: int) -> None:
         """Learns from rows that ran `rounds` rounds with `accepted` drafts accepted in all, in a batch of this
@@ -333,12 +347,20 @@ class Engine:
         self._compiled[key] = programs.compiled(jitted, *args, options=self.xla_options)
         return self._compiled[key], time.perf_counter() - t0
 
-    def row_stats(self, new_tokens: int, rounds: int, accepted: int, K: int, *, kv_bytes: int, compile_s: float,
-                  decode_s: float, batch_tokens: int, choice=None) -> Stats:
-        """Stats.of for a row of this engine's calls (its drafter and KV mode)."""
+    def kv_bytes(self, args: ProgramArgs) -> tuple[int, int]:
+        """(the KV storage of a call, the same with the target's cache in BF16): shapes only, nothing allocated."""
+        B, N, K = args.prompts.shape[0], args.cache.capacity, args.models.lookahead
+        bf16 = jax.eval_shape(lambda: kvcache.init_cache(self.cfg, KVConfig("bf16"), B, N, jnp.dtype(self.dtype), K,
+                                                         stacked=args.cache.stacked))
+        draft = 0 if args.draft_cache is None else args.draft_cache.nbytes()
+        return args.kv_bytes(), sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(bf16.layers)) + draft
+
+    def row_stats(self, new_tokens: int, rounds: int, accepted: int, K: int, *, kv_bytes: tuple[int, int],
+                  compile_s: float, decode_s: float, batch_tokens: int, choice=None) -> Stats:
+        """Stats.of for a row of this engine's calls (its drafter and KV mode); kv_bytes: Engine.kv_bytes'."""
         st = Stats.of(new_tokens, rounds, accepted, K, batch_tokens, decode_s, draft_mode=str(self.draft_mode),
-                      kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes), compile_s=round(compile_s, 3),
-                      lookahead_auto=None if choice is None else choice.stats())
+                      kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes[0]), bf16_kv_bytes=int(kv_bytes[1]),
+                      compile_s=round(compile_s, 3), lookahead_auto=None if choice is None else choice.stats())
         if choice is None or not choice.priced:
             return st
         return dataclasses.replace(st, speculation=dict(
@@ -364,18 +386,19 @@ class Engine:
         rounds is held back until it is complete. Returns (as StopIteration's value) the row's Stats, its
         decode_s the wall time of the rounds, host syncs included."""
         sampling.validate()
-        gen, choice = self.plan(gen, [len(self.prompt_ids(prompt))], [gen.max_new_tokens])
-        return (yield from self.using(choice)._stream(prompt, gen, sampling, choice))
+        healed = self.heal([self.prompt_ids(prompt)], [gen.stop], gen)
+        gen, choice = self.plan(gen, [len(healed.ids[0])], [gen.max_new_tokens])
+        return (yield from self.using(choice)._stream(healed, gen, sampling, choice))
 
-    def _stream(self, prompt, gen: GenerateConfig, sampling: SamplingConfig, choice):
-        """stream once planned."""
-        args = self.prepare([self.prompt_ids(prompt)], [sampling], [gen.max_new_tokens], gen, [gen.stop])
+    def _stream(self, healed, gen: GenerateConfig, sampling: SamplingConfig, choice):
+        """stream once planned (healed: heal's, of the one prompt)."""
+        args = self.prepare(healed.ids, [sampling], [gen.max_new_tokens], gen, [gen.stop], allowed=healed.allowed)
         last = []
         t0 = time.perf_counter()
-        yield from text_pieces(self.tokenizer, self._rounds(args, last), gen.stop)
-        kv_bytes = args.kv_bytes()
+        yield from text_pieces(self.tokenizer, self._rounds(args, last), gen.stop, healed.removed[0])
+        kv_bytes = self.kv_bytes(args)
         [(_, stats)] = self._results(last[0], args.models.lookahead, choice, 0.0, time.perf_counter() - t0, kv_bytes)
-        return stats
+        return dataclasses.replace(stats, healed=healed.removed[0])
 
     def _rounds(self, args, last: list):
         """Yields (tokens so far, done) after the prefill and after each round of one row; the latest state is
@@ -462,15 +485,16 @@ class Engine:
                                  context, k_max, jnp.dtype(self.dtype), self.mesh, self._costs, say=self.say)
 
     def prepare(self, ids, rows, max_new, gen, stop: list[tuple[str, ...]] | None = None,
-                capacity: int | None = None) -> ProgramArgs:
+                capacity: int | None = None, allowed: np.ndarray | None = None) -> ProgramArgs:
         """The program's arguments for a batch (caches included), checked, padded to its capacity bucket
         and to the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan). stop:
         each row's stop strings (generate_ids). capacity: a larger cache than the batch's own (runtime.slots:
-        a batch whose slots take the rows of a whole bucket)."""
+        a batch whose slots take the rows of a whole bucket). allowed: [B, V] the first token's choices of healed
+        prompts (heal)."""
         stop = _per_row_stops(gen, stop, len(ids))
         if self.candidates:  # draft "auto": the drafter chosen first
             gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
-            return self.using(choice).prepare(ids, rows, max_new, gen, stop, capacity)
+            return self.using(choice).prepare(ids, rows, max_new, gen, stop, capacity, allowed)
         if gen.lookahead == "auto":  # the callers here plan first (once per call)
             gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
@@ -487,6 +511,10 @@ class Engine:
         if any(stop) and self.token_bytes() is not None:  # else no stop strings in the program (or on the host)
             on_device = self.stop_arrays(stops.pack(self.token_bytes(), stop))
             args = args._replace(stops=on_device if self.mesh is None else sharding.shard_stops(self.mesh, on_device))
+        if allowed is not None:  # padding rows may start with any token
+            allowed = np.concatenate([allowed, np.ones((len(ids) - len(allowed), allowed.shape[1]), bool)])
+            allowed = jax.device_put(allowed)
+            args = args._replace(allowed=allowed if self.mesh is None else sharding.shard_batch(allowed, self.mesh))
         return args
 
     def stop_arrays(self, host: dict) -> stops.Stops:
@@ -567,14 +595,16 @@ def check_cache_memory(caches, B: int, capacity: int) -> None:
                           "tokens")
 
 
-def text_pieces(tokenizer, rounds, stop: tuple[str, ...] = ()):
+def text_pieces(tokenizer, rounds, stop: tuple[str, ...] = (), healed: str = ""):
     """The new text of each round, from (all tokens so far, done) per round. Text ending in U+FFFD (an
     incomplete UTF-8 character at the end of the tokens) is held back until a later round completes it, and
     so is an end that may be the start of a stop string; the text ends before the first stop string (no
-    round is asked for after it); the last round flushes whatever is left."""
+    round is asked for after it); the last round flushes whatever is left. healed: the prompt's text the first
+    token repeats (token healing), not shown again."""
     shown = ""
     for tokens, done in rounds:
         text, found = stops.truncate(tokenizer.decode(tokens, skip_special_tokens=True), stop)
+        text = healing.unheal(text, healed)
         if not (done or found):
             text = text.rstrip("\ufffd")
             text = text[: len(text) - max((n for s in stop for n in range(1, len(s)) if text.endswith(s[:n])),

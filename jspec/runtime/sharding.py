@@ -132,7 +132,8 @@ def shard_program_args(mesh: Mesh, args: ProgramArgs) -> ProgramArgs:
     draft_cache = None if args.draft_cache is None else shard_cache(args.draft_cache, mesh, heads=False)
     return ProgramArgs(m, prompts, prompt_lens, max_new, sampler, seeds, shard_cache(args.cache, mesh),
                        draft_cache, replicate(args.eos_ids, mesh),
-                       None if args.stops is None else shard_stops(mesh, args.stops))
+                       None if args.stops is None else shard_stops(mesh, args.stops),
+                       None if args.allowed is None else shard_batch(args.allowed, mesh))
 
 
 def shard_stops(mesh: Mesh, stops):

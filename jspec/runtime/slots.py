@@ -100,10 +100,12 @@ class _Batch:
         has_stops = any(r.stop for r in rows) and engine.token_bytes() is not None
         self.stop_shape = stops.pack_shape([r.stop for r in rows]) if has_stops else None
         self.greedy = all(r.sampling.temperature == 0 for r in rows)  # static: one program for the whole bucket
+        self.heal = gen.heal and engine.token_bytes() is not None  # static too: the first token's mask or none
+        self.healing: dict = {}  # id(row) -> (ids, removed text, allowed [V] or None): _healed
         args = engine.prepare([[0]] * size, [SamplingConfig()] * size, [0] * size, self.gen, [()] * size,
                               capacity=capacity)
         self.models, self.eos_ids, self.K = args.models, args.eos_ids, args.models.lookahead
-        self.kv_bytes = args.kv_bytes()
+        self.kv_bytes = engine.kv_bytes(args)
         self.slots: list = [None] * size
         self.life: list = [None] * size  # per slot: (device s, compile s, batch tokens) when its row was placed
         self.clock = dict(decode_s=0.0, compile_s=0.0, tokens=0)
@@ -122,12 +124,25 @@ class _Batch:
         self.compile_s += seconds
         return program
 
+    def _healed(self, row) -> tuple:
+        """(the row's ids, the text token healing removed, its first token's allowed [V] or None): engine.heal."""
+        if id(row) not in self.healing:
+            h = self.engine.heal([row.ids], [row.stop], self.gen)
+            self.healing[id(row)] = (h.ids[0], h.removed[0], None if h.allowed is None else h.allowed[0])
+        return self.healing[id(row)]
+
     def _args(self, rows: list) -> dict:
         """Rows as program arguments (None, an empty slot: a one-token prompt, max_new 0)."""
         prompts = np.zeros((len(rows), self.width), np.int32)
-        for b, r in enumerate(rows):
-            if r is not None:
-                prompts[b, : len(r.ids)] = r.ids
+        ids = [None if r is None else self._healed(r)[0] for r in rows]
+        for b, x in enumerate(ids):
+            if x is not None:
+                prompts[b, : len(x)] = x
+        allowed = None
+        if self.heal:
+            V = self.engine.cfg.vocab_size
+            mask = [None if r is None else self._healed(r)[2] for r in rows]
+            allowed = jax.device_put(np.stack([np.ones(V, bool) if m is None else m for m in mask]))
         col = lambda f, dt, empty: np.asarray([empty if r is None else f(r) for r in rows], dt)
         put = jax.device_put
         sampler = Sampler(put(col(lambda r: r.sampling.temperature, np.float32, 0.0)),
@@ -137,9 +152,10 @@ class _Batch:
         if self.stop_shape is not None:
             packed = stops.pack(self.engine.token_bytes(), [() if r is None else r.stop for r in rows], self.stop_shape)
             stop = self.engine.stop_arrays(packed)
-        return dict(prompts=put(prompts), prompt_lens=put(col(lambda r: len(r.ids), np.int32, 1)),
+        return dict(prompts=put(prompts), prompt_lens=put(col(lambda r: len(self._healed(r)[0]), np.int32, 1)),
                     max_new=put(col(lambda r: r.max_new, np.int32, 0)),
-                    seeds=put(col(lambda r: r.sampling.seed, np.uint32, 0)), sampler=sampler, stops=stop)
+                    seeds=put(col(lambda r: r.sampling.seed, np.uint32, 0)), sampler=sampler, stops=stop,
+                    allowed=allowed)
 
     def _place(self) -> list[int]:
         """Waiting rows into the free slots -> the slots filled."""
@@ -158,7 +174,7 @@ class _Batch:
             at = placed[i: i + R] + [self.size] * (R - len(placed[i: i + R]))  # slot B: a padding row, dropped
             h = self._args([self.slots[b] if b < self.size else None for b in at])
             a = (self.models, h["prompts"], h["prompt_lens"], h["max_new"], h["sampler"], h["seeds"], self.eos_ids,
-                 h["stops"], all_stops, jax.device_put(np.asarray(at, np.int32)), s)
+                 h["stops"], all_stops, jax.device_put(np.asarray(at, np.int32)), s, h["allowed"])
             s = self._program("refill", refill.refill_program, *a)(*a)
         return s
 
@@ -205,6 +221,7 @@ class _Batch:
                                   compile_s=self.clock["compile_s"] - t_compile,
                                   decode_s=self.clock["decode_s"] - t_decode,
                                   batch_tokens=self.clock["tokens"] - t_tokens, choice=self.choice)
+            stats = dataclasses.replace(stats, healed=self.healing.pop(id(row))[1])
             ids, stats = eng.finish(tokens[b, :n].tolist(), stats, row.stop, self.gen)
             out.append((row, ids, stats))
         return out
