@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jspec
-from jspec.config import KVConfig
+from jspec.config import KVConfig, ModelConfig
 from jspec.decode import drafters
 from jspec.decode.state import Drafter, DraftMode, Models
 from jspec.model import decoder as model
@@ -34,6 +34,7 @@ from jspec.runtime import lookahead
 
 from decode import LLAMA3_8B  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from long_context_acceptance import prompts as code_prompts, run  # noqa: E402
+from scratch import default_out  # noqa: E402
 
 K, ROWS, NEW_TOKENS = 4, 3, 32
 STAND_IN = dataclasses.replace(LLAMA3_8B, vocab_size=16384, hidden_size=512, intermediate_size=1792, num_heads=8,
@@ -67,8 +68,8 @@ def acceptance(layers, context: int) -> list[dict]:
     return rows
 
 
-def costs(layers, context: int) -> dict:
-    cfg, kv = STAND_IN, KVConfig("int2")
+def costs(cfg: ModelConfig, layers, context: int) -> dict:
+    kv = KVConfig("int2")
     target = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     cap = context + K + 2
     plain = Models(target, Drafter(), cfg, K)
@@ -93,15 +94,17 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--cost-context", type=int, default=4096)
     ap.add_argument("--parts", default="ac", help="a: acceptance; c: costs")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/self_skip.json"))
+    ap.add_argument("--small", action="store_true", help="costs on a 4-layer stand-in (tests/test_benchmarks.py)")
+    ap.add_argument("--out", type=Path, default=default_out("self_skip.json"), help="JSON path (default: a scratch folder)")
     a = ap.parse_args(argv)
     result = dict(device=str(jax.devices()[0]), jax=jax.__version__, K=K, greedy=True)
     if "a" in a.parts:
         result["acceptance"] = acceptance(a.layers, a.context)
         a.out.write_text(json.dumps(result, indent=1))
     if "c" in a.parts:
-        result["costs"] = dict(shape=dataclasses.asdict(STAND_IN), context=a.cost_context, batch=1,
-                               **costs(a.cost_layers, a.cost_context))
+        cfg = dataclasses.replace(STAND_IN, num_layers=4, vocab_size=2048) if a.small else STAND_IN
+        result["costs"] = dict(shape=dataclasses.asdict(cfg), context=a.cost_context, batch=1,
+                               **costs(cfg, a.cost_layers, a.cost_context))
         a.out.write_text(json.dumps(result, indent=1))
     return 0
 

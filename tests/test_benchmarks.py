@@ -37,7 +37,7 @@ FIELDS = {
     "startup": {"cases[]": ["case", "process", "import_s", "load_s", "compile_s", "wall_s"]},
     "jobs": {"rows[]": ["mode", "batch_size", "new_tokens", "wasted_fraction", "compile_s", "decode_s",
                         "decode_tokens_per_s", "decode_speedup_vs_static"]},
-    "long_context": {"part_a[]": ["ctx", "batch", "drafter", "K", "measured_ms"]},
+    "long_context": {"part_a[]": ["ctx", "batch", "drafter", "K"]},  # measured_ms: bar the auto and skipped rows
     "long_context_acceptance": {"rows[]": ["drafter", "dtype", "K", "context", "tokens_per_round", "rounds",
                                            "accepted_histogram", "rejected_token_kinds"]},
     "bf16_agreement": {"results{}": ["identical", "prompts", "mean_common_prefix"]},
@@ -49,6 +49,9 @@ FIELDS = {
     "kv_long_real": {"": ["slices", "texts"], "slices.prose[]": ["gap_mean_pct", "gap_sem_pct"]},
     "int2_agreement_real": {"": ["common_prefix", "all", "prose", "code"], "all": ["mean", "sem", "identical"]},
     "kv_quality_real_levers": {"": ["levers"], "levers{}": ["prose", "code"]},
+    "self_skip": {"acceptance[]": ["drafter", "layers", "text", "tokens_per_round", "alpha"],
+                  "costs": ["plain_step_ms", "verify_5_ms"]},
+    "draft_auto": {"rows[]": ["workload", "ctx", "batch", "decode_s", "speedup_over_plain", "auto_chose"]},
     "pair_quality": {"rows[]": ["metric", "split", "model", "bpb", "bytes", "tokens", "files"]},
 }
 
@@ -90,6 +93,9 @@ ARGS = {
     "int2_agreement_real": lambda t, m: ["--model", m, *REAL, "--prompts", "2", "--prompt-tokens", "64",
                                          "--max-new-tokens", "8", "--sink", "16", "--recent", "16"],
     "kv_quality_real_levers": lambda t, m: ["--model", m, "--seq-len", "384", "--layer-table", "none"],
+    "self_skip": lambda t, m: ["--layers", "6", "--context", "96", "--small", "--cost-layers", "2",
+                                "--cost-context", "256"],
+    "draft_auto": lambda t, m: ["--contexts", "64", "--batches", "1", "--new-tokens", "8", "--reps", "1"],
     "pair_quality": lambda t, m: ["--target", str(SHIPPED / "code-target"), "--data", str(_tiny_texts(t)), "--only",
                                   "bpb", "--dtype", "float32", "--batch", "2"],
 }
