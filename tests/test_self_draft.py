@@ -83,8 +83,8 @@ def test_greedy_self_equals_plain(mode):
     _assert_output(s, _cut(_plain(mode), eos))
     if mode == "int2":
         assert s.accepted.sum() > 0 and (s.accepted < K * s.rounds).any()
-    else:
-        np.testing.assert_array_equal(s.accepted, K * s.rounds)
+    else:  # every draft accepted; a row's last round counts only the drafts it emitted (max_new or EOS cut it)
+        assert (s.accepted > K * (s.rounds - 1)).all() and (s.accepted <= K * s.rounds).all()
     assert s.draft is None  # the self-draft keeps no state between rounds
 
 
