@@ -271,7 +271,7 @@ def test_phase_notes_and_the_log_go_above_the_progress_bar(capsys):
     err = capsys.readouterr().err
     for line in ("jspec: compiling ...\n", "jspec: decoded 3 tokens\n"):
         before = err[: err.index(line)]
-        assert before.endswith("\r") and "1/4" in before, err  # the bar, cleared, then the note
+        assert before.endswith("\r") and "/4 [" in before, err  # the bar drawn, cleared, then the note
 
 
 def test_cli_and_library_names_agree():
@@ -327,6 +327,30 @@ def test_help_imports_neither_jax_nor_torch():
 def test_calibrate_runs_without_a_runpy_warning():
     _, err = _imported("jspec.calibrate", "--help")
     assert "RuntimeWarning" not in err, err
+
+
+def test_calibrate_on_a_terminal_says_each_phase(hf_model_dir, tmp_path):
+    """On a terminal, jspec calibrate says what it loads and reads before its per-layer bar (off a terminal: only
+    the bar's absence and the final line, as test_hostile's one-line errors need)."""
+    import pty
+
+    text = tmp_path / "a.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 20)
+    master, terminal = pty.openpty()
+    p = subprocess.run([sys.executable, "-m", "jspec.calibrate", "--model", str(hf_model_dir("llama")), "--data",
+                        str(text), "--tokens", "64", "--seq-len", "32", "--out", str(tmp_path / "rot.safetensors")],
+                       cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE, stderr=terminal,
+                       timeout=300)
+    os.close(terminal)
+    err = b""
+    with contextlib.suppress(OSError):  # EIO once the terminal's other end is closed and read out
+        while chunk := os.read(master, 4096):
+            err += chunk
+    os.close(master)
+    err = err.decode()
+    assert p.returncode == 0, err
+    assert "jspec: loading" in err and "jspec: reading up to 64 tokens from 1 file(s)" in err
+    assert "calibrate" in err and "layer" in err and "wrote " in err
 
 
 @pytest.fixture(scope="module")

@@ -165,9 +165,10 @@ def _blocks(ray, todo, worker_cls, actor: tuple, workers: int, gpus: int, block_
     if not todo:
         return
     ds = ray.data.from_items([{"line": n, "raw": raw} for n, raw in todo])
+    # Named parameters only (any other keyword is a deprecated ray_remote_args); an actor that dies is restarted and
+    # its block retried without limit, Ray Data's default for an actor pool.
     ds = ds.map_batches(worker_cls, fn_constructor_args=actor, batch_size=block_lines, batch_format="numpy",
-                        compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=1 if gpus else 0, num_cpus=1,
-                        max_restarts=-1, max_task_retries=-1)
+                        compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=1 if gpus else 0, num_cpus=1)
     yield from ds.iter_batches(batch_size=None, batch_format="numpy")
 
 
