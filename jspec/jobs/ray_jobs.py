@@ -26,8 +26,8 @@ from jspec.jobs import batch, job_lines
 from jspec.config import GenerateConfig, SamplingConfig
 
 # Summary fields an actor's block adds up (the rest are the driver's)
-_SUMS = ("prompts", "errors", "new_tokens", "rounds", "accepted", "proposed", "round_tokens", "compile_s", "decode_s",
-         "row_rounds")
+_SUMS = ("prompts", "errors", "new_tokens", "rounds", "accepted", "proposed", "round_tokens", "compile_s", "cache_s",
+         "decode_s", "row_rounds")
 
 
 class _Owners:
@@ -88,12 +88,13 @@ class Worker:
     def __call__(self, block: dict) -> dict:
         lines = [(int(n), bytes(raw)) for n, raw in zip(block["line"], block["raw"])]
         jobs, errors, _ = batch.read_jobs(self.engine, lines, {}, self.gen, self.base, self.fmt)
-        summary = batch.Summary(errors=len(errors))
+        summary, built = batch.Summary(errors=len(errors)), dict(self.engine.built)
         records = list(errors)
         for answered, call in batch.run_rows(self.engine, jobs, self.gen, self.batch_size, self.fmt):
             records += [rec for rec, _ in answered]
             summary.add([st for _, st in answered if st is not None], call)
             summary.errors += sum(st is None for _, st in answered)
+        summary.count_builds(built, self.engine.built)
         stats = json.dumps({k: getattr(summary, k) for k in _SUMS} | {"kv_bytes": summary.kv_bytes,
                                                                        "worker": self.worker, "block": block_id()})
         return {"record": [json.dumps(r, default=batch.Stats.as_dict) for r in records],

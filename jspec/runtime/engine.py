@@ -134,6 +134,8 @@ class Engine:
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
     _lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
     _past_vocabulary: list = dataclasses.field(default_factory=list, repr=False)  # [tokens_past_vocabulary's]
+    # seconds this engine spent building programs: compiling them, and tracing and reading them back from a cache
+    built: dict = dataclasses.field(default_factory=lambda: {"compile_s": 0.0, "cache_s": 0.0}, repr=False)
 
     @property
     def xla_options(self) -> dict | None:
@@ -350,9 +352,20 @@ class Engine:
         key = (name, jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args)))
         if key in self._compiled:
             return self._compiled[key], 0.0
-        t0 = time.perf_counter()
-        self._compiled[key] = programs.compiled(jitted, *args, options=self.xla_options)
-        return self._compiled[key], time.perf_counter() - t0
+        build = lambda: programs.compiled(jitted, *args, options=self.xla_options)
+        self._compiled[key], seconds, _ = self._timed(build)
+        return self._compiled[key], seconds
+
+    def _timed(self, build):
+        """(build(), its seconds, whether every program it built was read back from a compilation cache), the
+        seconds counted in self.built."""
+        t0, (asked, hits) = time.perf_counter(), programs.cache_counts()
+        out = build()
+        seconds = time.perf_counter() - t0
+        asked, hits = (n - m for n, m in zip(programs.cache_counts(), (asked, hits)))
+        cached = asked > 0 and hits == asked
+        self.built["cache_s" if cached else "compile_s"] += seconds
+        return out, seconds, cached
 
     def kv_bytes(self, args: ProgramArgs) -> tuple[int, int]:
         """(the KV storage of a call, the same with the target's cache in BF16): shapes only, nothing allocated."""
@@ -575,21 +588,18 @@ class Engine:
         if self.say is not None:
             self.say(f"reading {what} from the compilation cache" if programs.seen(args, self.xla_options) else
                      f"compiling {what} (once per shape; later runs read it from the compilation cache)")
-        t0, (asked, hits) = time.perf_counter(), programs.cache_counts()
-        with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
-            if self.mesh is None:
-                keys = [(name, args) for name in part_names(args.models)]
-                compiled = back_to_back(*programs.compiled_together(keys, lambda: lower_parts(args),
-                                                                    self.xla_options))
-            else:
-                compiled = programs.compiled(decode.generate_program, *args, options=self.xla_options)
+        compiled, seconds, cached = self._timed(lambda: self._built_program(args))
         self._compiled[key] = compiled
-        seconds = time.perf_counter() - t0
-        asked, hits = (n - m for n, m in zip(programs.cache_counts(), (asked, hits)))
-        cached = asked > 0 and hits == asked  # every part read back
         log.info("%s: %s in %.1f s", what, "read from the compilation cache" if cached else "compiled", seconds)
         programs.mark_seen(args, self.xla_options)
         return compiled, seconds, cached
+
+    def _built_program(self, args: ProgramArgs):
+        with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
+            if self.mesh is None:
+                keys = [(name, args) for name in part_names(args.models)]
+                return back_to_back(*programs.compiled_together(keys, lambda: lower_parts(args), self.xla_options))
+            return programs.compiled(decode.generate_program, *args, options=self.xla_options)
 
     def _results(self, state, K, choice, compile_s, decode_s, kv_bytes):
         tokens, count = np.asarray(state.tokens), np.asarray(state.count)
