@@ -336,11 +336,11 @@ def _run_ray(a, kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> 
 
 
 class Interrupts:
-    """Ctrl-C (SIGINT) and SIGTERM end the process at any stage, with status 130 and 143, saying the same. Python raises KeyboardInterrupt only between
-    bytecodes: while XLA compiles or runs a program (minutes for a large one) it would wait, and the GIL can
-    stay taken until the compile ends. So a watcher thread reads the byte that the C-level signal handler
-    writes to a wakeup pipe, prints the message and ends the process at once, needing nothing from the main
-    thread. A job's output keeps whole records: one write per batch, and a torn record is cut on resume."""
+    """Ctrl-C (SIGINT) and SIGTERM end the process at any stage, with status 130 and 143, saying the same. Python
+    raises KeyboardInterrupt only between bytecodes: while XLA compiles or runs a program (minutes for a large one)
+    it would wait, and the GIL can stay taken until the compile ends. So a watcher thread reads the byte that the
+    C-level signal handler writes to a wakeup pipe, prints the message and ends the process at once, needing nothing
+    from the main thread. A job's output keeps whole records: one write per batch, and a torn record is cut on resume."""
 
     def __init__(self):
         self.message = "interrupted"
