@@ -386,7 +386,7 @@ class GenerateConfig:
     lookahead: int | str = "auto"
     stop_at_eos: bool = True  # False: a row runs to max_new_tokens, EOS or not
     # The text ends right before the first stop string generated (decode.stops); the row stops generating in the
-    # round that completes it. A tuple of non-empty str.
+    # round that completes it. A tuple of non-empty str; a str or a list is taken as the tuple of it (stop_tuple).
     stop: tuple[str, ...] = ()
     # Token healing (decode.healing): each prompt's last token backed off and the first generated token made to
     # start with its text, so that a prompt ending in "\n" or mid-word continues as its text would. Off here, so
@@ -395,6 +395,7 @@ class GenerateConfig:
 
     def __post_init__(self):
         _plain_numbers(self)
+        object.__setattr__(self, "stop", stop_tuple(self.stop))
 
     def validate(self) -> None:
         check_int("max_new_tokens", self.max_new_tokens, 1, INT32_MAX)
@@ -405,6 +406,11 @@ class GenerateConfig:
         if K != "auto" and (isinstance(K, bool) or not isinstance(K, numbers.Integral) or not 0 <= K <= MAX_LOOKAHEAD):
             raise ConfigError(f"lookahead must be 'auto' or in [0, {MAX_LOOKAHEAD}], got {K!r}: compile time grows "
                               "with K and longer rounds never pay")
+
+
+def stop_tuple(stop):
+    """A stop value as the tuple check_stops takes: one string -> a 1-tuple, a list -> a tuple, else as given."""
+    return (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else stop
 
 
 def check_stops(stop) -> None:

@@ -236,6 +236,51 @@ def test_job_killed_interrupted_and_resumed(cli, cache_dir, reference, tmp_path)
     assert all("text" in r and r["stats"]["new_tokens"] >= 1 for r in recs)
 
 
+def test_sigterm_ends_a_job_with_the_resume_hint(cache_dir, reference, tmp_path):
+    """SIGTERM (kill, a scheduler's stop) says what Ctrl-C says, with status 143, and leaves whole records."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{n}", "prompt": f"def f{n}(x):"}) + "\n" for n in range(8)))
+    p = _spawn(cache_dir, "--input", src, "--output", dst)
+    _wait_for_records(dst, 1, p)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 143 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("interrupted; the output holds every finished record")
+    assert 1 <= len(_records(dst)) < 8
+
+
+def test_phase_notes_and_the_log_go_above_the_progress_bar(capsys):
+    """A note printed while a job's bar is drawn starts on a line of its own (tqdm.write clears the bar first),
+    and so does a line of the library's log under -v."""
+    import logging
+
+    from tqdm import tqdm
+
+    from jspec.cli import notes
+
+    log = logging.getLogger("jspec")
+    with tqdm(total=4, unit="row", file=sys.stderr) as bar:
+        bar.update(1)
+        notes.say("compiling")
+        notes.verbose()
+        try:
+            log.info("decoded 3 tokens")
+        finally:
+            log.handlers.clear()
+            log.setLevel(logging.NOTSET)
+    err = capsys.readouterr().err
+    for line in ("jspec: compiling ...\n", "jspec: decoded 3 tokens\n"):
+        before = err[: err.index(line)]
+        assert before.endswith("\r") and "/4 [" in before, err  # the bar drawn, cleared, then the note
+
+
+def test_cli_and_library_names_agree():
+    """--attn-impl and --rotation-mode (the library's attn_impl, rotation_mode) are --attn's and --rotation's."""
+    a = generate.parser().parse_args(["--attn-impl", "reference", "--rotation-mode", "hadamard", "x"])
+    b = generate.parser().parse_args(["--attn", "reference", "--rotation", "hadamard", "x"])
+    assert (a.attn, a.rotation) == (b.attn, b.rotation) == ("reference", "hadamard")
+
+
 # ------------------------------------------------------------------------------------------------
 # --help and bad flags
 
@@ -282,6 +327,30 @@ def test_help_imports_neither_jax_nor_torch():
 def test_calibrate_runs_without_a_runpy_warning():
     _, err = _imported("jspec.calibrate", "--help")
     assert "RuntimeWarning" not in err, err
+
+
+def test_calibrate_on_a_terminal_says_each_phase(hf_model_dir, tmp_path):
+    """On a terminal, jspec calibrate says what it loads and reads before its per-layer bar (off a terminal: only
+    the bar's absence and the final line, as test_hostile's one-line errors need)."""
+    import pty
+
+    text = tmp_path / "a.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 20)
+    master, terminal = pty.openpty()
+    p = subprocess.run([sys.executable, "-m", "jspec.calibrate", "--model", str(hf_model_dir("llama")), "--data",
+                        str(text), "--tokens", "64", "--seq-len", "32", "--out", str(tmp_path / "rot.safetensors")],
+                       cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE, stderr=terminal,
+                       timeout=300)
+    os.close(terminal)
+    err = b""
+    with contextlib.suppress(OSError):  # EIO once the terminal's other end is closed and read out
+        while chunk := os.read(master, 4096):
+            err += chunk
+    os.close(master)
+    err = err.decode()
+    assert p.returncode == 0, err
+    assert "jspec: loading" in err and "jspec: reading up to 64 tokens from 1 file(s)" in err
+    assert "calibrate" in err and "layer" in err and "wrote " in err
 
 
 @pytest.fixture(scope="module")

@@ -102,3 +102,32 @@ def test_a_killed_actor_loses_and_duplicates_no_line(cluster, single, hf_model_d
     summary = ray_jobs.run_job(_load_args(hf_model_dir), src, dst, GEN, SamplingConfig(), 4, workers=2,
                                block_lines=4, progress=False, worker_cls=Dying)
     assert marker.exists() and _records(dst) == expected and summary.prompts == 24
+
+
+def test_the_pool_is_asked_with_named_parameters_only():
+    """Every keyword jspec gives Ray Data's map_batches is one of its named parameters: any other is a deprecated
+    ray_remote_args (RayDeprecationWarning under --ray)."""
+    import inspect
+    import types
+
+    pytest.importorskip("ray.data", reason="ray[data] is not installed (pip install -e '.[ray]')")
+    import ray.data
+
+    from jspec.jobs import ray_jobs
+
+    asked = {}
+
+    class Data:
+        def map_batches(self, fn, **kwargs):
+            asked.update(kwargs)
+            return self
+
+        def iter_batches(self, **kwargs):
+            return iter(())
+
+    fake = types.SimpleNamespace(data=types.SimpleNamespace(from_items=lambda items: Data(),
+                                                            ActorPoolStrategy=lambda size: size))
+    list(ray_jobs._blocks(fake, [(1, b"{}")], ray_jobs.Worker, (), 2, 0, 4))
+    named = {n for n, p in inspect.signature(ray.data.Dataset.map_batches).parameters.items()
+             if p.kind == p.KEYWORD_ONLY}
+    assert asked and set(asked) <= named, set(asked) - named

@@ -298,6 +298,30 @@ def test_cli_never_imports_torch(hf_model_dir, tmp_path):
     assert json.loads(record)["stats"]["new_tokens"] >= 1 and loaded == "loaded: []"
 
 
+def test_a_warm_run_says_it_read_the_program_back(hf_model_dir, tmp_path):
+    """Two CLI runs on one new compilation cache: the first says it compiles, the second that it reads the program
+    from the cache, and its stats say so (compile_cached); -v logs one line per phase, silent without it. A job run
+    twice: the second's summary counts its program builds as cache hits, not compiles."""
+    args = ["-m", "jspec.generate", "--model", str(hf_model_dir("qwen2")), "--draft", "none", "--kv", "bf16",
+            "--max-new-tokens", "3", "--json", "--compile-cache", str(tmp_path / "xla")]
+    env = os.environ | {"JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    run = lambda *flags: subprocess.run([sys.executable, *args, *flags], cwd=tmp_path, env=env, capture_output=True,
+                                        text=True, timeout=600)
+    cold, warm = run("hello world"), run("-v", "hello world")
+    assert cold.returncode == warm.returncode == 0, cold.stderr + warm.stderr
+    assert "jspec: compiling the generate program" in cold.stderr and "decoded" not in cold.stderr
+    assert "compiling" not in warm.stderr and "jspec: reading the generate program" in warm.stderr
+    assert not json.loads(cold.stdout)["stats"]["compile_cached"] and json.loads(warm.stdout)["stats"]["compile_cached"]
+    logged = [line for line in warm.stderr.splitlines() if line.startswith("jspec: ") and not line.endswith(" ...")]
+    assert [line.split()[1] for line in logged] == ["rotations:", "loaded", "the", "decoded"], warm.stderr
+    assert "read from the compilation cache in" in logged[2]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"id": i, "prompt": "hello " * i}) + "\n" for i in (1, 2, 3)))
+    jobs = [run("--input", "in.jsonl", "--output", f"out{n}.jsonl", "--batch-size", "2") for n in (1, 2)]
+    assert [j.returncode for j in jobs] == [0, 0], jobs[0].stderr + jobs[1].stderr
+    (cold, warm) = (json.loads(j.stderr.strip().splitlines()[-1]) for j in jobs)  # the job's summary
+    assert cold["compile_s"] > 0 == cold["cache_s"] and warm["cache_s"] > 0 == warm["compile_s"], (cold, warm)
+
+
 def test_unreadable_tokenizer_is_one_clear_error(tmp_path):
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE"}}')
     with pytest.raises(FileNotFoundError, match="no usable tokenizer .* unreadable tokenizer.json"):

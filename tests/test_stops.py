@@ -87,8 +87,8 @@ def test_truncate_at_the_first_completed_stop_and_cut_ids():
 
 
 @pytest.mark.parametrize("stop,message", [(("",), "must not be empty"), (("x",) * 17, "at most 16"),
-                                          (("é" * 33,), "at most 64 UTF-8 bytes"), ("ab", "tuple of strings"),
-                                          ((1,), "tuple of strings"), (("\ud800",), "lone surrogate")])
+                                          (("é" * 33,), "at most 64 UTF-8 bytes"), ((1,), "tuple of strings"),
+                                          (["a", 2], "tuple of strings"), (("\ud800",), "lone surrogate")])
 def test_stop_strings_are_validated(stop, message):
     with pytest.raises(ConfigError, match=message):
         GenerateConfig(stop=stop).validate()
@@ -246,6 +246,19 @@ def test_stream_holds_back_a_possible_stop_and_ends_before_it(tiny):
     stop, _ = _stop_in(eng, r.token_ids, 3, 5)
     pieces = list(eng.stream(PROMPTS[1], dataclasses.replace(gen, stop=(stop,))))
     assert "".join(pieces) == stops.truncate(r.text, (stop,))[0]
+
+
+def test_stop_takes_a_string_or_a_list(tiny):
+    """GenerateConfig's stop (so generate, stream and chat): one string is a 1-tuple, a list a tuple."""
+    assert GenerateConfig(stop="\n\n").stop == ("\n\n",) and GenerateConfig(stop=["a", "b"]).stop == ("a", "b")
+    eng = tiny("none")
+    gen = GenerateConfig(MAX_NEW, lookahead=0, stop_at_eos=False)
+    [r] = eng.generate([PROMPTS[1]], gen)
+    stop, _ = _stop_in(eng, r.token_ids, 3, 5)
+    want = stops.truncate(r.text, (stop,))[0]
+    [as_str] = eng.generate([PROMPTS[1]], dataclasses.replace(gen, stop=stop))
+    assert as_str.text == want and as_str.stats.finish_reason == "stop"
+    assert "".join(eng.stream(PROMPTS[1], dataclasses.replace(gen, stop=[stop]))) == want
 
 
 def test_first_stop_string_calls_from_several_threads_build_the_tables_once(monkeypatch):

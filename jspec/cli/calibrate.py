@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jax.numpy as jnp
 
+from jspec.cli import notes
 from jspec.config import INT32_MAX, ConfigError, check_int
 from jspec.model import rotation
 from jspec.model.calibrate import CLIP_TOKENS, calibrate, data_files, token_windows
@@ -59,10 +60,14 @@ def main(argv=None) -> int:
     try:
         check_args(args)
         check_out(out)
+        say = notes.say if sys.stderr.isatty() else lambda _: None  # as the bar: on a terminal only
+        say(f"loading {model_dir}")
         cfg, params, tokenizer = load_model(model_dir, dtype=jnp.float32)
         batches = []
         if args.mode == "oscar":
             files = data_files(model_dir.parent if is_gguf(model_dir) else model_dir, args.data)
+            say(f"reading up to {args.tokens} tokens from {len(files)} file(s), then fitting "
+                f"{cfg.num_layers} layers (a progress bar on a terminal)")
             batches = token_windows(tokenizer, files, args.tokens, args.seq_len, args.batch_size)
         rot_k, rot_v, meta = calibrate(params, cfg, batches, args.mode, per_head=not args.per_layer,
                                        order=args.order, clip_tokens=args.clip_tokens)

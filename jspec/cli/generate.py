@@ -25,6 +25,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 from jspec.config import (ATTENTION_IMPLS, DEFAULT_CLIPS, EMPTY_PROMPT, MAX_LOOKAHEAD, DraftSpec,  # noqa: E402
                           GenerateConfig, KVConfig, SamplingConfig)
 from jspec import __version__  # noqa: E402
+from jspec.cli import notes  # noqa: E402
 from jspec.paths import cache_root  # noqa: E402
 
 KV, GEN, SAMPLING = KVConfig(), GenerateConfig(), SamplingConfig()
@@ -67,9 +68,9 @@ def parser() -> argparse.ArgumentParser:
                    help="with --draft self-skip (or ngram+self-skip): the target's first N layers draft, then its "
                         "norm and LM head (default: 3/4 of its layers)")
     m.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="compute dtype")
-    m.add_argument("--attn", choices=ATTENTION_IMPLS, default="auto",
+    m.add_argument("--attn", "--attn-impl", choices=ATTENTION_IMPLS, default="auto",
                    help="INT2 attention: Pallas kernel (GPU; pallas: the Mosaic wgmma kernel on Hopper, else Triton) "
-                        "or the pure-jnp reference; auto picks by backend")
+                        "or the pure-jnp reference; auto picks by backend (the library's attn_impl)")
     m.add_argument("--mesh", default="auto",
                    help="devices as 'tp=N,dp=M' (tensor-parallel target x data-parallel batch); "
                         "auto: every local device data-parallel; none: one device")
@@ -82,8 +83,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--sink", type=int, default=KV.sink, help="BF16 sink tokens")
     c.add_argument("--recent", type=int, default=KV.recent, help="BF16 recent window")
     c.add_argument("--group-size", type=int, default=KV.group_size, help="INT2 group size (default: head_dim)")
-    c.add_argument("--rotation", choices=("auto", "none", "hadamard", "oscar"), default="auto",
-                   help="auto: oscar when a rotation file exists, else hadamard for int2")
+    c.add_argument("--rotation", "--rotation-mode", choices=("auto", "none", "hadamard", "oscar"), default="auto",
+                   help="auto: oscar when a rotation file exists, else hadamard for int2 (the library's "
+                        "rotation_mode)")
     c.add_argument("--rotations", help="rotation file (default: MODEL/rotations.safetensors; for FILE.gguf, "
                                        "FILE.rotations.safetensors beside it)")
     c.add_argument("--clip-k", type=float, default=KV.clip_k,
@@ -128,6 +130,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run the job on a Ray cluster, one engine per GPU (pip install -e '.[ray]'); ADDRESS: the "
                         "cluster's "
                         "(without one: RAY_ADDRESS, else a cluster on this machine)")
+    o.add_argument("-v", "--verbose", action="store_true",
+                   help="the library's log on stderr: one line per phase (load, rotations, compile or cache hit, "
+                        "decode), with its time")
     o.add_argument("--compile-cache", default=str(cache_root() / "xla"),
                    help="JAX persistent compilation cache directory ('' disables)")
     o.add_argument("--compile-cache-gib", type=float, default=4.0,
@@ -199,8 +204,9 @@ def _summary(s) -> str:
         won = max(s.speculation["why"]["candidates"], key=lambda c: c["predicted_speedup"])
         k = f", auto chose {s.draft_mode} K {s.lookahead} (predicted {won['predicted_speedup']:.2f}x){timed}"
     bf16 = f" (bf16 would be {s.bf16_kv_bytes / 2**20:.1f} MiB at this length)" if s.kv_mode == "int2" else ""
+    built = f"compile cache hit {s.compile_s:.1f}s" if s.compile_cached else f"compile {s.compile_s:.1f}s"
     return (f"[{s.new_tokens} tokens, {s.rounds} rounds{k}{spec}, kv {s.kv_mode} "
-            f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch{bf16}, compile {s.compile_s:.1f}s, decode {s.decode_s:.2f}s, "
+            f"{s.batch_kv_bytes / 2**20:.1f} MiB per batch{bf16}, {built}, decode {s.decode_s:.2f}s, "
             f"{s.batch_tokens_per_s:.0f} tok/s]")
 
 
@@ -237,15 +243,17 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
     from jspec.runtime.startup import compile_cache
 
     _check_platform()
+    if a.verbose:
+        notes.verbose()
     if a.compile_cache:
         compile_cache.use_compile_cache(a.compile_cache, max_gib=a.compile_cache_gib)
     data = batch.preflight(a.input, a.output, a.restart) if a.input is not None else None
     if a.ray is not None:  # each Ray actor loads the model
         return _run_ray(a, kv, gen, sampling)
-    _say(f"loading {a.model or 'the shipped code model'}")
+    notes.say(f"loading {a.model or 'the shipped code model'}")
     eng = engine.load(a.model, a.draft, kv=kv, rotation_mode=a.rotation, rotations=a.rotations, dtype=a.dtype,
                       attn_impl=a.attn, mesh=a.mesh, scan_layers=a.scan_layers, draft_layers=a.draft_layers)
-    eng.say = _say
+    eng.say = notes.say
     if a.kv == "auto" and not eng.kv.int2:
         print(f"note: no rotation file for this model: a BF16 KV cache (make one for the INT2 cache, about 7x "
               f"smaller: jspec calibrate --model {a.model} --data 'some/text/*.py')", file=sys.stderr)
@@ -283,11 +291,6 @@ def _run(a, prompts: list[str], kv: KVConfig, gen: GenerateConfig, sampling: Sam
         summary.wall_s = time.perf_counter() - t0
         print(json.dumps(summary.as_dict()) if a.json else summary.line(), file=sys.stderr)
     return 0
-
-
-def _say(phase: str) -> None:
-    """A slow phase, as it starts: one line on stderr."""
-    print(f"jspec: {phase} ...", file=sys.stderr, flush=True)
 
 
 def _check_platform() -> None:
@@ -333,24 +336,26 @@ def _run_ray(a, kv: KVConfig, gen: GenerateConfig, sampling: SamplingConfig) -> 
 
 
 class Interrupts:
-    """Ctrl-C ends the process at any stage, with status 130. Python raises KeyboardInterrupt only between
-    bytecodes: while XLA compiles or runs a program (minutes for a large one) it would wait, and the GIL can
-    stay taken until the compile ends. So a watcher thread reads the byte that the C-level signal handler
-    writes to a wakeup pipe, prints the message and ends the process at once, needing nothing from the main
-    thread. A job's output keeps whole records: one write per batch, and a torn record is cut on resume."""
+    """Ctrl-C (SIGINT) and SIGTERM end the process at any stage, with status 130 and 143, saying the same. Python
+    raises KeyboardInterrupt only between bytecodes: while XLA compiles or runs a program (minutes for a large one)
+    it would wait, and the GIL can stay taken until the compile ends. So a watcher thread reads the byte that the
+    C-level signal handler writes to a wakeup pipe, prints the message and ends the process at once, needing nothing
+    from the main thread. A job's output keeps whole records: one write per batch, and a torn record is cut on resume."""
 
     def __init__(self):
         self.message = "interrupted"
         r, w = os.pipe()
         os.set_blocking(w, False)
         signal.set_wakeup_fd(w)
+        # SIGTERM as Ctrl-C: a Python handler, so that its number reaches the pipe too
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         threading.Thread(target=self._watch, args=(r,), daemon=True).start()
 
     def _watch(self, r: int) -> None:
-        while os.read(r, 1) != bytes([signal.SIGINT]):
+        while (sig := os.read(r, 1)[0]) not in (signal.SIGINT, signal.SIGTERM):
             pass
         os.write(2, (self.message + "\n").encode())  # os.write: no lock that the main thread may hold
-        os._exit(130)
+        os._exit(128 + sig)
 
     @staticmethod
     def wait() -> None:

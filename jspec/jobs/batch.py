@@ -64,6 +64,7 @@ class Summary:
     kv_bytes: int = 0  # the largest batch's KV caches
     row_rounds: int = 0  # jobs: the rounds the batches ran, times their rows (done and padding rows included)
     compile_s: float = 0.0
+    cache_s: float = 0.0  # tracing programs and reading them back from a compilation cache (a warm run's builds)
     measure_s: float = 0.0  # measuring (or reading back) lookahead costs (--lookahead auto)
     decode_s: float = 0.0
     wall_s: float = 0.0
@@ -84,15 +85,24 @@ class Summary:
             self.decode_s += call[1]
             self.row_rounds += call[2]
         elif stats:  # compile and decode time are per batch, repeated in each row
-            self.compile_s += stats[0].compile_s
+            if getattr(stats[0], "compile_cached", False):
+                self.cache_s += stats[0].compile_s
+            else:
+                self.compile_s += stats[0].compile_s
             self.decode_s += stats[0].decode_s
             self.measure_s += (stats[0].lookahead_auto or {}).get("measure_s", 0.0)
+
+    def count_builds(self, before: dict, after: dict) -> None:
+        """compile_s and cache_s from an engine's build seconds (Engine.built) before and after the run, which tell a
+        compile from a cache hit (a call's own compile_s does not)."""
+        if before and after:
+            self.compile_s, self.cache_s = (after[k] - before[k] for k in ("compile_s", "cache_s"))
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
         del d["round_tokens"]
-        d.update(compile_s=round(self.compile_s, 3), measure_s=round(self.measure_s, 3),
-                 decode_s=round(self.decode_s, 3), wall_s=round(self.wall_s, 3),
+        d.update(compile_s=round(self.compile_s, 3), cache_s=round(self.cache_s, 3),
+                 measure_s=round(self.measure_s, 3), decode_s=round(self.decode_s, 3), wall_s=round(self.wall_s, 3),
                  tokens_per_s=round(_ratio(self.new_tokens, self.wall_s), 1),
                  decode_tokens_per_s=round(_ratio(self.new_tokens, self.decode_s), 1),
                  accept_length=round(_ratio(self.round_tokens, self.rounds), 3),
@@ -108,7 +118,8 @@ class Summary:
         spec = f", accept_length {d['accept_length']:.2f}, accept_rate {d['accept_rate']:.2f}" if self.proposed else ""
         spec += f", wasted row-rounds {d['wasted_fraction']:.1%}" if self.row_rounds else ""
         return (f"[summary: {self.prompts} prompts{skipped}, {self.errors} errors, {self.new_tokens} new tokens "
-                f"in {self.wall_s:.1f}s ({d['tokens_per_s']:.1f} tok/s; compile {self.compile_s:.1f}s, costs "
+                f"in {self.wall_s:.1f}s ({d['tokens_per_s']:.1f} tok/s; compile {self.compile_s:.1f}s"
+                + (f", compile cache hits {self.cache_s:.1f}s" if self.cache_s else "") + ", costs "
                 f"{self.measure_s:.1f}s, decode "
                 f"{self.decode_s:.1f}s at {d['decode_tokens_per_s']:.1f} tok/s){spec}, "
                 f"kv {self.kv_bytes / 2**20:.1f} MiB]")
@@ -402,7 +413,7 @@ def run_job(engine, input_path: str | Path, output_path: str | Path, gen: Genera
     progress bar shows only when stderr is a terminal. data: the input's bytes when the caller read them
     (preflight), else the input is read here. refill: rows refilled as they finish (the module docstring);
     False: static batches."""
-    t0 = time.perf_counter()
+    t0, built = time.perf_counter(), dict(getattr(engine, "built", {}))
     base.validate()
     engine.check(gen)  # the run's own settings: an error here stops the job before it reads a line
     input_path, output_path = Path(input_path), Path(output_path)
@@ -423,6 +434,7 @@ def run_job(engine, input_path: str | Path, output_path: str | Path, gen: Genera
                 bar.update(len(answered))
                 bar.set_postfix(tok_s=f"{summary.new_tokens / (time.perf_counter() - t0):.0f}")
     summary.wall_s = time.perf_counter() - t0
+    summary.count_builds(built, getattr(engine, "built", {}))
     return summary
 
 

@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Callable
 
-from jspec.config import SamplingConfig
+from jspec.config import SamplingConfig, stop_tuple
 
 
 class JobError(ValueError):
@@ -54,9 +54,7 @@ def resume_key(x):
 
 def stop_strings(value) -> tuple:
     """A line's "stop": a string, a list of them, or null/absent -> a tuple (check_stops checks it)."""
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else value
+    return () if value is None else stop_tuple(value)
 
 
 def loads(text: str | bytes):

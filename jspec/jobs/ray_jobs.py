@@ -26,8 +26,8 @@ from jspec.jobs import batch, job_lines
 from jspec.config import GenerateConfig, SamplingConfig
 
 # Summary fields an actor's block adds up (the rest are the driver's)
-_SUMS = ("prompts", "errors", "new_tokens", "rounds", "accepted", "proposed", "round_tokens", "compile_s", "decode_s",
-         "row_rounds")
+_SUMS = ("prompts", "errors", "new_tokens", "rounds", "accepted", "proposed", "round_tokens", "compile_s", "cache_s",
+         "decode_s", "row_rounds")
 
 
 class _Owners:
@@ -88,12 +88,13 @@ class Worker:
     def __call__(self, block: dict) -> dict:
         lines = [(int(n), bytes(raw)) for n, raw in zip(block["line"], block["raw"])]
         jobs, errors, _ = batch.read_jobs(self.engine, lines, {}, self.gen, self.base, self.fmt)
-        summary = batch.Summary(errors=len(errors))
+        summary, built = batch.Summary(errors=len(errors)), dict(self.engine.built)
         records = list(errors)
         for answered, call in batch.run_rows(self.engine, jobs, self.gen, self.batch_size, self.fmt):
             records += [rec for rec, _ in answered]
             summary.add([st for _, st in answered if st is not None], call)
             summary.errors += sum(st is None for _, st in answered)
+        summary.count_builds(built, self.engine.built)
         stats = json.dumps({k: getattr(summary, k) for k in _SUMS} | {"kv_bytes": summary.kv_bytes,
                                                                        "worker": self.worker, "block": block_id()})
         return {"record": [json.dumps(r, default=batch.Stats.as_dict) for r in records],
@@ -165,9 +166,10 @@ def _blocks(ray, todo, worker_cls, actor: tuple, workers: int, gpus: int, block_
     if not todo:
         return
     ds = ray.data.from_items([{"line": n, "raw": raw} for n, raw in todo])
+    # Named parameters only (any other keyword is a deprecated ray_remote_args); an actor that dies is restarted and
+    # its block retried without limit, Ray Data's default for an actor pool.
     ds = ds.map_batches(worker_cls, fn_constructor_args=actor, batch_size=block_lines, batch_format="numpy",
-                        compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=1 if gpus else 0, num_cpus=1,
-                        max_restarts=-1, max_task_retries=-1)
+                        compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=1 if gpus else 0, num_cpus=1)
     yield from ds.iter_batches(batch_size=None, batch_format="numpy")
 
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import numbers
 import threading
 import time
@@ -23,7 +24,7 @@ from jspec import files
 from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
                           DraftSpec, ModelConfig, Options, OutOfMemory, SamplingConfig, check_stops,
-                          default_platform)
+                          default_platform, stop_tuple)
 from jspec.decode import drafters, healing, loop as decode, stops
 from jspec.decode.drafters import self_skip
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
@@ -39,6 +40,9 @@ from jspec.runtime.parts import back_to_back, lower_parts, part_names
 DEFAULT_TARGET = CHECKPOINTS / "code-target"
 DEFAULT_DRAFT = CHECKPOINTS / "code-draft"
 ROTATION_FILE = "rotations.safetensors"
+# One INFO line per phase (load, rotations, compile or cache hit, decode), silent unless the application turns the
+# "jspec" logger on (the CLI's -v).
+log = logging.getLogger("jspec")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Stats:
     kv_mode: str
     batch_kv_bytes: int  # KV storage allocated for the whole batch the row ran in, target and draft
     bf16_kv_bytes: int  # batch_kv_bytes with the target's cache in BF16: the INT2 cache pays where it is smaller
-    compile_s: float  # the call's compile (0 when its program was compiled before)
+    compile_s: float  # building the call's program (0 when this process built it before; compile_cached below)
     decode_s: float  # the call's device time, for the whole batch
     batch_tokens_per_s: float
     lookahead_auto: dict | None = None  # with lookahead "auto": the K chosen and why (lookahead.Choice.stats)
@@ -64,6 +68,8 @@ class Stats:
     # with draft "auto": the drafter and K chosen, tokens per round, accept rate and every priced candidate
     speculation: dict | None = None
     healed: str = ""  # the prompt's text token healing moved into the first token (decode.healing); "": none
+    # True: compile_s went to tracing the program and reading it back from a compilation cache, not to compiling it
+    compile_cached: bool = False
 
     @classmethod
     def of(cls, new_tokens: int, rounds: int, accepted: int, lookahead: int, batch_tokens: int, decode_s: float,
@@ -128,6 +134,8 @@ class Engine:
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
     _lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
     _past_vocabulary: list = dataclasses.field(default_factory=list, repr=False)  # [tokens_past_vocabulary's]
+    # seconds this engine spent building programs: compiling them, and tracing and reading them back from a cache
+    built: dict = dataclasses.field(default_factory=lambda: {"compile_s": 0.0, "cache_s": 0.0}, repr=False)
 
     @property
     def xla_options(self) -> dict | None:
@@ -303,7 +311,7 @@ class Engine:
         """generate_ids' call once planned (healed: heal's)."""
         args = self.prepare(ids, rows, max_new, gen, stop, allowed=healed.allowed)
         kv_bytes = self.kv_bytes(args)
-        program, compile_s = self.compile(args)
+        program, compile_s, cached = self.build(args)
         t0 = time.perf_counter()
         try:
             state = jax.block_until_ready(program(*args))  # the caches are donated: gone after this call
@@ -313,13 +321,14 @@ class Engine:
             raise OutOfMemory(f"a batch of {len(ids)} rows ran out of device memory: fewer rows (--batch-size) or "
                               "fewer tokens") from None
         decode_s = time.perf_counter() - t0
+        log.info("decoded %d tokens in %.2f s", int(np.asarray(state.count).sum()), decode_s)
         K, key = args.models.lookahead, (self.draft_mode, lookahead.batch_bucket(len(ids)))
         rounds, count = np.asarray(state.rounds)[: len(ids)], np.asarray(state.count)[: len(ids)]
         with self._lock:
             self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, rounds, count)
             self._learn(key, K, lookahead.last_alpha(K, rounds, count))
         out = self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
-        return [self.finish(t, dataclasses.replace(st, healed=h), s, gen)
+        return [self.finish(t, dataclasses.replace(st, healed=h, compile_cached=cached), s, gen)
                 for (t, st), s, h in zip(out, stop, healed.removed)]
 
     def observe(self, K: int, batch: int, rounds: int, accepted: int) -> None:
@@ -343,9 +352,20 @@ class Engine:
         key = (name, jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args)))
         if key in self._compiled:
             return self._compiled[key], 0.0
-        t0 = time.perf_counter()
-        self._compiled[key] = programs.compiled(jitted, *args, options=self.xla_options)
-        return self._compiled[key], time.perf_counter() - t0
+        build = lambda: programs.compiled(jitted, *args, options=self.xla_options)
+        self._compiled[key], seconds, _ = self._timed(build)
+        return self._compiled[key], seconds
+
+    def _timed(self, build):
+        """(build(), its seconds, whether every program it built was read back from a compilation cache), the
+        seconds counted in self.built."""
+        t0, (asked, hits) = time.perf_counter(), programs.cache_counts()
+        out = build()
+        seconds = time.perf_counter() - t0
+        asked, hits = (n - m for n, m in zip(programs.cache_counts(), (asked, hits)))
+        cached = asked > 0 and hits == asked
+        self.built["cache_s" if cached else "compile_s"] += seconds
+        return out, seconds, cached
 
     def kv_bytes(self, args: ProgramArgs) -> tuple[int, int]:
         """(the KV storage of a call, the same with the target's cache in BF16): shapes only, nothing allocated."""
@@ -551,27 +571,35 @@ class Engine:
         decode.rounds_program (three with a draft model: decode.draft_prefill_program), compiled side by side
         and run back to back (trace_parts); on a mesh the one decode.generate_program (the rounds' input
         shardings are only known once the prefill is compiled). Under the lock: a program compiles once."""
+        return self.build(args)[:2]
+
+    def build(self, args: ProgramArgs):
+        """compile's (program, seconds), and whether the program was read back from a compilation cache (the
+        seconds then went to tracing and reading it, not to compiling)."""
         with self._lock:
             return self._compile(args)
 
     def _compile(self, args: ProgramArgs):
         key = jax.tree.structure(args), tuple((x.shape, x.dtype) for x in jax.tree.leaves(args))
         if key in self._compiled:
-            return self._compiled[key], 0.0
+            return self._compiled[key], 0.0, False
+        what = (f"the generate program for batch {args.prompts.shape[0]}, capacity {args.cache.capacity}, "
+                f"lookahead {args.models.lookahead}")
         if self.say is not None:
-            self.say(f"compiling the generate program for batch {args.prompts.shape[0]}, capacity "
-                     f"{args.cache.capacity}, lookahead {args.models.lookahead} (once per shape; later runs read it "
-                     "from the compilation cache)")
-        t0 = time.perf_counter()
+            self.say(f"reading {what} from the compilation cache" if programs.seen(args, self.xla_options) else
+                     f"compiling {what} (once per shape; later runs read it from the compilation cache)")
+        compiled, seconds, cached = self._timed(lambda: self._built_program(args))
+        self._compiled[key] = compiled
+        log.info("%s: %s in %.1f s", what, "read from the compilation cache" if cached else "compiled", seconds)
+        programs.mark_seen(args, self.xla_options)
+        return compiled, seconds, cached
+
+    def _built_program(self, args: ProgramArgs):
         with sharding.context(self.mesh):  # traced under the mesh: attention_split.per_shard sees it
             if self.mesh is None:
                 keys = [(name, args) for name in part_names(args.models)]
-                compiled = back_to_back(*programs.compiled_together(keys, lambda: lower_parts(args),
-                                                                    self.xla_options))
-            else:
-                compiled = programs.compiled(decode.generate_program, *args, options=self.xla_options)
-        self._compiled[key] = compiled
-        return compiled, time.perf_counter() - t0
+                return back_to_back(*programs.compiled_together(keys, lambda: lower_parts(args), self.xla_options))
+            return programs.compiled(decode.generate_program, *args, options=self.xla_options)
 
     def _results(self, state, K, choice, compile_s, decode_s, kv_bytes):
         tokens, count = np.asarray(state.tokens), np.asarray(state.count)
@@ -618,7 +646,7 @@ def text_pieces(tokenizer, rounds, stop: tuple[str, ...] = (), healed: str = "")
 
 def _per_row_stops(gen: GenerateConfig, stop, n: int) -> list[tuple[str, ...]]:
     """Each row's stop strings, checked (check_stops): stop per row, or gen.stop for every row."""
-    stop = [gen.stop] * n if stop is None else [tuple(s) for s in stop]
+    stop = [gen.stop] * n if stop is None else [stop_tuple(s) for s in stop]
     if len(stop) != n:
         raise ConfigError(f"stop has {len(stop)} entries for {n} prompts")
     for s in stop:
@@ -651,6 +679,7 @@ def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mod
     path = Path(rotations) if rotations else checkpoint.rotation_path(model_dir)
     if mode == "auto":
         mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
+    log.info("rotations: %s%s", mode, f" from {path}" if mode == "oscar" else "")
     if mode == "none":
         return params, kv
     rotation.check_head_dim(cfg.head_dim)
@@ -707,7 +736,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
     options: how the programs are built (config.Options; the defaults are what runs; its platform, where None,
     is JAX's default backend).
     """
-    model_dir = Path(model) if model else DEFAULT_TARGET
+    model_dir, t0 = Path(model) if model else DEFAULT_TARGET, time.perf_counter()
     if dtype not in ("bfloat16", "float32"):
         raise ConfigError(f"dtype must be bfloat16 or float32, got {dtype!r}")
     if rotations:  # whatever the kv mode: a named file must be one
@@ -739,6 +768,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
         candidates = tuple(sharding.replicate(d, mesh) for d in candidates)
     template = tok.chat_template if checkpoint.is_gguf(model_dir) else chat.template_of(model_dir)
     source = f"model={model_dir.resolve()} draft={draft} rotation={rotation_mode} rotations={rotations}"
+    log.info("loaded %s (draft %s, kv %s) in %.1f s", model_dir, drafter.mode, kv.mode, time.perf_counter() - t0)
     return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, candidates=candidates,
                   dtype=dtype, attn_impl=impl,
                   mesh=mesh, options=options, chat_template=template, source=source)

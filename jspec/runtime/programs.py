@@ -11,6 +11,10 @@ compile_cache.use_compile_cache, the CLI's --compile-cache; see `directory`), bo
 limit the least recently used programs go. An entry that cannot be read back (a torn write, another
 jaxlib) is compiled again and replaced.
 
+Whether a build was a compile or a cache read is counted here (cache_counts: JAX's monitoring events and this
+store's reads), and a program built once is marked in the cache directory by its pre-trace key (seen, mark_seen),
+so that a later process can say before tracing whether it expects to compile or to read the program back.
+
 Entries are pickles (JAX's serialized executables are pickles themselves), and unpickling runs code: as ssh
 does with keys, an entry is read only when it and its directory belong to this user and nobody else may write
 them (else compiled again, with one warning line per directory); the store is written owner-only.
@@ -25,6 +29,7 @@ import os
 import pickle
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import jax
@@ -37,6 +42,53 @@ from jspec.runtime.startup import mosaic_keys
 from jspec.paths import PACKAGE
 
 SUFFIX = ".program"
+SEEN = "jspec-seen"  # the cache directory's folder of marks: one empty file per program key built (mark_seen)
+_REQUESTS, _HITS = "/jax/compilation_cache/compile_requests_use_cache", "/jax/compilation_cache/cache_hits"
+_counts = {"requests": 0, "hits": 0}
+_counting = threading.Lock()  # the listener runs in each compiling thread (compile_all)
+
+
+def _count(event: str, hit: bool = False, **_) -> None:
+    """A compile that asked a compilation cache (JAX's events; this store's reads with hit=True) and its hits."""
+    if event in (_REQUESTS, _HITS):
+        with _counting:
+            _counts["requests" if event == _REQUESTS else "hits"] += 1
+            _counts["hits"] += hit
+
+
+jax.monitoring.register_event_listener(_count)
+
+
+def cache_counts() -> tuple[int, int]:
+    """(compiles that asked a compilation cache, those it answered) so far in this process: a build whose deltas
+    are equal and non-zero was read back whole, not compiled."""
+    with _counting:
+        return _counts["requests"], _counts["hits"]
+
+
+def _marks() -> Path | None:
+    root = jax.config.jax_compilation_cache_dir
+    return Path(root) / SEEN if root else None
+
+
+def seen(args, options: dict | None = None) -> bool:
+    """Whether a program of these arguments was built and marked (mark_seen) with the current compilation cache: a
+    guess that it will be read back (the cache may have evicted it since)."""
+    where = _marks()
+    return where is not None and (where / key((args, options))).exists()
+
+
+def mark_seen(args, options: dict | None = None) -> None:
+    """Marks the program of these arguments as built with the current compilation cache (nothing if it is off or
+    cannot be written)."""
+    where = _marks()
+    if where is None or not os.access(where.parent, os.W_OK):
+        return
+    try:
+        where.mkdir(exist_ok=True)
+        (where / key((args, options))).touch()
+    except OSError:
+        pass
 
 
 def directory() -> Path | None:
@@ -128,6 +180,7 @@ def _read(path: Path | None):
     try:
         program = serialize_executable.deserialize_and_load(*pickle.loads(path.read_bytes()))
         os.utime(path)  # recently used
+        _count(_REQUESTS, hit=True)
         return program
     except Exception:  # noqa: BLE001
         return None
