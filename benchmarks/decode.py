@@ -112,7 +112,7 @@ def weight_bytes(params) -> int:
 def make_step(cfg: ModelConfig, impl: str, n: int = 1, steps: int = 1, options: dict | None = None):
     """`steps` steps in one jitted call (a lax.fori_loop when > 1, as in the engine's decode loop), each
     a forward over n tokens per row (decode: 1; verification: K + 1) and the commit of all n rows.
-    options: XLA's compiler options (model.compile_options of the weights, as the engine compiles with)."""
+    options: XLA's compiler options (model.compile_options, as the engine compiles with)."""
     def one(params, cache, tok):
         logits, (k, v) = model.forward(params, cfg, jnp.broadcast_to(tok[:, None], (tok.shape[0], n)), cache,
                                        attn_impl=impl)
@@ -137,12 +137,12 @@ def time_step(params, cfg, kv: KVConfig, B: int, ctx: int, impl: str, n: int = 1
     """Median seconds per step (make_step) at context ctx; the commits advance it by 10 * steps * n.
 
     mesh: a jspec.runtime.sharding mesh; params (already placed) and the cache are sharded as the engine does."""
-    cache = kvcache.init_cache(cfg, kv, B, capacity(ctx, n, steps), jnp.bfloat16, stacked=model.is_stacked(params))
+    cache = kvcache.init_cache(cfg, kv, B, capacity(ctx, n, steps), jnp.bfloat16)
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
     tok = jnp.zeros((B,), jnp.int32)
     if mesh is not None:
         cache, tok = sharding.shard_cache(cache, mesh), sharding.shard_batch(tok, mesh)
-    step = make_step(cfg, impl, n, steps, model.compile_options(params))
+    step = make_step(cfg, impl, n, steps, model.compile_options())
     state = {"cache": cache, "tok": tok}
 
     def run():

@@ -86,8 +86,8 @@ def residuals(params, cfg: ModelConfig, tokens, kvs) -> list:
     """tokens [1, n] -> the (x, y) entering each layer and after the last: L + 1 pairs (kvs: per layer)."""
     x = params.embed[tokens].astype(jnp.float32)
     out = [(x, jnp.zeros_like(x))]
-    for lp, kv in zip(params.layers, kvs):
-        out.append(layer(lp, *out[-1], cfg, kv))
+    for i, kv in enumerate(kvs):
+        out.append(layer(params.layer(i), *out[-1], cfg, kv))
     return out
 
 
@@ -96,6 +96,6 @@ def logp(params, cfg: ModelConfig, tokens, kvs, start=None, C: int = BLOCK):
     residual (the layers before j are then whatever produced it: a per-layer table reuses BF16's)."""
     j, (x, y) = start if start is not None else (0, (params.embed[tokens].astype(jnp.float32), None))
     y = jnp.zeros_like(x) if y is None else y
-    for lp, kv in zip(params.layers[j:], kvs[j:]):
-        x, y = layer(lp, x, y, cfg, kv, C)
+    for i, kv in enumerate(kvs[j:], j):
+        x, y = layer(params.layer(i), x, y, cfg, kv, C)
     return head_logp(params, x, y, cfg)

@@ -192,8 +192,8 @@ def rotation_fit(params, cfg: ModelConfig, tokens, rots: dict, clip=CLIPS["on"])
     x = params.embed[jnp.asarray(tokens)].astype(jnp.float32)
     y = jnp.zeros_like(x)
     out = {name: {"key_snr_db": [], "value_err": []} for name in rots}
-    for i, lp in enumerate(params.layers):
-        x, y, q, k, v = _layer_step(lp, cfg, x, y)
+    for i in range(params.num_layers):
+        x, y, q, k, v = _layer_step(params.layer(i), cfg, x, y)
         Hkv, g = cfg.num_kv_heads, cfg.q_per_kv
         qh = q[0].reshape(-1, Hkv, g, G).transpose(1, 2, 0, 3).reshape(Hkv, -1, G)  # [Hkv, n*g, D]
         kh, vh = k[0].transpose(1, 0, 2), v[0].transpose(1, 0, 2)  # [Hkv, n, D]

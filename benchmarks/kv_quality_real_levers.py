@@ -44,8 +44,8 @@ def prefix_targets(params, cfg, batches, counts):
     ys = [jnp.zeros_like(x) for x in xs]
     per = np.cumsum([b.size for b in batches])
     out = {c: ([], []) for c in counts}
-    for lp in params.layers:
-        lp = f32(lp)
+    for i in range(params.num_layers):
+        lp = f32(params.layer(i))
         qs, ks, vs = [], [], []
         for b, (x, y) in enumerate(zip(xs, ys)):
             xs[b], ys[b], q, k, v = calibrate._layer_step(lp, cfg, x, y)

@@ -46,8 +46,8 @@ CASES = ("shipped", "8b", "8b+draft")
 
 
 def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases: bool = False,
-          one_program: bool = False, engine_path: bool = False, scan: str = "", rerun: bool = False,
-          xla_norms: bool = False, commit_group: int | None = None, attn: str | None = None) -> dict:
+          one_program: bool = False, engine_path: bool = False, scan: bool = False, rerun: bool = False,
+          xla_norms: bool = False, attn: str | None = None) -> dict:
     """One process's figures for one case (run as `startup.py --child CASE --cache DIR`). abstract: weights
     as shapes only (no load, no run): what a CPU can trace, lower and compile of the 8B shapes. phases: the
     compile (with engine_path, Engine.compile) traced with jax.profiler, and its longest host events (XLA's passes,
@@ -55,11 +55,9 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     one_program: decode.generate_program, the prefill and rounds as one program (earlier), against
     the two parts compiled side by side that Engine.compile builds on one device. engine_path: compiled by
     Engine.compile itself (no trace or lower when jspec's program store holds the program: the CLI's compile_s).
-    scan: "all", the 8B cases' layers stacked (model.stack_layers: each forward one lax.scan); "draft", the draft's
-    only (the whole program then compiled with model.SCAN_OPTIONS, as the engine does). rerun: the program run a
-    second time on fresh arguments (rerun_s: without the first run's one-time costs). xla_norms: the residual adds
-    and norms in XLA (Options.fused_norms off), against their Pallas kernel. commit_group: the fused commit as a
-    kernel per this many layers (Options.commit_group; 0: one kernel for all layers). attn: the
+    scan: each forward's layer loop rolled (Options.layer_unroll = 1: one layer's ops in the program). rerun: the
+    program run a second time on fresh arguments (rerun_s: without the first run's one-time costs). xla_norms: the
+    residual adds and norms in XLA (Options.fused_norms off), against their Pallas kernel. attn: the
     8B cases' attention path (engine.attn_impl: "triton" holds no Mosaic GPU kernel, which a new process builds)."""
     t0 = time.perf_counter()
     import jax
@@ -73,10 +71,9 @@ def child(case: str, cache_dir: str, small: bool, abstract: bool = False, phases
     out = dict(case=case, import_s=time.perf_counter() - t0, torch_imported="torch" in sys.modules,
                transformers_imported="transformers" in sys.modules, device=str(jax.devices()[0]))
     compile_cache.use_compile_cache(cache_dir)
-    options = Options(fused_norms=False if xla_norms else None,
-                      commit_group=Options().commit_group if commit_group is None else commit_group or None)
+    options = Options(fused_norms=False if xla_norms else None, layer_unroll=1 if scan else True)
     t = time.perf_counter()
-    eng, ids, gen = _build(case, small, abstract, scan)
+    eng, ids, gen = _build(case, small, abstract)
     eng = dataclasses.replace(eng, options=options, attn_impl=attn or eng.attn_impl)
     jax.block_until_ready((eng.params, eng.drafter))
     out["load_s"] = time.perf_counter() - t
@@ -191,9 +188,8 @@ def children(trace_dir: str, parent: str = "CompileModuleToLlvmIr", top: int = 1
     return [["(self)", own[0], round(own[1], 3)]] + [[name, n, round(t, 3)] for name, (n, t) in rows]
 
 
-def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):
-    """(engine, prompt ids, GenerateConfig) of a case; abstract: the 8B weights as shapes only; scan: "all", their
-    layers stacked (model.stack_layers), "draft", the draft's only."""
+def _build(case: str, small: bool, abstract: bool = False):
+    """(engine, prompt ids, GenerateConfig) of a case; abstract: the 8B weights as shapes only."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -210,14 +206,13 @@ def _build(case: str, small: bool, abstract: bool = False, scan: str = ""):
     target, draft, prompt, new = _shapes(small)
     with_draft = case == "8b+draft"
 
-    def weights(cfg, seed, rotate, stack):  # random bf16 weights; R_K set and R_V folded in (Hadamard)
+    def weights(cfg, seed, rotate):  # random bf16 weights; R_K set and R_V folded in (Hadamard)
         p = model.init_params(cfg, jax.random.key(seed), dtype=jnp.bfloat16)
-        p = engine._apply_rotations(p, cfg, *rotation.hadamard_rotations(cfg)) if rotate else p
-        return model.stack_layers(p) if stack else p
+        return engine._apply_rotations(p, cfg, *rotation.hadamard_rotations(cfg)) if rotate else p
 
     make = (lambda *a: jax.eval_shape(lambda: weights(*a))) if abstract else weights
-    params = make(target, 0, True, scan == "all")
-    dparams = make(draft, 1, False, scan in ("all", "draft")) if with_draft else None
+    params = make(target, 0, True)
+    dparams = make(draft, 1, False) if with_draft else None
     drafter = Drafter(dparams, mode=DraftMode.MODEL, model_cfg=draft) if with_draft else Drafter()
     eng = engine.Engine(target, params, None, KVConfig("int2"), drafter, attn_impl=engine._default_impl())
     ids = np.random.default_rng(0).integers(0, target.vocab_size, prompt).tolist()
@@ -242,9 +237,7 @@ def run_child(case: str, cache_dir: Path, args, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", case, "--cache", str(cache_dir)]
     cmd += ["--small"] * args.small + ["--abstract"] * args.abstract + ["--phases"] * args.phases
     cmd += ["--one-program"] * args.one_program + ["--engine"] * args.engine + ["--scan-layers"] * args.scan_layers
-    cmd += ["--scan-draft"] * args.scan_draft
     cmd += ["--rerun"] * args.rerun + ["--xla-norms"] * args.xla_norms
-    cmd += [f"--commit-group={args.commit_group}"] * (args.commit_group is not None)
     cmd += [f"--attn={args.attn}"] * bool(args.attn)
     t = time.perf_counter()
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
@@ -351,16 +344,12 @@ def main():
                     "program (decode.generate_program, as before), not as Engine.compile's two parts")
     ap.add_argument("--engine", action="store_true", help="the cases compiled by Engine.compile (jspec's program "
                     "store, then JAX's cache: what the CLI's stats report as compile_s), not trace, lower and compile")
-    ap.add_argument("--scan-layers", action="store_true", help="the 8B cases' layers stacked, each forward one "
-                    "lax.scan (model.stack_layers), compiled with model.SCAN_OPTIONS as the engine does")
-    ap.add_argument("--scan-draft", action="store_true", help="the 8b+draft case's draft layers stacked, the "
-                    "target's unrolled (the program compiled with model.SCAN_OPTIONS: the target's GEMMs cuBLAS)")
+    ap.add_argument("--scan-layers", action="store_true", help="the cases' layer loops rolled (Options.layer_unroll "
+                    "= 1: one layer's ops in each program), not unrolled")
     ap.add_argument("--rerun", action="store_true", help="the 8B cases' program run twice, the second on fresh "
                     "arguments (rerun s: without the first run's one-time costs; its time counts in wall s)")
     ap.add_argument("--xla-norms", action="store_true", help="the 8B cases' residual adds and norms in XLA "
                     "(Options.fused_norms off), to time their Pallas kernel's compiles (kernels/add_norm.py)")
-    ap.add_argument("--commit-group", type=int, default=None, help="the fused commit as a kernel per this many "
-                    "layers (Options.commit_group; 0: one kernel for all layers)")
     ap.add_argument("--attn", choices=("pallas", "mosaic", "triton"), help="the 8B cases' attention path (default: "
                     "the engine's, pallas: Mosaic GPU on Hopper)")
     ap.add_argument("--child", choices=CASES, help=argparse.SUPPRESS)
@@ -368,15 +357,13 @@ def main():
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.cache, args.small, args.abstract, args.phases, args.one_program,
-                              args.engine, "all" if args.scan_layers else "draft" if args.scan_draft else "",
-                              args.rerun, args.xla_norms, args.commit_group, args.attn)),
+                              args.engine, args.scan_layers, args.rerun, args.xla_norms, args.attn)),
               flush=True)
         return
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)
     result = dict(small=args.small, abstract=args.abstract, one_program=args.one_program, scan_layers=args.scan_layers,
-                  scan_draft=args.scan_draft, rerun=args.rerun, xla_norms=args.xla_norms,
-                  commit_group=args.commit_group,
+                  rerun=args.rerun, xla_norms=args.xla_norms,
                   xla_flags=os.environ.get("XLA_FLAGS", ""), cases=[], readme={})
     with tempfile.TemporaryDirectory(prefix="jspec-startup-") as tmp:
         for name in ("cold", "warm"):  # first: the figure users see

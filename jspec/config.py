@@ -465,10 +465,6 @@ class Options:
     # The INT2 commit as one Pallas kernel (kernels/int2_commit.py) where a row is one group: 0.34 ms off the 8B
     # step at batch 1 / 128K as a kernel per layer, 0.11 ms more as one for all layers (H200, docs/kernels.md).
     fused_commit: bool | None = None
-    # Where the cache's layers are separate arrays, the fused commit's layers per kernel (None: all in one). The
-    # kernel branches once per layer and XLA builds it on one thread: the 8B + draft program compiled in 15.7-17.8 s
-    # with 8 against 25.9-34.9 s with one kernel for 32 layers, its step unchanged (H200, docs/kernels.md).
-    commit_group: int | None = 8
     # The BF16 window parts and the merge as two Pallas kernels per layer (kernels/window_merge.py) where XLA runs
     # about nine small ones: 1.04-1.05x per 8B step (H200).
     fused_window: bool | None = None
@@ -479,6 +475,11 @@ class Options:
     # one program serves every prompt length up to the capacity; at most the default recent window, else a chunk
     # would read its own older rows as INT2.
     prefill_chunk: int = 256
+    # The forward's loop over the stacked layers, lax.scan's unroll: True, every layer's ops laid out in the
+    # program; an int U, U layers per trip of a rolled loop (1: one layer's ops, a program that compiles about 2x
+    # (CPU) to 4x (H200) and loads 17x faster). None: True on a GPU, where the rolled 8B step was 0.94-1.01x as
+    # fast (H200), 1 on the CPU, where the rolled step was as fast or faster (docs/design.md).
+    layer_unroll: bool | int | None = None
     # The JAX platform the programs are built for ("gpu", "cpu"): the fused switches' auto choice and the kernels'
     # interpret mode follow it. engine.load decides it once (default_platform); None asks JAX where it is read.
     platform: str | None = None
@@ -489,8 +490,8 @@ class Options:
         for name in ("fused_commit", "fused_window", "fused_norms"):
             if getattr(self, name) not in (None, True, False):
                 raise ConfigError(f"{name} must be None (auto), True or False, got {getattr(self, name)!r}")
-        if self.commit_group is not None:
-            check_int("commit_group", self.commit_group, 1, INT32_MAX)
+        if self.layer_unroll is not None and not isinstance(self.layer_unroll, bool):
+            check_int("layer_unroll", self.layer_unroll, 1, INT32_MAX)
         check_int("prefill_chunk", self.prefill_chunk, 1, INT32_MAX)
 
     @property
@@ -502,6 +503,13 @@ class Options:
     def gpu(self) -> bool:
         """Whether the programs are built for a GPU (backend)."""
         return self.backend == "gpu"
+
+    @property
+    def unroll(self) -> bool | int:
+        """lax.scan's unroll for the layer loop: layer_unroll, or where None, all layers on a GPU, one elsewhere."""
+        if self.layer_unroll is not None:
+            return self.layer_unroll
+        return True if self.gpu else 1
 
 
 def default_platform() -> str:

@@ -56,6 +56,11 @@ FAMILIES = {
 }
 
 
+def layers_of(tree) -> list:
+    """Params' or a KVCache's layers one by one (slices of the stacks: Params.layer, KVCache.layer)."""
+    return [tree.layer(i) for i in range(tree.num_layers)]
+
+
 @functools.cache
 def tiny_tokenizer():
     """A byte-level BPE (VOCAB entries) trained offline on a few strings, wrapped for transformers.

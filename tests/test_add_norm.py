@@ -1,6 +1,6 @@
 """The residual add and RMS norm in one Pallas kernel (pallas/add_norm.py): equal to model.add_rms_norm's XLA path
 (interpret mode on the CPU, compiled on a GPU), the stacked weights read at the layer asked for; a model whose norms
-take the kernel gives the XLA path's logits, unrolled and stacked."""
+take the kernel gives the XLA path's logits, its layer loop unrolled and rolled."""
 
 import jax
 import jax.numpy as jnp
@@ -50,21 +50,21 @@ def test_supported_shapes():
     assert not supported(513, 4096)  # a prefill's rows
 
 
-@pytest.mark.parametrize("stacked", [False, True])
-def test_model_with_fused_norms_matches_xla(stacked, monkeypatch):
+@pytest.mark.parametrize("unroll", [True, 1])
+def test_model_with_fused_norms_matches_xla(unroll, monkeypatch):
     """A prefill and a decode step through forward_taps (taps included), the norms in the kernel (interpret mode)
     against XLA's, float32."""
     params = model.init_params(CFG, jax.random.key(0), std=0.3)
     keys = iter(jax.random.split(jax.random.key(1), 2 * CFG.num_layers))
     norm = lambda: 1 + 0.3 * jax.random.normal(next(keys), (CFG.hidden_size,))  # each layer's own: a wrong index shows
-    params = params.replace(layers=tuple(lp.replace(attn_norm=norm(), mlp_norm=norm()) for lp in params.layers))
-    if stacked:
-        params = model.stack_layers(params)
+    norms = [(norm(), norm()) for _ in range(CFG.num_layers)]
+    params = params.replace(layers=params.layers.replace(attn_norm=jnp.stack([a for a, _ in norms]),
+                                                         mlp_norm=jnp.stack([m for _, m in norms])))
     kv = KVConfig("int2", sink=2, recent=4)
 
     def run(options):
         jax.clear_caches()
-        cache = kvcache.init_cache(CFG, kv, 2, 32, jnp.float32, stacked=stacked)
+        cache = kvcache.init_cache(CFG, kv, 2, 32, jnp.float32)
         tokens = jnp.asarray(np.random.default_rng(0).integers(0, CFG.vocab_size, (2, 7)), jnp.int32)
         out = []
         for _ in range(2):
@@ -74,11 +74,11 @@ def test_model_with_fused_norms_matches_xla(stacked, monkeypatch):
             tokens = jnp.argmax(logits[:, -1:], -1).astype(jnp.int32)
         return out
 
-    want = run(Options(fused_norms=False))
+    want = run(Options(fused_norms=False, layer_unroll=unroll))
     calls = []
     fused = jax.jit(add_norm, static_argnames=("eps", "interpret"))
     monkeypatch.setattr(model, "add_norm", lambda *a, **k: calls.append(1) or fused(*a, **k))  # a spy: counts calls
-    got = run(Options(fused_norms=True))
+    got = run(Options(fused_norms=True, layer_unroll=unroll))
     assert len(calls) == 2 * 3  # each forward traces its layers' body once (a nested jit or the scan's): 2, the final 1
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import layers_of
 from jspec.cache import kvcache
 from jspec.config import ConfigError, KVConfig, ModelConfig, model_config_from_hf
 from jspec.int2 import quant
@@ -119,7 +120,7 @@ def test_int2_is_really_read():
 def _assert_caches_close(a: kvcache.KVCache, b: kvcache.KVCache, lens):
     """Live slots of two caches agree (positions < lens[b]; ring slots holding those positions)."""
     np.testing.assert_array_equal(np.asarray(a.length), np.asarray(b.length))
-    for la, lb in zip(a.layers, b.layers):
+    for la, lb in zip(layers_of(a), layers_of(b)):
         pa, pb = la.parts(), lb.parts()
         for name in ("pinned_k", "pinned_v", "ring_k", "ring_v"):
             x, y = np.asarray(pa[name]), np.asarray(pb[name])
@@ -172,7 +173,7 @@ def _poison(cache: kvcache.KVCache, seed=0) -> kvcache.KVCache:
         return np.arange(size)[None] >= lens[:, None]
 
     layers = []
-    for layer in cache.layers:
+    for layer in layers_of(cache):
         window = np.concatenate([dead(layer.pinned_slots), dead(layer.ring_slots)], 1)  # pinned, then ring slots
         upd = dict(k=garbage(layer.k, window, 1e30), v=garbage(layer.v, window, 1e30))
         if cache.kv.int2:
@@ -181,7 +182,7 @@ def _poison(cache: kvcache.KVCache, seed=0) -> kvcache.KVCache:
             upd.update(codes=garbage(layer.codes, dead(T), 0, axis=3),
                        qparams=garbage(layer.qparams, dead(T), 1e15, axis=3))
         layers.append(dataclasses.replace(layer, **upd))
-    return cache.replace(layers=tuple(layers))
+    return cache.replace(layers=model.stack_layers(layers))
 
 
 @pytest.mark.parametrize("mode", ["bf16", "int2"])
@@ -219,11 +220,11 @@ _commit = jax.jit(kvcache.commit, compiler_options=_COMPILE)
 
 
 def _rows(seed, B, n):
-    """Random new rows: per layer [B, n, Hkv, D] keys and values."""
+    """Random new rows: [L, B, n, Hkv, D] keys and values."""
     keys = jax.random.split(jax.random.key(seed), 2 * CFG.num_layers)
     shape = (B, n, CFG.num_kv_heads, CFG.head_dim)
     rows = [jax.random.normal(k, shape, jnp.float32) for k in keys]
-    return rows[: CFG.num_layers], rows[CFG.num_layers :]
+    return jnp.stack(rows[: CFG.num_layers]), jnp.stack(rows[CFG.num_layers :])
 
 
 @pytest.mark.parametrize("mode", ["bf16", "int2"])
@@ -239,12 +240,11 @@ def test_masked_commit(mode):
     c1 = _commit(c0, k, v, jnp.asarray(n_commit))
     np.testing.assert_array_equal(np.asarray(c1.length), len0 + n_commit)
     # Rows past n_commit never reach the cache: garbage there gives a bit-identical cache.
-    junk = lambda xs: [jnp.where(jnp.arange(n)[None, :, None, None] >= n_commit[:, None, None, None], 1e30, x)
-                       for x in xs]
+    junk = lambda x: jnp.where(jnp.arange(n)[None, :, None, None] >= n_commit[:, None, None, None], 1e30, x)
     c2 = _commit(c0, junk(k), junk(v), jnp.asarray(n_commit))
     for x, y in zip(jax.tree.leaves(c1), jax.tree.leaves(c2)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    for l0, l1, kl, vl in zip(c0.layers, c1.layers, k, v):
+    for l0, l1, kl, vl in zip(layers_of(c0), layers_of(c1), k, v):
         _check_commit_layer(l0, l1, "k", np.asarray(kl), len0, n_commit, kv.clips[0], kv)
         _check_commit_layer(l0, l1, "v", np.asarray(vl), len0, n_commit, kv.clips[1], kv)
 
@@ -277,12 +277,12 @@ def _check_slots(before, after, slots, want):
 def test_commit_keeps_only_the_last_ring_slots():
     # W + 2 positions into W ring slots in one commit: slots 0, 1 hold positions W, W + 1.
     c = kvcache.init_cache(CFG, INT2, 1, CAP, jnp.float32)
-    W = c.layers[0].ring_slots
+    W = c.layer(0).ring_slots
     assert INT2.recent <= W < CAP - 2
     k, v = _rows(2, 1, W + 2)
     c = _commit(c, k, v, jnp.asarray([W + 2], jnp.int32))
     want = np.asarray(k[0])[0, [W, W + 1, *range(2, W)]].transpose(1, 0, 2)
-    np.testing.assert_array_equal(np.asarray(c.layers[0].parts()["ring_k"][0]), want)
+    np.testing.assert_array_equal(np.asarray(c.layer(0).parts()["ring_k"][0]), want)
 
 
 def test_capacity_and_config_errors():

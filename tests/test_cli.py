@@ -286,7 +286,8 @@ def test_cli_and_library_names_agree():
 
 
 def test_scan_layers_gives_the_same_tokens_in_float32(cli):
-    """--scan-layers (stacked layers, each forward one loop) on the shipped pair: the unrolled run's tokens."""
+    """--scan-layers (the layer loop rolled; the CPU's default too, so here it checks the flag's plumbing) on the
+    shipped pair: the default run's tokens (unrolled against rolled: test_layer_loop.py)."""
     runs = [cli("--json", "--dtype", "float32", *flag, PROMPT) for flag in ([], ["--scan-layers"])]
     assert [rc for rc, *_ in runs] == [0, 0]
     plain, scanned = (json.loads(out) for _, out, _ in runs)

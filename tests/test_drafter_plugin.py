@@ -47,8 +47,8 @@ class _Ids:
 
 def _engine(drafter: Drafter) -> Engine:
     params = decoder.init_params(CFG, jax.random.key(0), std=0.3)
-    params = params.replace(layers=tuple(lp.replace(wo=lp.wo * 0.03, w_down=lp.w_down * 0.03)
-                                         for lp in params.layers))
+    params = params.replace(layers=params.layers.replace(wo=params.layers.wo * 0.03,
+                                                             w_down=params.layers.w_down * 0.03))
     return Engine(cfg=CFG, params=params, tokenizer=_Ids(), kv=INT2, drafter=drafter, dtype="float32")
 
 

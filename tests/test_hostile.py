@@ -82,7 +82,7 @@ def test_configs_jspec_does_not_compute_are_refused_and_biases_are_computed(tmp_
     tied model whose file holds a different lm_head.weight, is one error naming the field."""
     hf = _save_llama(tmp_path / "biased", attention_bias=True, mlp_bias=True)
     cfg, params, _ = checkpoint.load_model(tmp_path / "biased", jnp.float32, tokenizer=False)
-    assert cfg.qkv_bias and cfg.o_bias and cfg.mlp_bias and params.layers[0].b_gu.shape == (2, 64)
+    assert cfg.qkv_bias and cfg.o_bias and cfg.mlp_bias and params.layers.b_gu.shape[1:] == (2, 64)
     ids = np.random.default_rng(0).integers(4, VOCAB, (2, 12))
     got, _ = model.forward(params, cfg, jnp.asarray(ids))
     np.testing.assert_allclose(np.asarray(got), _hf_logits(hf, ids), atol=1e-4, rtol=0)

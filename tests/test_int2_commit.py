@@ -34,11 +34,11 @@ def _case(seed, sdt, clips, dtype=jnp.bfloat16):
 
 
 def _fused(layer, k, v, slot, hist, kv, interpret=True, **opts):
-    """The kernel for one layer (L = 1)."""
-    (bufs,) = int2_commit.commit_int2(((layer.k, layer.v, layer.codes, layer.qparams),), k[None], v[None], slot,
-                                      hist, clip_k=kv.clips[0], clip_v=kv.clips[1], planes=kvcache.INT2_PLANES,
-                                      interpret=interpret, **opts)
-    return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
+    """The kernel for one layer (stacks of L = 1)."""
+    stacks = tuple(x[None] for x in (layer.k, layer.v, layer.codes, layer.qparams))
+    bufs = int2_commit.commit_int2(stacks, k[None], v[None], slot, hist, clip_k=kv.clips[0], clip_v=kv.clips[1],
+                                   planes=kvcache.INT2_PLANES, interpret=interpret, **opts)
+    return dataclasses.replace(layer, **dict(zip(("k", "v", "codes", "qparams"), (x[0] for x in bufs))))
 
 
 @pytest.mark.parametrize("sdt", [jnp.bfloat16, jnp.float32], ids=["bf16_scales", "f32_scales"])
@@ -52,11 +52,10 @@ def test_fused_commit_equals_commit_layer(sdt, clips):
     assert not np.array_equal(np.asarray(want.codes), np.asarray(args[0].codes))  # the commit wrote something
 
 
-@pytest.mark.parametrize("group", [None, 2], ids=["one_kernel", "groups_of_2"])
-def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(group):
+def test_fused_commit_in_a_whole_decode_gives_the_same_tokens():
     """Prefill, then greedy decode steps through model.forward and kvcache.commit, float32: the fused
-    commit (Options.fused_commit: one kernel for the three layers, or with Options.commit_group one for
-    layers 0-1 and one for layer 2) and the jnp one give the same tokens and the same cache."""
+    commit (Options.fused_commit: one kernel for the three layers) and the jnp one give the same tokens and the
+    same cache."""
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
     kv = KVConfig("int2", sink=2, recent=4)
@@ -68,7 +67,7 @@ def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(group):
         return jnp.argmax(logits[:, -1], -1), kvcache.commit(cache, k, v, jnp.full((2,), tokens.shape[1]), options)
 
     def run(fused):
-        options = Options(fused_commit=fused, commit_group=group)
+        options = Options(fused_commit=fused)
         tok, cache = step(kvcache.init_cache(cfg, kv, 2, 32, jnp.float32), prompt, options)
         toks = [tok]
         for _ in range(8):
@@ -84,48 +83,35 @@ def test_fused_commit_in_a_whole_decode_gives_the_same_tokens(group):
 
 def _layers_case(L, seed=0, sdt=jnp.bfloat16, dtype=jnp.bfloat16):
     cases = [_case(seed + j, sdt, (0.96, 0.92), dtype) for j in range(L)]
-    bufs = tuple((c[0].k, c[0].v, c[0].codes, c[0].qparams) for c in cases)
+    bufs = tuple(jnp.stack([getattr(c[0], name) for c in cases]) for name in ("k", "v", "codes", "qparams"))
     return cases, bufs, jnp.stack([c[1] for c in cases]), jnp.stack([c[2] for c in cases])
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_all_layers_commit_equals_commit_layer_per_layer(dtype):
-    """commit_int2 over three layers: each layer's buffers as commit_layer writes them, bit for bit."""
+    """commit_int2 over three layers' [L, ...] stacks: each layer's buffers as commit_layer writes them, bit for
+    bit."""
     cases, bufs, k, v = _layers_case(3, dtype=dtype)
     slot, hist, kv = cases[0][3:]
     got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clips[0], clip_v=kv.clips[1],
                                   planes=kvcache.INT2_PLANES, interpret=True)
-    for c, g in zip(cases, got):
+    for i, c in enumerate(cases):
         want = kvcache.commit_layer(*c[:5], kv=kv)
-        for x, name in zip(g, ("k", "v", "codes", "qparams")):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(getattr(want, name)))
+        for x, name in zip(got, ("k", "v", "codes", "qparams")):
+            np.testing.assert_array_equal(np.asarray(x[i]), np.asarray(getattr(want, name)))
 
 
-def test_fused_commit_of_stacked_buffers():
-    """commit_int2 over one set of [L, ...] stacks (kvcache.init_cache(stacked=True)): the per-layer result."""
-    cases, bufs, k, v = _layers_case(3)
-    slot, hist, kv = cases[0][3:]
-    run = lambda b: int2_commit.commit_int2(b, k, v, slot, hist, clip_k=kv.clips[0], clip_v=kv.clips[1],
-                                            planes=kvcache.INT2_PLANES, interpret=True)
-    [got], want = run((tuple(jnp.stack(x) for x in zip(*bufs)),)), run(bufs)
-    for i, w in enumerate(want):
-        for x, y in zip(got, w):
-            np.testing.assert_array_equal(np.asarray(x[i]), np.asarray(y))
-
-
-@pytest.mark.parametrize("stacked", [False, True])
-def test_fused_commit_lowers_for_cuda(stacked):
+def test_fused_commit_lowers_for_cuda():
     """The Triton kernel itself (not the interpreter) lowers: what the CPU can check of the GPU path."""
     cases, bufs, k, v = _layers_case(2)
     slot, hist, kv = cases[0][3:]
-    bufs = (tuple(jnp.stack(x) for x in zip(*bufs)),) if stacked else bufs
     fn = lambda *a: int2_commit.commit_int2(*a, clip_k=kv.clips[0], clip_v=kv.clips[1], planes=kvcache.INT2_PLANES)
     assert "triton" in jax.jit(fn).trace(bufs, k, v, slot, hist).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
-    """decode.prefill's fused commit as a kernel per kvcache.COMMIT_GROUP layers (2 of 3 here, interpret mode)
-    leaves the cache the jnp commit leaves, float32, over two prefill chunks."""
+def test_prefill_with_the_fused_commit_leaves_the_jnp_cache(monkeypatch):
+    """decode.prefill's fused commit (one kernel for the three layers, interpret mode) leaves the cache the jnp
+    commit leaves, float32, over two prefill chunks."""
     from conftest import VOCAB, tiny_tokenizer
 
     from jspec.config import GenerateConfig, SamplingConfig
@@ -139,7 +125,7 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
 
     def start(fused):
         eng = engine.Engine(cfg, model.init_params(cfg, jax.random.key(0), std=0.3), tok, KVConfig("int2", sink=2,
-                            recent=4), dtype="float32", options=Options(fused, commit_group=2, prefill_chunk=8))
+                            recent=4), dtype="float32", options=Options(fused, prefill_chunk=8))
         args = eng.prepare(ids, [SamplingConfig()], [4], GenerateConfig(lookahead=0))
         return decode.start_program(*args).cache
 
@@ -149,22 +135,18 @@ def test_prefill_commits_a_kernel_per_group_of_layers(monkeypatch):
     assert int(got.length[0]) == 13
 
 
-def test_commit_groups_of_layers_lower_to_one_kernel():
-    """Options.commit_group = 2 over four layers: two calls of one Triton kernel (a program lowers and XLA compiles
-    it once), where None is one call of a kernel that branches over the four layers. Traced as on a GPU
-    (not in interpret mode), lowered for CUDA."""
+def test_the_commit_of_all_layers_lowers_to_one_kernel():
+    """The fused commit over four layers' stacks: one call of one Triton kernel. Traced as on a GPU (not in
+    interpret mode), lowered for CUDA."""
     cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=4,
                       num_heads=4, num_kv_heads=2, head_dim=16, max_position=64)
     cache = kvcache.init_cache(cfg, KVConfig("int2", sink=2, recent=4), 1, 32, jnp.bfloat16)
-    rows = tuple(jnp.ones((1, 1, 2, 16), jnp.bfloat16) for _ in range(4))
-    def kernels(group):
-        options = Options(commit_group=group, platform="gpu")
-        commit = jax.jit(lambda c, k, v: kvcache.commit(c, k, v, jnp.ones((1,), jnp.int32), options))
-        text = commit.trace(cache, rows, rows).lower(lowering_platforms=("cuda",)).as_text()
-        return re.findall(r"call @(commit_int2\w*)", text), text.count("__gpu$xla.gpu.triton(")
-
-    assert kernels(None) == (["commit_int2"], 1)
-    assert kernels(2) == (["commit_int2"] * 2, 1)  # the one function (its kernel) called twice
+    rows = jnp.ones((4, 1, 1, 2, 16), jnp.bfloat16)
+    options = Options(platform="gpu")
+    commit = jax.jit(lambda c, k, v: kvcache.commit(c, k, v, jnp.ones((1,), jnp.int32), options))
+    text = commit.trace(cache, rows, rows).lower(lowering_platforms=("cuda",)).as_text()
+    assert re.findall(r"call @(commit_int2\w*)", text) == ["commit_int2"]
+    assert text.count("__gpu$xla.gpu.triton(") == 1
 
 
 def test_fused_commit_refuses_groups_smaller_than_a_row():
@@ -216,7 +198,8 @@ def test_compiled_all_layers_commit_matches_commit_layer(dtype):
     slot, hist, kv = cases[0][3:]
     got = int2_commit.commit_int2(bufs, k, v, slot, hist, clip_k=kv.clips[0], clip_v=kv.clips[1],
                                   planes=kvcache.INT2_PLANES)
-    for c, g in zip(cases, got):
+    for i, c in enumerate(cases):
+        g = [x[i] for x in got]
         want = kvcache.commit_layer(*c[:5], kv=kv, options=Options(fused_commit=False))
         np.testing.assert_array_equal(np.asarray(g[0]), np.asarray(want.k))
         np.testing.assert_array_equal(np.asarray(g[1]), np.asarray(want.v))

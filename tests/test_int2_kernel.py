@@ -102,7 +102,7 @@ def cache():
     c = kvcache.init_cache(CFG, kv, batch=2, capacity=96, lookahead=4)
     rng = np.random.default_rng(11)
     k, v = _rows(rng, 2, 40, 2, 64, jnp.bfloat16), _rows(rng, 2, 40, 2, 64, jnp.bfloat16)
-    return kv, kvcache.commit(c, [k], [v], jnp.asarray([40, 0], jnp.int32))
+    return kv, kvcache.commit(c, k[None], v[None], jnp.asarray([40, 0], jnp.int32))
 
 
 @pytest.mark.parametrize("n", [1, 5, 20])  # decode, K=4 verification, a chunk longer than R
@@ -110,7 +110,7 @@ def test_attend_split_matches_reference(cache, n):
     kv, c = cache
     rng = np.random.default_rng(n)
     q, k, v = _rows(rng, 2, n, 8, 64), _rows(rng, 2, n, 2, 64), _rows(rng, 2, n, 2, 64)
-    layer = c.layers[0]
+    layer = c.layer(0)
     ref = attention.attend_reference(q, k, v, layer, c.length, kv)
     split = jax.jit(attention_split.attend_split, static_argnames=("kv", "interpret", "block_t"))
     out = split(q, k, v, layer, c.length, kv=kv, interpret=True, block_t=16)

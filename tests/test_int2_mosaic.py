@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import layers_of
 from jspec.kernels import common, reference
 from jspec.kernels.hopper import attention as im, decode, prepare, verify
 from jspec.runtime.startup import jax_patch, mosaic_keys
@@ -547,8 +548,8 @@ def _split_case():
     @jax.jit  # one compile instead of one per eager op
     def cache(k, v):
         c = kvcache.init_cache(cfg, kv, batch=1, capacity=96, lookahead=4)
-        c = kvcache.commit(c, [k], [v], jnp.asarray([40], jnp.int32))
-        return c.layers[0], c.length
+        c = kvcache.commit(c, k[None], v[None], jnp.asarray([40], jnp.int32))
+        return c.layer(0), c.length
 
     return (rows(5, 8), rows(5, 2), rows(5, 2), *cache(k, v)), kv
 
@@ -608,7 +609,7 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
         got, _ = step["pallas"](cache, chunk)
         assert _rel(got, want) <= 0.06
         fused, cache = commit(cache, k, v, count, True), commit(cache, k, v, count, False)
-        for f, w in zip(fused.layers, cache.layers):
+        for f, w in zip(layers_of(fused), layers_of(cache)):
             np.testing.assert_array_equal(np.asarray(f.k), np.asarray(w.k))
             np.testing.assert_array_equal(np.asarray(f.v), np.asarray(w.v))
             np.testing.assert_allclose(np.asarray(f.qparams, np.float32), np.asarray(w.qparams, np.float32),

@@ -184,12 +184,12 @@ def test_fused_projections_equal_hf_ones(family, hf_model_dir, jspec_model):
     proj = lambda name: h @ w[f"{name}.weight"].T + w.get(f"{name}.bias", 0)
     heads = lambda x: x.reshape(2, 3, -1, cfg.head_dim)
     # at position 0 RoPE is the identity, so qkv returns the projections themselves
-    q, k, v = model.qkv(params.layers[1], cfg, jnp.asarray(h), jnp.zeros((2, 3), jnp.int32))
+    q, k, v = model.qkv(params.layer(1), cfg, jnp.asarray(h), jnp.zeros((2, 3), jnp.int32))
     for got, name in ((q, "q_proj"), (k, "k_proj"), (v, "v_proj")):
         np.testing.assert_allclose(np.asarray(got), heads(proj(f"self_attn.{name}")), atol=1e-5, rtol=0)
     silu = lambda x: x / (1 + np.exp(-x))
     want = (silu(proj("mlp.gate_proj")) * proj("mlp.up_proj")) @ w["mlp.down_proj.weight"].T
-    np.testing.assert_allclose(np.asarray(model.mlp(params.layers[1], jnp.asarray(h))), want, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(model.mlp(params.layer(1), jnp.asarray(h))), want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("n", [1, 40])  # R_K as the small product, and as the prefill's GEMM (model.SMALL_ROTATE)
@@ -201,7 +201,7 @@ def test_qkv_slots_pass_v_through_rope_and_r_k_unchanged(dtype, n):
                       num_heads=8, num_kv_heads=2, head_dim=16)
     g = cfg.q_per_kv
     rot = jnp.linalg.qr(jax.random.normal(jax.random.key(2), (2, 16, 16)))[0]  # an orthogonal R per KV head
-    lp = model.init_params(cfg, jax.random.key(1), dtype, std=0.3).layers[0].replace(rot_k=rot)
+    lp = model.init_params(cfg, jax.random.key(1), dtype, std=0.3).layer(0).replace(rot_k=rot)
     h = jax.random.normal(jax.random.key(3), (2, n, cfg.hidden_size), dtype)
     pos = jnp.arange(n)[None] + jnp.asarray([[100], [7]])
     got = jax.jit(lambda h, pos: model.qkv_slots(lp, cfg, h, pos))(h, pos)

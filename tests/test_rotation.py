@@ -199,10 +199,10 @@ def test_apply_rotations_preserves_the_model(cfg):
     ref, _ = forward(params, cfg, tokens)
     rot_k, rot_v = _per_head_rotations(cfg, 7)
     rotated = rotation.apply_rotations(params, cfg, rot_k, rot_v)
-    assert rotated.layers[0].rot_k.shape == (cfg.num_kv_heads, cfg.head_dim, cfg.head_dim)
-    assert rotated.layers[0].rot_k.dtype == jnp.float32
+    assert rotated.layer(0).rot_k.shape == (cfg.num_kv_heads, cfg.head_dim, cfg.head_dim)
+    assert rotated.layer(0).rot_k.dtype == jnp.float32
     g = cfg.q_per_kv
-    before, after = params.layers[0].wqkv, rotated.layers[0].wqkv
+    before, after = params.layer(0).wqkv, rotated.layer(0).wqkv
     assert not np.allclose(after[:, :, g + 1], before[:, :, g + 1])  # R_V really is folded into v
     np.testing.assert_array_equal(after[:, :, : g + 1], before[:, :, : g + 1])  # and only into v
     out, (new_k, new_v) = forward(rotated, cfg, tokens)

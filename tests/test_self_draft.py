@@ -3,9 +3,9 @@
 Greedy: self, ngram+self and the draft model and EAGLE-3 head over windowed caches emit the plain tokens in
 float32, with drafts accepted. The self-draft's provisional rows never reach the target's cache: after a run
 over a poisoned INT2 cache, its dead slots still hold the poison and its live ones equal the plain run's.
-The window path of the attention rule equals a dense masked softmax; a stacked target's self-draft steps equal
-an unstacked one's; a windowed drafter's cache (so its cost part) is the same at every capacity; load parses the
-self-draft modes and --lookahead auto prices them by their step. (The sampled rule with the self-draft's own
+The window path of the attention rule equals a dense masked softmax; the self-draft's steps with the layer loop
+rolled equal the unrolled ones'; a windowed drafter's cache (so its cost part) is the same at every capacity; load
+parses the self-draft modes and --lookahead auto prices them by their step. (The sampled rule with the self-draft's own
 distributions: test_speculative's exact enumeration, kind "self".)
 
 Built on test_speculative's tiny models and compiled programs' conventions.
@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import layers_of
 from jspec.attention import rule
 from jspec.cache import kvcache, scratch
 from jspec.config import KVConfig
@@ -108,7 +109,7 @@ def test_windowed_drafter_caches_equal_plain(draft_mode, draft, target):
     _assert_output(s, _cut(_plain("int2", target), NO_EOS))
     assert s.accepted.sum() > 0
     dc = drafters.proposer(draft_mode).cache_of(s.draft)
-    layer = dc.layers[0]
+    layer = dc.layer(0)
     assert dc.kv == WINDOW and layer.history_slots == 0
     assert layer.k.shape[2] == WINDOW.sink + WINDOW.recent + K + 1
 
@@ -128,12 +129,12 @@ def test_self_draft_leaves_the_cache_as_a_plain_run():
     plain = _plain_state()
     _assert_output(s, _cut(_plain("int2"), NO_EOS))
     assert (s.accepted < K * s.rounds).any()  # rows were rejected
-    for before, after in zip(poisoned.layers, s.cache.layers):
+    for before, after in zip(layers_of(poisoned), layers_of(s.cache)):
         _assert_dead_parts_unchanged(before, after, s.cache.length)
     n_fed = LENS + MAX_NEW - 1  # the plain run's length: every token but the last fed
     assert (s.cache.length >= n_fed).all()
-    W = s.cache.layers[0].ring_slots
-    for got, want in zip(s.cache.layers, plain.cache.layers):
+    W = s.cache.layer(0).ring_slots
+    for got, want in zip(layers_of(s.cache), layers_of(plain.cache)):
         got, want = got.parts(), want.parts()
         for b in range(B):
             n = n_fed[b]
@@ -155,7 +156,7 @@ def test_window_attention_is_a_masked_softmax():
     length = jnp.array([T, 9])
     cache = kvcache.init_cache(CFG.__class__("llama", 8, 8, 8, 1, 2 * H, H, D, max_position=64), kv, Bq, T + m,
                                jnp.float32, m)
-    cache = kvcache.commit(cache, [k_all[:, :T]], [v_all[:, :T]], length)
+    cache = kvcache.commit(cache, k_all[None, :, :T], v_all[None, :, :T], length)
     rows = lambda x: jnp.take_along_axis(x, (length[:, None] + jnp.arange(m))[..., None, None], axis=1)
     q = jax.random.normal(keys[2], (Bq, 1, 2 * H, D))
     sc = scratch.Scratch(rows(k_all)[None], rows(v_all)[None], jnp.int32(at))  # rows at length + 0..m-1, `at` written
@@ -212,23 +213,24 @@ def test_lookahead_prices_the_self_draft_by_its_step():
     assert K > 0 and gain > 1.5
 
 
-def test_self_steps_with_stacked_layers():
-    """Two self-draft steps over a target whose layers are stacked (one scan, the scratch's layers scanned with
-    them) give the drafts and scratch rows of the unstacked target."""
+def test_self_steps_with_the_layer_loop_rolled():
+    """Two self-draft steps with the layer loop rolled (Options.layer_unroll = 1: one scan trip per layer, the
+    scratch's layers scanned with them) give the drafts and scratch rows of the unrolled loop."""
+    from jspec.config import Options
     from jspec.decode import drafters
     from jspec.model import decoder
 
-    def steps(params, stacked):
-        m = Models(params, Drafter(mode=DraftMode.SELF), CFG, 3)
-        cache = kvcache.init_cache(CFG, KVS["int2"], B, 36, jnp.float32, 3, stacked=stacked)
-        _, (k, v) = decoder.forward(params, CFG, jnp.asarray(PROMPTS["random"]()), cache)
+    def steps(params, unroll):
+        options = Options(layer_unroll=unroll)
+        m = Models(params, Drafter(mode=DraftMode.SELF), CFG, 3, options=options)
+        cache = kvcache.init_cache(CFG, KVS["int2"], B, 36, jnp.float32, 3)
+        _, (k, v) = decoder.forward(params, CFG, jnp.asarray(PROMPTS["random"]()), cache, options=options)
         cache = kvcache.commit(cache, k, v, jnp.asarray(LENS) - 1)
         sc, d1, _ = drafters.self_token(m, cache, drafters.new_scratch(m, cache), jnp.ones((B,), jnp.int32), None,
                                         Sampler.make(B))
         sc, d2, _ = drafters.self_token(m, cache, sc, d1, None, Sampler.make(B))
         return d1, d2, sc.k
 
-    flat, stacked = jax.jit(lambda p: steps(p, False))(_target()), jax.jit(lambda p: steps(p, True))(
-        decoder.stack_layers(_target()))
-    for x, y in zip(flat, stacked):
+    unrolled, rolled = (jax.jit(lambda p: steps(p, u))(_target()) for u in (True, 1))
+    for x, y in zip(unrolled, rolled):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)

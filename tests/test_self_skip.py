@@ -1,9 +1,9 @@
 """The layer-skipping self-draft (decode.drafters.self_skip): the target's first N layers over the self-draft's view.
 
 Greedy: self-skip and ngram+self-skip emit the plain tokens in float32 with drafts accepted and rejected, and the
-target's cache after a run over a poisoned INT2 cache equals the plain run's (its dead slots keep the poison). A
-stacked target's steps equal an unstacked one's; the cost probe prices the cut, not the whole target; load and the
-CLI check N. (The sampled rule with its own distributions: test_speculative's exact enumeration, kind
+target's cache after a run over a poisoned INT2 cache equals the plain run's (its dead slots keep the poison). Its
+steps with the layer loop rolled equal the unrolled ones; the cost probe prices the cut, not the whole target; load
+and the CLI check N. (The sampled rule with its own distributions: test_speculative's exact enumeration, kind
 "self-skip".)
 """
 
@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import layers_of
 from jspec.cache import kvcache
-from jspec.config import ConfigError
+from jspec.config import ConfigError, Options
 from jspec.cli import generate as cli
 from jspec.decode import drafters, loop as decode
 from jspec.decode.drafters import self_skip
@@ -69,11 +70,11 @@ def test_self_skip_leaves_the_cache_as_a_plain_run():
     plain = _generate("int2", 0, DraftMode.NONE, layers=None)
     _assert_output(s, _cut(_plain("int2"), NO_EOS))
     assert (s.accepted < K * s.rounds).any()
-    for before, after in zip(poisoned.layers, s.cache.layers):
+    for before, after in zip(layers_of(poisoned), layers_of(s.cache)):
         _assert_dead_parts_unchanged(before, after, s.cache.length)
     n_fed = LENS + MAX_NEW - 1
-    W = s.cache.layers[0].ring_slots
-    for got, want in zip(s.cache.layers, plain.cache.layers):
+    W = s.cache.layer(0).ring_slots
+    for got, want in zip(layers_of(s.cache), layers_of(plain.cache)):
         got, want = got.parts(), want.parts()
         for b in range(B):
             n = n_fed[b]
@@ -85,12 +86,14 @@ def test_self_skip_leaves_the_cache_as_a_plain_run():
                 np.testing.assert_array_equal(got[f][b, :, :n], want[f][b, :, :n], err_msg=f)
 
 
-def test_self_skip_steps_with_stacked_layers():
-    """Two steps over a stacked target (its first layer sliced off the stacks) equal the unstacked target's."""
-    def steps(params, stacked):
-        m = Models(params, Drafter(mode=DraftMode.SELF_SKIP, layers=1), CFG, 3)
-        cache = kvcache.init_cache(CFG, KVS["int2"], B, 36, jnp.float32, 3, stacked=stacked)
-        _, (k, v) = decoder.forward(params, CFG, jnp.asarray(PROMPTS["random"]()), cache)
+def test_self_skip_steps_with_the_layer_loop_rolled():
+    """Two steps (the first layer sliced off the stacks) with the layer loop rolled (Options.layer_unroll = 1)
+    equal the unrolled loop's."""
+    def steps(params, unroll):
+        options = Options(layer_unroll=unroll)
+        m = Models(params, Drafter(mode=DraftMode.SELF_SKIP, layers=1), CFG, 3, options=options)
+        cache = kvcache.init_cache(CFG, KVS["int2"], B, 36, jnp.float32, 3)
+        _, (k, v) = decoder.forward(params, CFG, jnp.asarray(PROMPTS["random"]()), cache, options=options)
         cache = kvcache.commit(cache, k, v, jnp.asarray(LENS) - 1)
         mm, cut = self_skip.skipped(m, cache)
         sc = self_skip.new_scratch(m, cut)
@@ -98,10 +101,9 @@ def test_self_skip_steps_with_stacked_layers():
         sc, d2, _ = drafters.self_token(mm, cut, sc, d1, None, Sampler.make(B))
         return d1, d2, sc.k
 
-    flat = jax.jit(lambda p: steps(p, False))(_target())
-    stacked = jax.jit(lambda p: steps(p, True))(decoder.stack_layers(_target()))
-    assert flat[2].shape[0] == 1  # one layer's scratch rows
-    for x, y in zip(flat, stacked):
+    unrolled, rolled = (jax.jit(lambda p: steps(p, u))(_target()) for u in (True, 1))
+    assert unrolled[2].shape[0] == 1  # one layer's scratch rows
+    for x, y in zip(unrolled, rolled):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
 
 

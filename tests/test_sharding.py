@@ -47,8 +47,8 @@ def test_sharded_tokens_equal_unsharded(report, kv, draft, mesh):
     assert [len(t) for t in r["single"]] == r["max_new"]  # every row, none of the padding rows
 
 
-def test_stacked_layers_sharded_give_the_same_tokens(report):
-    r = report["tokens"]["int2/True/tp=2,dp=4/stacked"]
+def test_rolled_layer_loop_sharded_gives_the_same_tokens(report):
+    r = report["tokens"]["int2/True/tp=2,dp=4/rolled"]
     assert r["sharded"] == r["single"]
 
 
@@ -105,23 +105,21 @@ def _models():
     rotated = rotation.apply_rotations(params, cfg, *rotation.hadamard_rotations(cfg))
     # The draft: the target's first layer, so it agrees with the target on some tokens and not others.
     draft_cfg = ModelConfig(**{**cfg.__dict__, "num_layers": 1})
-    draft = Params(params.embed, params.layers[:1], params.norm, params.lm_head)
+    draft = Params(params.embed, jax.tree.map(lambda x: x[:1], params.layers), params.norm, params.lm_head)
     return cfg, params, rotated, draft_cfg, draft
 
 
-def _engine(kv_mode, with_draft, mesh, stacked=False):
-    from jspec.config import KVConfig
-    from jspec.model.decoder import stack_layers
+def _engine(kv_mode, with_draft, mesh, unroll=True):
+    from jspec.config import KVConfig, Options
     from jspec.decode.state import Drafter, DraftMode
     from jspec.runtime.engine import Engine
 
     cfg, params, rotated, draft_cfg, draft = _models()
     kv = KVConfig(kv_mode, sink=4, recent=8)  # small windows: most of each row is read as INT2
     tgt = rotated if kv.int2 else params
-    tgt, draft = (stack_layers(tgt), stack_layers(draft)) if stacked else (tgt, draft)
     drafter = Drafter(draft, mode=DraftMode.MODEL, model_cfg=draft_cfg) if with_draft else Drafter()
     return Engine(cfg=cfg, params=tgt, tokenizer=None, kv=kv, drafter=drafter, dtype="float32", attn_impl="reference",
-                  mesh=mesh)
+                  mesh=mesh, options=Options(layer_unroll=unroll))
 
 
 def _batch():
@@ -157,22 +155,21 @@ def _check_placement(eng, mesh):
     m, prompts, cache, draft_cache = args.models, args.prompts, args.cache, args.draft_cache
     placement = {}
     put = lambda name, x, spec: placement.__setitem__(name, _placed(x, mesh, spec))
-    lp = m.target.layers[0]
-    for name, spec in (("wqkv", P(None, "tp")), ("bqkv", P("tp")), ("wo", P("tp", None)),
-                       ("w_gu", P(None, None, "tp")), ("w_down", P("tp", None)), ("rot_k", P("tp")),
+    lp = m.target.layers  # [L, ...] stacks, the layer axis whole
+    for name, spec in (("wqkv", P(None, None, "tp")), ("bqkv", P(None, "tp")), ("wo", P(None, "tp", None)),
+                       ("w_gu", P(None, None, None, "tp")), ("w_down", P(None, "tp", None)), ("rot_k", P(None, "tp")),
                        ("attn_norm", P()), ("q_norm", P())):
         put(f"target.{name}", getattr(lp, name), spec)
     put("target.lm_head", m.target.lm_head, P(None, "tp"))
     put("target.embed", m.target.embed, P())
-    put("draft.wqkv", m.drafter.model.layers[0].wqkv, P())
+    put("draft.wqkv", m.drafter.model.layers.wqkv, P())
     put("prompts", prompts, P("dp"))
 
     def caches(prefix, c, dc):
-        layer = c.layers[1]
         for name in ("k", "v", "codes", "qparams"):
-            put(f"{prefix}cache.{name}", getattr(layer, name), P("dp", "tp"))
+            put(f"{prefix}cache.{name}", getattr(c.layers, name), P(None, "dp", "tp"))
         put(f"{prefix}cache.length", c.length, P("dp"))
-        put(f"{prefix}draft_cache.k", dc.layers[0].k, P("dp"))
+        put(f"{prefix}draft_cache.k", dc.layers.k, P(None, "dp"))
 
     caches("in.", cache, draft_cache)
     program, _ = eng.compile(args)
@@ -250,18 +247,18 @@ def _per_shard():
     keys = jax.random.split(jax.random.key(2), 5)
     rows = lambda i, h: jax.random.normal(keys[i], (B, n if i > 1 else 36, h, 64))
     cache = kvcache.init_cache(cfg, kv, B, 48, jnp.float32, 3)
-    cache = kvcache.commit(cache, [rows(0, 2)], [rows(1, 2)], jnp.array([36, 20, 30, 11]))
+    cache = kvcache.commit(cache, rows(0, 2)[None], rows(1, 2)[None], jnp.array([36, 20, 30, 11]))
     q, k, v = rows(2, 4), rows(3, 2), rows(4, 2)
     mesh = sharding.make_mesh("tp=2,dp=4")
     heads = lambda x: jax.device_put(x, jax.NamedSharding(mesh, jax.P("dp", None, "tp", None)))
     placed = sharding.shard_cache(cache, mesh)
     errors = {}
     for name, fn in fns.items():
-        want = jax.jit(lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv))(q, k, v, cache.layers[0],
+        want = jax.jit(lambda q, k, v, layer, length: fn(q, k, v, layer, length, kv))(q, k, v, cache.layer(0),
                                                                                      cache.length)
         with sharding.context(mesh):
             run = jax.jit(lambda q, k, v, layer, length: per_shard(fn)(q, k, v, layer, length, kv))
-            got = run(heads(q), heads(k), heads(v), placed.layers[0], placed.length)
+            got = run(heads(q), heads(k), heads(v), placed.layer(0), placed.length)
         errors[name] = [float(jnp.abs(got - want).max()), _placed(got, mesh, jax.P("dp", None, "tp", None))]
     return errors
 
@@ -286,10 +283,10 @@ def _main(part: str):
             sharded = [t for t, _ in eng.generate_ids(ids, rows, max_new, gen)]
             tokens[f"{kv}/{draft}/{spec}"] = dict(single=single, sharded=sharded, max_new=max_new)
     report = dict(tokens=tokens)
-    if part == "int2":  # also stacked layers (model.stack_layers) on the mesh
-        stacked = _engine("int2", True, sharding.make_mesh("tp=2,dp=4"), stacked=True)
-        got = [t for t, _ in stacked.generate_ids(ids, rows, max_new, gen)]
-        tokens["int2/True/tp=2,dp=4/stacked"] = dict(tokens["int2/True/tp=2,dp=4"], sharded=got)
+    if part == "int2":  # also the layer loop rolled (Options.layer_unroll = 1) on the mesh
+        rolled = _engine("int2", True, sharding.make_mesh("tp=2,dp=4"), unroll=1)
+        got = [t for t, _ in rolled.generate_ids(ids, rows, max_new, gen)]
+        tokens["int2/True/tp=2,dp=4/rolled"] = dict(tokens["int2/True/tp=2,dp=4"], sharded=got)
         eng = engines["int2", True, "tp=2,dp=4"]  # its program is compiled already
         report.update(placement=_check_placement(eng, eng.mesh), errors=_errors(_models()[0]))
     else:

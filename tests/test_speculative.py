@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from conftest import layers_of
 from jspec.cache import kvcache, scratch
-from jspec.config import GenerateConfig, KVConfig, ModelConfig, SamplingConfig
+from jspec.config import GenerateConfig, KVConfig, ModelConfig, Options, SamplingConfig
 from jspec.decode import drafters, loop as decode, ngram, speculative
 from jspec.decode.drafters import self_skip
 from jspec.decode.drafters.head import head_hidden
@@ -63,8 +64,8 @@ def _target(kind="random"):
     its greedy output falls into runs of one token, which prompt lookup copies (real models repeat too)."""
     params = model.init_params(CFG, jax.random.key(0), std=0.3)
     if kind == "repeater":
-        params = params.replace(layers=tuple(lp.replace(wo=lp.wo * 0.03, w_down=lp.w_down * 0.03)
-                                             for lp in params.layers))
+        params = params.replace(layers=params.layers.replace(wo=params.layers.wo * 0.03,
+                                                                 w_down=params.layers.w_down * 0.03))
     return params
 
 
@@ -267,7 +268,7 @@ def test_greedy_head_equals_plain(mode, K, kind):
     _, _, tapped = model.forward_taps(_target(), CFG, jnp.asarray(fed[:, :-1]), None, hcfg.taps)
     _, _, (k, _) = head.forward(hp, hcfg, _target().embed, jnp.asarray(fed[:, 1:]), head.fuse(hp, tapped))
     want = np.asarray(k[0]).transpose(0, 2, 1, 3)  # [B, Hkv, T, D]
-    got = np.asarray(s.draft.cache.layers[0].parts()["pinned_k"])
+    got = np.asarray(s.draft.cache.layer(0).parts()["pinned_k"])
     for b in range(B):
         n = min(s.cache.length[b] - K - 1, LENS[b] + s.count[b] - 1)
         assert n > LENS[b]
@@ -291,7 +292,9 @@ def test_generate_is_one_loop_without_callbacks(K, temperature):
     dcfg = ModelConfig("llama", 64, 16, 32, 1, 2, 1, 8)
     draft, B, P, new = K > 0, 2, 6, 10
     drafter = Drafter(model.init_params(dcfg, jax.random.key(1)), mode=DraftMode.MODEL, model_cfg=dcfg)
-    m = Models(model.init_params(cfg, jax.random.key(0)), drafter if draft else Drafter(), cfg, K)
+    # the layer loops unrolled (Options.layer_unroll): the one rolled scan left is the draft's steps
+    m = Models(model.init_params(cfg, jax.random.key(0)), drafter if draft else Drafter(), cfg, K,
+               options=Options(layer_unroll=True))
     cache = kvcache.init_cache(cfg, KVConfig("int2", sink=2, recent=8), B, P + new + K + 1, lookahead=K)
     dcache = kvcache.init_cache(dcfg, KVConfig("bf16"), B, P + new + K + 1) if draft else None
     sampler = Sampler.make(B, temperature=temperature, top_k=5, top_p=0.9)
@@ -338,7 +341,7 @@ def test_rejected_candidates_never_touch_the_cache():
     _assert_output(s, _cut(_plain("int2"), NO_EOS))  # poison never read
     assert (s.accepted < K * s.rounds).any()  # some candidates were rejected
     length = s.cache.length
-    for before, after in zip(poisoned.layers, s.cache.layers):
+    for before, after in zip(layers_of(poisoned), layers_of(s.cache)):
         _assert_dead_parts_unchanged(before, after, length)
     # Fresh prefill of prompt + emitted[:-1]: what every row fed, at positions < length.
     fed = np.zeros((B, P + MAX_NEW), np.int32)
@@ -348,14 +351,14 @@ def test_rejected_candidates_never_touch_the_cache():
     n_fed = LENS + s.count - 1
     ref = _prefill_cache(_target(), CFG, jnp.asarray(fed), kvcache.init_cache(CFG, kv, B, poisoned.capacity,
                                                                               jnp.float32, K), n_fed)
-    W = ref.layers[0].ring_slots
-    for got, want in zip(s.cache.layers, ref.layers):
+    W = ref.layer(0).ring_slots
+    for got, want in zip(layers_of(s.cache), layers_of(ref)):
         got, want = got.parts(), want.parts()
         for b in range(B):
             n = n_fed[b]
             np.testing.assert_allclose(got["pinned_k"][b], want["pinned_k"][b], rtol=1e-5, atol=1e-5)
             # ring slots of fed positions >= S still held (accepted drafts past max_new may follow them)
-            ring = np.arange(max(int(length[b]) - W, ref.layers[0].pinned_slots), n) % W
+            ring = np.arange(max(int(length[b]) - W, ref.layer(0).pinned_slots), n) % W
             for f in ("ring_k", "ring_v"):
                 np.testing.assert_allclose(got[f][b][:, ring], want[f][b][:, ring], rtol=1e-5, atol=1e-5)
             for f in ("codes_k", "codes_v"):
@@ -402,7 +405,7 @@ def test_one_round_by_hand_commits_only_accepted_rows():
     np.testing.assert_array_equal(np.asarray(nxt), plain[np.arange(B), want_a + 1])
     np.testing.assert_array_equal(np.asarray(after.length), LENS + want_a + 1)
     end = LENS + want_a + 1
-    for l0, l1 in zip(before.layers, after.layers):
+    for l0, l1 in zip(layers_of(before), layers_of(after)):
         _assert_dead_parts_unchanged(l0, l1, end)
         W = l0.ring_slots
         p0, p1 = l0.parts(), l1.parts()
@@ -496,7 +499,7 @@ def _self_q_program(kind="self"):
         _, (k, v) = model.forward(params, cfg, history[None], cache)
         cache = kvcache.commit(cache, k, v, (n - 1)[None])
         mm, cut = self_skip.skipped(m, cache) if kind == "self-skip" else (m, cache)
-        sc = scratch.new_scratch(cut, len(mm.target.layers), 2)
+        sc = scratch.new_scratch(cut, mm.target.num_layers, 2)
         sc, _, q1 = drafters.self_token(mm, cut, sc, history[n - 1][None], key, sampler)
         q2 = jax.vmap(lambda d: drafters.self_token(mm, cut, sc, d[None], key, sampler)[2][0])(jnp.arange(V))
         return q1[0], q2

@@ -59,7 +59,8 @@ def _device_loader(model_dir: Path, cfg, dtype):
             fields[field] = fuse(parts)
         layers.append(model.Layer(**fields))
     head = None if cfg.tie_embeddings else read("lm_head.weight", True)
-    return model.Params(read("model.embed_tokens.weight", False), tuple(layers), read("model.norm.weight", False), head)
+    embed, norm = read("model.embed_tokens.weight", False), read("model.norm.weight", False)
+    return model.Params(embed, model.stack_layers(layers), norm, head)
 
 
 def _dirs():
@@ -137,8 +138,9 @@ def eng(monkeypatch):
     def fast(args):
         parts = lower(args, jax.jit(decode._start, donate_argnums=(6, 7)), jax.jit(decode._rounds, donate_argnums=4),
                       jax.jit(decode.draft_prefill, donate_argnums=3))
-        return [types.SimpleNamespace(compile=functools.partial(x.compile, {"xla_backend_optimization_level": 0}))
-                for x in parts]
+        fast_compile = lambda x, compiler_options=None: x.compile({**(compiler_options or {}),
+                                                                   "xla_backend_optimization_level": 0})
+        return [types.SimpleNamespace(compile=functools.partial(fast_compile, x)) for x in parts]
 
     monkeypatch.setattr(engine, "lower_parts", fast)
     tok = tokenizer.Tokenizer(tiny_tokenizer().backend_tokenizer, {"eos_token": "</s>"})

@@ -33,8 +33,8 @@ def _inputs(sink, recent, n, dtype):
     c = kvcache.init_cache(CFG, kv, batch=3, capacity=320, lookahead=4)
     rng = np.random.default_rng(sink + recent + n)
     rows = lambda T, h: jnp.asarray(rng.standard_normal((3, T, h, 64)), dtype)
-    c = kvcache.commit(c, [rows(250, 2)], [rows(250, 2)], lengths)
-    return kv, (rows(n, 8), rows(n, 2), rows(n, 2), c.layers[0], c.length)
+    c = kvcache.commit(c, rows(250, 2)[None], rows(250, 2)[None], lengths)
+    return kv, (rows(n, 8), rows(n, 2), rows(n, 2), c.layer(0), c.length)
 
 
 # (sink, recent, splits): a window of 8 + 8 slots (one block) and 3 splits (one block); 8 + 70 slots (a

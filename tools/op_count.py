@@ -3,7 +3,7 @@
     PYTHONPATH=. python tools/op_count.py            # on whatever backend JAX finds (CPU here)
 
 A decode step of a small model is launch-bound, so the number of kernels per layer bounds its fixed
-cost. The step is compiled for 1 and 2 layers; the difference is the per-layer count.
+cost. The step is compiled for 2 and 3 layers; the difference is the per-layer count.
 
 Cases: bf16 and int2 through the reference attention (what the CPU runs), and "int2 split": the INT2
 path the GPU runs (attention_split with the Mosaic kernel's wrapper), its kernel replaced by a host
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec.cache import kvcache
-from jspec.config import KVConfig, ModelConfig
+from jspec.config import KVConfig, ModelConfig, Options
 from jspec.kernels.hopper import attention as int2_mosaic
 from jspec.model import decoder as model
 
@@ -71,14 +71,13 @@ def step_hlo(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int
     impl "mosaic": the GPU's INT2 path, the kernel stubbed (mosaic_stub(wrapper))."""
     params = model.init_params(cfg, jax.random.key(0), dtype=jnp.bfloat16)
     if kv.int2:
-        params = dataclasses.replace(params, layers=tuple(
-            dataclasses.replace(lp, rot_k=jnp.broadcast_to(jnp.eye(cfg.head_dim, dtype=jnp.float32),
-                                                           (cfg.num_kv_heads, cfg.head_dim, cfg.head_dim)))
-            for lp in params.layers))
+        eye = jnp.eye(cfg.head_dim, dtype=jnp.float32)
+        rot_k = jnp.broadcast_to(eye, (cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.head_dim))
+        params = dataclasses.replace(params, layers=dataclasses.replace(params.layers, rot_k=rot_k))
     cache = kvcache.init_cache(cfg, kv, batch, 1024, jnp.bfloat16)
 
-    def step(p, c, t):
-        logits, (k, v) = model.forward(p, cfg, t, c, attn_impl=impl)
+    def step(p, c, t):  # the layers unrolled, as a GPU runs them: 1 and 2 layers then differ by one layer's ops
+        logits, (k, v) = model.forward(p, cfg, t, c, attn_impl=impl, options=Options(layer_unroll=True))
         return logits, kvcache.commit(c, k, v, jnp.full((batch,), n, jnp.int32))
 
     stub = mosaic_stub(wrapper) if impl == "mosaic" else contextlib.nullcontext()
@@ -94,9 +93,11 @@ def count(hlo: str) -> dict:
 
 def per_layer(cfg: ModelConfig, kv: KVConfig, impl: str = "reference", batch: int = 2, n: int = 1,
               wrapper: bool = True) -> dict:
-    one = count(step_hlo(cfg, kv, impl, batch, n, wrapper))
+    # 2 and 3 layers, not 1 and 2: with two or more, the step joins the layers' new rows for the commit (two
+    # concatenates per step, not per layer)
     two = count(step_hlo(dataclasses.replace(cfg, num_layers=2), kv, impl, batch, n, wrapper))
-    return {op: two[op] - one[op] for op in OPS}
+    three = count(step_hlo(dataclasses.replace(cfg, num_layers=3), kv, impl, batch, n, wrapper))
+    return {op: three[op] - two[op] for op in OPS}
 
 
 CASES = {"bf16": (KVConfig("bf16"), "reference"), "int2": (KVConfig("int2", sink=64, recent=256), "reference"),

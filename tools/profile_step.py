@@ -53,9 +53,9 @@ def gpu_kernels(trace_dir: str) -> list[tuple[str, float, float, dict]]:
 def profile_case(modes: dict, mode: str, B: int, ctx: int, out_dir: str, steps: int = 5) -> dict:
     cfg = LLAMA3_8B
     kv, impl, p = modes[mode]
-    cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16, stacked=model.is_stacked(p))
+    cache = kvcache.init_cache(cfg, kv, B, ctx + 64, jnp.bfloat16)
     cache = cache.replace(length=jnp.full((B,), ctx, jnp.int32))
-    step = make_step(cfg, impl, options=model.compile_options(p))
+    step = make_step(cfg, impl, options=model.compile_options())
     tok = jnp.zeros((B,), jnp.int32)
     name = f"{mode}_B{B}_{ctx}"
     with open(f"{out_dir}/{name}.hlo.txt", "w") as f:

@@ -64,7 +64,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
         splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window)
     if fused_window:
         with jax.named_scope("window_merge"):
-            win_k, win_v, index = layer.window_stacks or (layer.k, layer.v, None)  # in place where stacked
+            win_k, win_v, index = layer.window_stacks or (layer.k, layer.v, None)  # in place in the layer loop
             qkv = join_slots(q, k, v) if qkv is None else qkv
             return window_merge(qkv, win_k, win_v, length, splits, index, sink=kv.sink, recent=kv.recent,
                                 pinned=layer.pinned_slots, interpret=interpret)

@@ -1,7 +1,8 @@
 """The KV cache pytree: BF16 sink + BF16 recent ring + INT2 history, and the masked commit.
 
 Everything is stored in the rotated basis (keys after RoPE and R_K, values after R_V). This module owns
-the layout; both attention paths and the kernel wrapper ask it rather than repeat it. Per layer:
+the layout; both attention paths and the kernel wrapper ask it rather than repeat it. Every buffer holds all
+layers, [L, ...] (LayerKV's shapes below are one layer's, KVCache.layer(i)); per layer:
 - the BF16 window, one buffer for keys and one for values, [B, H, S + W, D]: first the S *pinned*
   slots (slot p holds position p for good), then the W *ring* slots (position p >= S in slot
   S + p mod W, so the ring holds the latest W positions; window_positions says which). In "int2" mode the
@@ -48,8 +49,8 @@ class LayerKV:
     codes: jax.Array  # [B, Hkv, 2, T, D/4] uint8 INT2 keys and values (CODE_PLANES), planar packing
     qparams: jax.Array  # [B, Hkv, 4, T, D/G] scales and zero points (QPARAM_PLANES)
     pinned_slots: int = struct.field(pytree_node=False)  # S: kv.sink in int2 mode, the capacity in bf16
-    # In a loop over a stacked cache's layers (KVCache.in_scan), (k, v, i): the [L, ...] window stacks that
-    # k and v are layer i's slices of, for a kernel that reads them in place (window_merge); XLA then drops the
+    # In the forward's loop over the layers (KVCache.in_scan), (k, v, i): the [L, ...] window stacks that k and
+    # v are layer i's slices of, for a kernel that reads them in place (window_merge); XLA then drops the
     # slices unread. None elsewhere.
     window_stacks: tuple | None = None
 
@@ -90,9 +91,7 @@ class LayerKV:
 
 @struct.dataclass
 class KVCache:
-    # One per layer (no slicing of a stacked array on the hot path), or one LayerKV of [L, ...] stacks for a
-    # model whose layers are stacked (model.stack_layers: its forward scans the layers).
-    layers: tuple[LayerKV, ...] | LayerKV
+    layers: LayerKV  # every layer's buffers stacked, [L, ...] leaves: the forward's scan slices them
     length: jax.Array  # [B] int32, committed tokens per row; slots past it are dead
     kv: KVConfig = struct.field(pytree_node=False)
     capacity: int = struct.field(pytree_node=False)
@@ -101,15 +100,15 @@ class KVCache:
         return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(self.layers))
 
     @property
-    def stacked(self) -> bool:
-        return isinstance(self.layers, LayerKV)
+    def num_layers(self) -> int:
+        return self.layers.k.shape[0]
 
-    def layer(self, i: int) -> LayerKV:
-        """Layer i's buffers (a slice of the stacks where the cache is stacked)."""
-        return jax.tree.map(lambda x: x[i], self.layers) if self.stacked else self.layers[i]
+    def layer(self, i) -> LayerKV:
+        """Layer i's buffers (slices of the stacks)."""
+        return jax.tree.map(lambda x: x[i], self.layers)
 
     def scanned(self):
-        """What a loop over a stacked cache's layers (model.forward_taps' scan) slices along its leading axis."""
+        """What the forward's loop over the layers (model.forward_taps' scan) slices along its leading axis."""
         return self.layers
 
     def in_scan(self, layer: LayerKV, i) -> LayerKV:
@@ -119,9 +118,8 @@ class KVCache:
 
 
 def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=jnp.bfloat16,
-               lookahead: int = 0, stacked: bool = False) -> KVCache:
-    """An empty cache for `batch` rows of at most `capacity` tokens (prompt + new + lookahead + 1).
-    stacked: one LayerKV of [L, ...] stacks, for a model whose layers are stacked (model.stack_layers)."""
+               lookahead: int = 0) -> KVCache:
+    """An empty cache for `batch` rows of at most `capacity` tokens (prompt + new + lookahead + 1)."""
     kv.validate(cfg.head_dim, lookahead)
     if capacity > cfg.max_position:
         raise ConfigError(
@@ -147,12 +145,8 @@ def init_cache(cfg: ModelConfig, kv: KVConfig, batch: int, capacity: int, dtype=
     dt = jnp.dtype(dtype)
     parts = (((B, H, S + W, D), dt), ((B, H, S + W, D), dt), ((B, H, 2, T, D // 4), jnp.dtype(jnp.uint8)),
              ((B, H, 4, T, D // G), jnp.dtype(kv.scale_dtype)))
-    if stacked:
-        bufs = _zeros(tuple(((cfg.num_layers, *shape), dt) for shape, dt in parts) + (((B,), jnp.dtype(jnp.int32)),))
-        return KVCache(LayerKV(*bufs[:4], S), bufs[-1], kv, capacity)
-    bufs = _zeros(parts * cfg.num_layers + (((B,), jnp.dtype(jnp.int32)),))
-    layers = tuple(LayerKV(*bufs[i: i + 4], S) for i in range(0, 4 * cfg.num_layers, 4))
-    return KVCache(layers, bufs[-1], kv, capacity)
+    bufs = _zeros(tuple(((cfg.num_layers, *shape), dt) for shape, dt in parts) + (((B,), jnp.dtype(jnp.int32)),))
+    return KVCache(LayerKV(*bufs[:4], S), bufs[-1], kv, capacity)
 
 
 def window_view(cache: KVCache) -> KVCache:
@@ -184,35 +178,25 @@ def _scatter(buf, idx, rows):
 
 def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options()) -> KVCache:
     """Writes the first n_commit[b] of the new rows of each row b and advances the lengths (options: the
-    fused commit and its group, Options.fused_commit and commit_group).
+    fused commit, Options.fused_commit).
 
-    new_k, new_v: per layer [B, n, Hkv, D], the rows a forward computed at positions length + 0..n-1.
+    new_k, new_v: [L, B, n, Hkv, D], the rows a forward computed at positions length + 0..n-1.
     Rows past n_commit (rejected speculative candidates, prompt padding) never touch the cache: their
     scatter index points out of bounds and mode="drop" discards them.
     """
-    kv, first = cache.kv, cache.layer(0)  # for its shapes (a stacked cache's slice is dead code)
+    kv, first = cache.kv, cache.layer(0)  # for its shapes (the slice is dead code)
     S, W, T = first.pinned_slots, first.ring_slots, first.history_slots
-    n = new_k[0].shape[1]
+    n = new_k.shape[2]
     pos = cache.length[:, None] + jnp.arange(n)  # [B, n]
     end = cache.length + n_commit
     valid = pos < end[:, None]
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, n, Hkv, D] (a stacked forward's already)
-    fused, G = _fused_commit(kv, first, options), options.commit_group
-    interpret = not options.gpu
-    if fused and (cache.stacked or not G):  # every layer's in one kernel
-        layers = _commit_fused(cache.layers, stack(new_k), stack(new_v), slot, hist, kv=kv, interpret=interpret)
-    elif fused:  # a kernel per G layers
-        layers = sum((_commit_fused(cache.layers[i: i + G], stack(new_k[i: i + G]), stack(new_v[i: i + G]), slot,
-                                    hist, kv=kv, interpret=interpret) for i in range(0, len(cache.layers), G)), ())
-    elif cache.stacked:
-        layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(
-            cache.layers, stack(new_k), stack(new_v))
+    if _fused_commit(kv, first, options):  # every layer's in one kernel
+        layers = _commit_fused(cache.layers, new_k, new_v, slot, hist, kv=kv, interpret=not options.gpu)
     else:
-        layers = tuple(_scatter_commit(layer, k, v, slot, hist, kv=kv)
-                       for layer, k, v in zip(cache.layers, new_k, new_v))
+        layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(cache.layers, new_k, new_v)
     return cache.replace(layers=layers, length=end.astype(jnp.int32))
 
 
@@ -229,11 +213,13 @@ def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig, options: Opt
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped); options: Options.fused_commit and platform."""
     if _fused_commit(kv, layer, options):
-        return _commit_fused((layer,), k[None], v[None], slot, hist, kv=kv, interpret=not options.gpu)[0]
+        stacks = jax.tree.map(lambda x: x[None], layer)  # a one-layer stack
+        return jax.tree.map(lambda x: x[0], _commit_fused(stacks, k[None], v[None], slot, hist, kv=kv,
+                                                          interpret=not options.gpu))
     return _scatter_commit(layer, k, v, slot, hist, kv=kv)
 
 
-# The jnp commit of one layer, traced once for all layers as model.forward's layers are (XLA inlines the calls).
+# The jnp commit of one layer, vmapped over the stacks.
 # It reads no switch: which commit runs is decided outside it, so no trace of it depends on Options.
 @functools.partial(jax.jit, static_argnames=("kv",))
 def _scatter_commit(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerKV:
@@ -244,15 +230,12 @@ def _scatter_commit(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig) -> LayerK
     return dataclasses.replace(layer, **upd)
 
 
-def _commit_fused(layers, k, v, slot, hist, *, kv: KVConfig, interpret: bool) -> tuple[LayerKV, ...] | LayerKV:
-    """The fused commit of k, v [L, B, n, Hkv, D] into L layers (or one LayerKV of [L, ...] stacks): one kernel
-    (pallas/int2_commit.py; interpret: off a GPU)."""
-    stacked = isinstance(layers, LayerKV)
-    layers = (layers,) if stacked else layers
-    bufs = commit_int2(tuple((x.k, x.v, x.codes, x.qparams) for x in layers), k, v, slot, hist, clip_k=kv.clips[0],
+def _commit_fused(layers: LayerKV, k, v, slot, hist, *, kv: KVConfig, interpret: bool) -> LayerKV:
+    """The fused commit of k, v [L, B, n, Hkv, D] into the [L, ...] stacks: one kernel (kernels/int2_commit.py;
+    interpret: off a GPU)."""
+    bufs = commit_int2((layers.k, layers.v, layers.codes, layers.qparams), k, v, slot, hist, clip_k=kv.clips[0],
                        clip_v=kv.clips[1], planes=INT2_PLANES, interpret=interpret)
-    out = tuple(dataclasses.replace(x, **dict(zip(("k", "v", "codes", "qparams"), b))) for x, b in zip(layers, bufs))
-    return out[0] if stacked else out
+    return dataclasses.replace(layers, **dict(zip(("k", "v", "codes", "qparams"), bufs)))
 
 
 def quantize_kv(k, v, kv: KVConfig, scale_dtype):

@@ -33,10 +33,8 @@ def new_scratch(cache: KVCache, num_layers: int, K: int) -> Scratch:
 
 
 def write(sc: Scratch, new_k, new_v) -> Scratch:
-    """sc with one step's rows (a forward's over the view: per layer [B, 1, Hkv, D], or [L, B, 1, Hkv, D]) at row
-    `at`, advanced by one."""
-    stack = lambda x: x if hasattr(x, "ndim") else jnp.stack(x)  # [L, B, 1, Hkv, D]
-    put = lambda s, r: jax.lax.dynamic_update_slice_in_dim(s, stack(r).astype(s.dtype), sc.at, axis=2)
+    """sc with one step's rows (a forward's over the view: [L, B, 1, Hkv, D]) at row `at`, advanced by one."""
+    put = lambda s, r: jax.lax.dynamic_update_slice_in_dim(s, r.astype(s.dtype), sc.at, axis=2)
     return Scratch(put(sc.k, new_k), put(sc.v, new_v), sc.at + 1)
 
 
@@ -59,7 +57,7 @@ class ScratchLayer:
 @struct.dataclass
 class ScratchView:
     """A cache (read as its window) and a scratch past its length, with KVCache's reading side: length, kv,
-    stacked, layer(i), scanned() and in_scan() (what model.forward_taps asks of a cache)."""
+    layer(i), scanned() and in_scan() (what model.forward_taps asks of a cache)."""
 
     cache: KVCache  # a window view (kvcache.window_view)
     scratch: Scratch
@@ -71,10 +69,6 @@ class ScratchView:
     @property
     def kv(self):
         return self.cache.kv
-
-    @property
-    def stacked(self) -> bool:
-        return self.cache.stacked
 
     def layer(self, i: int) -> ScratchLayer:
         return self._layer(self.cache.layer(i), self.scratch.k[i], self.scratch.v[i])

@@ -75,8 +75,9 @@ def parser() -> argparse.ArgumentParser:
                    help="devices as 'tp=N,dp=M' (tensor-parallel target x data-parallel batch); "
                         "auto: every local device data-parallel; none: one device")
     m.add_argument("--scan-layers", action="store_true",
-                   help="the layers stacked, each forward one loop over them: programs that compile ~4x and load "
-                        "~17x faster, a decode step 0-6%% slower (INT2; BF16 11%% at batch 1, H200)")
+                   help="each forward's loop over the layers rolled on a GPU too (the CPU's default): programs that "
+                        "compile ~4x and load ~17x faster, a decode step 0-6%% slower (INT2; BF16 11%% at batch 1, "
+                        "H200)")
     c = p.add_argument_group("KV cache (OSCAR)")
     c.add_argument("--kv", choices=("auto", "bf16", "int2"), default="auto",
                    help="auto: int2 when the model directory holds rotations.safetensors, else bf16")

@@ -46,11 +46,10 @@ def _put(slots, axis: int, big, rows):
 
 
 def _cache_map(fn, cache: KVCache | None, *others: KVCache):
-    """fn(leaf, *other leaves, batch axis) over a cache's arrays (a stacked cache's layers: [L, B, ...])."""
+    """fn(leaf, *other leaves, batch axis) over a cache's arrays (its layers' [L, B, ...])."""
     if cache is None:
         return None
-    axis = 1 if cache.stacked else 0
-    layers = jax.tree.map(lambda *x: fn(*x, axis), cache.layers, *(o.layers for o in others))
+    layers = jax.tree.map(lambda *x: fn(*x, 1), cache.layers, *(o.layers for o in others))
     return cache.replace(layers=layers, length=fn(cache.length, *(o.length for o in others), 0))
 
 

@@ -127,7 +127,7 @@ def host_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> 
     if cfg.tie_embeddings and "lm_head.weight" in tensors:
         _check_tied(read, V, E, dtype)
     lm_head = None if cfg.tie_embeddings else read("lm_head.weight", (E, V), True, dtype)
-    return Params(embed, tuple(layers), read("model.norm.weight", (E,), False, dtype), lm_head)
+    return Params(embed, layers, read("model.norm.weight", (E,), False, dtype), lm_head)
 
 
 def _check_tied(read, V: int, E: int, dtype) -> None:
@@ -302,7 +302,8 @@ def save_hf(model_dir: str | Path, params: Params, cfg: ModelConfig) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
     out = {}
     bf16 = lambda x, t: jnp.asarray(x.T if t else x, jnp.bfloat16)
-    for i, lp in enumerate(params.layers):
+    for i in range(params.num_layers):
+        lp = params.layer(i)
         for field in layer_shapes(cfg):
             names, t = LAYER_NAMES[field]
             for name, part in zip(names, unfuse_field(field, getattr(lp, field), cfg)):

@@ -202,7 +202,7 @@ def host_params(reader, cfg: ModelConfig, dtype) -> Params:
     E, V = cfg.hidden_size, cfg.vocab_size
     embed = read("token_embd.weight", (V, E), False, dtype)
     lm_head = None if cfg.tie_embeddings else read("output.weight", (E, V), True, dtype)
-    return Params(embed, tuple(layers), read("output_norm.weight", (E,), False, dtype), lm_head)
+    return Params(embed, layers, read("output_norm.weight", (E,), False, dtype), lm_head)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -63,15 +63,15 @@ def unfuse_field(field: str, x, cfg: ModelConfig):
     return (x[..., 0, :], x[..., 1, :]) if field in ("w_gu", "b_gu") else (x,)
 
 
-def read_layers(read, cfg: ModelConfig, dtype, tensor_name) -> list[Layer]:
-    """Every layer's fields read from a checkpoint: read(name, shape, transpose, dtype) -> a numpy array, and
-    tensor_name(i, hf_name) -> the file's name of layer i's HF tensor hf_name (LAYER_NAMES)."""
-    layers = []
+def read_layers(read, cfg: ModelConfig, dtype, tensor_name) -> Layer:
+    """Every layer's fields read from a checkpoint and stacked on the host, [L, ...] (Params.layers):
+    read(name, shape, transpose, dtype) -> a numpy array, and tensor_name(i, hf_name) -> the file's name of
+    layer i's HF tensor hf_name (LAYER_NAMES)."""
+    stacks = {}  # field -> [L, ...], filled in place: the host holds the weights once
     for i in range(cfg.num_layers):
-        fields = {}
         for field, shapes in layer_shapes(cfg).items():
             names, t = LAYER_NAMES[field]
             parts = [read(tensor_name(i, name), shape, t, dtype) for name, shape in zip(names, shapes)]
-            fields[field] = fuse_field(field, parts, cfg)
-        layers.append(Layer(**fields))
-    return layers
+            x = fuse_field(field, parts, cfg)
+            stacks.setdefault(field, np.empty((cfg.num_layers, *x.shape), x.dtype))[i] = x
+    return Layer(**stacks)

@@ -53,16 +53,13 @@ def _code_row(x4, xf, clip_ratio: float, sdt):
 
 
 def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: float, clip_v: float, planes,
-            rows: int, stacked: bool):
+            rows: int):
     # k4/v4 [4, D/4] and kf/vf [D]: this program's key or value row (the same values, two views); slot_ref,
-    # hist_ref [B, n] int32; refs: every layer's buffers wk/wv [B, H, S + W, D], c [B, H, 2, T, D/4] uint8,
-    # q [B, H, 4, T, 1], first as inputs (aliased, unread), then as outputs. Grid (2 L, B n, H), three axes as
+    # hist_ref [B, n] int32; refs: the stacked buffers wk/wv [L, B, H, S + W, D], c [L, B, H, 2, T, D/4] uint8,
+    # q [L, B, H, 4, T, 1], first as inputs (aliased, unread), then as outputs. Grid (2 L, B n, H), three axes as
     # Triton's own (none collapsed): axis 0 is layer l's key (2 l) or value (2 l + 1), two programs per row
-    # (half the latency of one doing both), axis 1 the batch row and token (b n + i). A ref cannot be picked by
-    # a traced index, so each layer stores under a branch of its own; the row is coded once, before them.
-    # stacked: one set of buffers [L, ...] (kvcache.init_cache(stacked=True)), layer l at index l: no branches.
-    L = len(refs) // 8
-    out = refs[4 * L:]
+    # (half the latency of one doing both), axis 1 the batch row and token (b n + i).
+    out = refs[4:]
     lk, bi, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     l, b = lk // 2, bi // rows
     slot, hist = slot_ref[b, bi % rows], hist_ref[b, bi % rows]
@@ -70,19 +67,17 @@ def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: f
     def commit(x4, xf, clip, kind, cp, sp, zp):
         row = xf[...]
         packed, scale, zero = _code_row(x4[...].astype(jnp.float32), row.astype(jnp.float32), clip, out[3].dtype)
-        for j in range(L):
-            win_ref, c_ref, q_ref = out[4 * j + kind], out[4 * j + 2], out[4 * j + 3]
-            at, here = ((l,), True) if stacked else ((), l == j)  # the layer's index in the ref, its branch
+        win_ref, c_ref, q_ref = out[kind], out[2], out[3]
 
-            @pl.when(here & (slot < win_ref.shape[-2]))
-            def _():
-                win_ref[(*at, b, h, pl.ds(slot, 1), slice(None))] = row[None].astype(win_ref.dtype)
+        @pl.when(slot < win_ref.shape[-2])
+        def _():
+            win_ref[l, b, h, pl.ds(slot, 1), :] = row[None].astype(win_ref.dtype)
 
-            @pl.when(here & (hist < c_ref.shape[-2]))
-            def _():
-                c_ref[(*at, b, h, cp, pl.ds(hist, 1), slice(None))] = packed[None]
-                q_ref[(*at, b, h, sp, pl.ds(hist, 1), slice(None))] = scale.astype(q_ref.dtype)
-                q_ref[(*at, b, h, zp, pl.ds(hist, 1), slice(None))] = zero.astype(q_ref.dtype)
+        @pl.when(hist < c_ref.shape[-2])
+        def _():
+            c_ref[l, b, h, cp, pl.ds(hist, 1), :] = packed[None]
+            q_ref[l, b, h, sp, pl.ds(hist, 1), :] = scale.astype(q_ref.dtype)
+            q_ref[l, b, h, zp, pl.ds(hist, 1), :] = zero.astype(q_ref.dtype)
 
     parts = ((k4_ref, kf_ref, clip_k, 0, *planes[0]), (v4_ref, vf_ref, clip_v, 1, *planes[1]))
     for kind, part in enumerate(parts):
@@ -90,32 +85,29 @@ def _kernel(k4_ref, kf_ref, v4_ref, vf_ref, slot_ref, hist_ref, *refs, clip_k: f
 
 
 @functools.partial(jax.jit, static_argnames=("clip_k", "clip_v", "planes", "interpret", "warps"))
-def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, planes, interpret: bool = False,
+def commit_int2(bufs, k, v, slot, hist, *, clip_k: float, clip_v: float, planes, interpret: bool = False,
                 warps: int = WARPS):
     """Every layer's commit in one kernel: k, v [L, B, n, H, D] (layer l's rows at l) to window slots slot
-    [B, n] of each layer's win_k, win_v [B, H, S + W, D] and, coded, to history slots hist [B, n] of its
-    codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range are dropped. layers: L tuples
-    (win_k, win_v, codes, qparams), or one tuple of their [L, ...] stacks. planes: the (codes, scale, zero)
-    planes of the keys, then of the values (the cache's layout: jspec.int2.planes.INT2_PLANES). Returns the tuples
-    (L, or the one of stacks), updated in place where XLA can alias them. warps: Triton warps per program.
+    [B, n] of layer l's win_k, win_v [B, H, S + W, D] and, coded, to history slots hist [B, n] of its
+    codes [B, H, 2, T, D/4] and qparams [B, H, 4, T, 1]; slots out of range are dropped. bufs: the [L, ...]
+    stacks (win_k, win_v, codes, qparams). planes: the (codes, scale, zero) planes of the keys, then of the
+    values (the cache's layout: jspec.int2.planes.INT2_PLANES). Returns the stacks, updated in place where XLA can
+    alias them. warps: Triton warps per program.
 
     One launch for all layers, not one per layer: at batch 1 a layer's commit is a few programs whose time is
     latency (the rank-counted clip), and 32 launches took 0.174 ms of the 8B step at batch 1 / 128K against
     0.017 ms for this one (H200, docs/kernels.md)."""
     L, B, n, H, D = k.shape
-    bufs = tuple(x for layer in layers for x in layer)
-    stacked = bufs[0].ndim == 5
-    if len(bufs) != (4 if stacked else 4 * L) or (stacked and bufs[0].shape[0] != L):
-        raise ValueError(f"{len(layers)} layers of buffers for rows of {L} layers")
-    if layers[0][3].shape[-1] != 1 or layers[0][2].shape[-1] != D // 4:
-        raise ValueError(f"the fused commit codes one group per row: qparams {layers[0][3].shape}, "
-                         f"codes {layers[0][2].shape}")
+    if len(bufs) != 4 or bufs[0].ndim != 5 or bufs[0].shape[0] != L:
+        raise ValueError(f"buffers of shapes {[x.shape for x in bufs]} for rows of {L} layers")
+    if bufs[3].shape[-1] != 1 or bufs[2].shape[-1] != D // 4:
+        raise ValueError(f"the fused commit codes one group per row: qparams {bufs[3].shape}, codes {bufs[2].shape}")
     row4 = lambda x: x.reshape(L, B * n, H, 4, D // 4)  # the same bytes: quarter i of the row is plane i's input
     spec4 = pl.BlockSpec((None, None, None, 4, D // 4), lambda lk, bi, h: (lk // 2, bi, h, 0, 0))
     spec = pl.BlockSpec((None, None, None, D), lambda lk, bi, h: (lk // 2, bi, h, 0))
     whole = pl.BlockSpec(memory_space=pl.ANY)
     out = pl.pallas_call(
-        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes, rows=n, stacked=stacked),
+        functools.partial(_kernel, clip_k=clip_k, clip_v=clip_v, planes=planes, rows=n),
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in bufs],
         grid=(2 * L, B * n, H),
         in_specs=[spec4, spec, spec4, spec, whole, whole] + [whole] * len(bufs),
@@ -124,4 +116,4 @@ def commit_int2(layers, k, v, slot, hist, *, clip_k: float, clip_v: float, plane
         interpret=interpret,
         compiler_params=None if interpret else pltriton.CompilerParams(num_warps=warps, num_stages=1),
     )(row4(k), k.reshape(L, B * n, H, D), row4(v), v.reshape(L, B * n, H, D), slot, hist, *bufs)
-    return tuple(tuple(out[4 * j: 4 * j + 4]) for j in range(len(layers)))
+    return tuple(out)

@@ -82,8 +82,8 @@ def layer_inputs(params: Params, cfg: ModelConfig, batches):
     f32 = lambda t: jax.tree.map(lambda a: a.astype(jnp.float32), t)
     xs = [params.embed[jnp.asarray(t)].astype(jnp.float32) for t in batches]  # [B, n, E] each
     ys = [jnp.zeros_like(x) for x in xs]
-    for lp in params.layers:
-        lp = f32(lp)
+    for i in range(params.num_layers):
+        lp = f32(params.layer(i))
         qs, ks, vs = [], [], []
         for b, (x, y) in enumerate(zip(xs, ys)):
             xs[b], ys[b], q, k, v = _layer_step(lp, cfg, x, y)
@@ -119,7 +119,7 @@ def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "osca
     if mode != "oscar":
         return (*rotation.data_free_rotations(cfg, mode), meta)
     rotation.check_head_dim(cfg.head_dim)
-    if any(lp.rot_k is not None for lp in params.layers):
+    if params.layers.rot_k is not None:
         raise ConfigError("calibrate needs the original weights, not params with rotations applied")
     batches = [np.asarray(t) for t in token_batches]
     tokens = sum(t.size for t in batches)

@@ -25,6 +25,8 @@ from jspec.numerics import logits_f32
 
 @struct.dataclass
 class Layer:
+    """One decoder layer's weights; in Params.layers every field carries a leading layer axis [L, ...]."""
+
     attn_norm: jax.Array  # [E]
     # q, k and v in one matmul. Slots per KV head h: 0..g-1 its query heads h*g.., g its k, g+1 its
     # v (R_V folded in when rotated); grouped by KV head so that a tp shard of axis 1 holds all three.
@@ -45,9 +47,24 @@ class Layer:
 @struct.dataclass
 class Params:
     embed: jax.Array  # [V, E]
-    layers: tuple[Layer, ...]
+    layers: Layer  # every layer's weights stacked: [L, ...] leaves (stack_layers), the forward's scan slices them
     norm: jax.Array  # [E]
     lm_head: jax.Array | None = None  # [E, V]; None when tied to embed
+
+    @property
+    def num_layers(self) -> int:
+        return self.layers.attn_norm.shape[0]
+
+    def layer(self, i) -> Layer:
+        """Layer i's weights (slices of the stacks)."""
+        return jax.tree.map(lambda x: x[i], self.layers)
+
+
+def stack_layers(layers) -> Layer:
+    """A sequence of per-layer pytrees (Layers, or a cache's LayerKVs) as one of [L, ...] stacks (numpy stays
+    numpy)."""
+    xp = np if all(isinstance(x, np.ndarray) for x in jax.tree.leaves(layers)) else jnp
+    return jax.tree.map(lambda *xs: xp.stack(xs), *layers)
 
 
 def rms_norm(x, w, eps):
@@ -182,39 +199,24 @@ def forward(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None = No
             attn_impl: str = "reference", options: Options = Options()):
     """tokens [B, n] at positions cache.length + 0..n-1 (0..n-1 without a cache).
 
-    Returns logits [B, n, V] in float32 and the new rows (k, v), each a per-layer list of
-    [B, n, Hkv, D] (stacked layers: one [L, B, n, Hkv, D] array) in the cache's rotated basis, for
-    kvcache.commit (or, over a cache.scratch view, scratch.write).
+    Returns logits [B, n, V] in float32 and the new rows (k, v), each [L, B, n, Hkv, D] in the cache's rotated
+    basis, for kvcache.commit (or, over a cache.scratch view, scratch.write).
     """
     logits, kv, _ = forward_taps(params, cfg, tokens, cache, (), attn_impl=attn_impl, options=options)
     return logits, kv
 
 
-def stack_layers(params: Params) -> Params:
-    """params with its layers as one Layer whose arrays have a leading layer axis [L, ...]. forward then runs
-    them as one lax.scan over that axis, so a compiled program holds one layer's ops instead of L copies: a
-    second process's load grows with the unrolled layers (issue 14; docs/kernels.md). Its caches
-    must be stacked too (kvcache.init_cache(stacked=True)), and its programs compiled with compile_options (the
-    engine does). Both forms live on the device until the tuple is dropped."""
-    if is_stacked(params):
-        return params
-    return params.replace(layers=jax.tree.map(lambda *xs: jnp.stack(xs), *params.layers))
-
-
-def is_stacked(params: Params | None) -> bool:
-    return params is not None and isinstance(params.layers, Layer)
-
-
-# XLA's options for a program whose layers are stacked, on a GPU: cuBLAS GEMMs (not XLA's Triton ones) that the
-# dynamic-slice fusion hands an address inside the stacked weights. Without them XLA copies each layer's weights
-# out of the stack first: 8.42 against 2.80 ms for 32 layers of the 8B MLP at one token; with them 2.92 ms
-# (H200, docs/kernels.md). XLA on the CPU ignores them.
+# XLA's options for every program (each layer's weights are slices of the stacks), on a GPU: cuBLAS GEMMs (not
+# XLA's Triton ones) that the dynamic-slice fusion hands an address inside the stacked weights. Without them a
+# rolled loop copied each layer's weights out of the stacks first: 32 layers of the 8B MLP at one token took
+# 8.42 ms, 2.92 ms with them, 2.80 ms as separate per-layer arrays (H200, docs/kernels.md). The unrolled loop's
+# static slices under them are not yet timed on a GPU. XLA on the CPU ignores them.
 SCAN_OPTIONS = {"xla_gpu_enable_dynamic_slice_fusion": True, "xla_gpu_enable_triton_gemm": False}
 
 
-def compile_options(*params: Params | None) -> dict | None:
-    """The compiler options of a program over these models' weights: SCAN_OPTIONS if any is stacked."""
-    return dict(SCAN_OPTIONS) if any(is_stacked(p) for p in params) else None
+def compile_options() -> dict:
+    """XLA's compiler options of a program over stacked weights (all of jspec's): SCAN_OPTIONS."""
+    return dict(SCAN_OPTIONS)
 
 
 def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None, taps: tuple[int, ...], *,
@@ -222,8 +224,8 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     """forward, and the residual stream entering each layer j of taps (j = L: after the last layer, before
     the final norm), concatenated in taps' order: [B, n, len(taps) * E] (an EAGLE-3 head's input).
 
-    cache: a KVCache, or anything with its reading side (length, kv, stacked, layer, scanned, in_scan): a
-    cache.scratch view."""
+    cache: a KVCache, or anything with its reading side (length, kv, scanned, in_scan): a cache.scratch view.
+    The layers run as one lax.scan over their stacks, unrolled Options.unroll layers per trip."""
     B, n = tokens.shape
     length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
     pos = length[:, None] + jnp.arange(n)  # [B, n]
@@ -232,34 +234,26 @@ def forward_taps(params: Params, cfg: ModelConfig, tokens, cache: KVCache | None
     # One pair of tables for all layers, kept apart by the barrier: each layer's RoPE is then a few
     # multiplies that fuse into what reads them (R_K), not sines and cosines of its own.
     rope = jax.lax.optimization_barrier(rope_tables(cfg, pos))
-    if cache is not None and cache.stacked != is_stacked(params):
-        raise ValueError("stacked layers (stack_layers) need a stacked cache (init_cache(stacked=True)), and back")
-    L = params.layers.attn_norm.shape[0] if is_stacked(params) else len(params.layers)
+    L = params.num_layers
     spec = BlockSpec(cfg, kv, attn_impl, fused_norms(cfg.hidden_size, options), options.fused_window,
                      interpret=not options.gpu)
     y = jnp.zeros_like(x)  # the last layer's MLP output, added to the residual x by the next norm (x + 0 is x)
-    if is_stacked(params):
-        def layer(carry, xs):
-            x, y, i = carry
-            lp, layer_cache = xs
-            if layer_cache is not None:
-                layer_cache = cache.in_scan(layer_cache, i)
-            norms = (params.layers.attn_norm, params.layers.mlp_norm, i)  # read in place by the fused norms
-            entering, x, y, _, k, v = _block(lp, x, y, rope, layer_cache, length, norms, spec=spec)
-            return (x, y, i + 1), (k, v, entering if taps else None)
 
-        # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
-        xs = (params.layers, None if cache is None else cache.scanned())
-        (x, y, _), (new_k, new_v, entering) = jax.lax.scan(layer, (x, y, jnp.int32(0)), xs)
-        tapped = {j: entering[j] for j in taps if j < L}
-    else:
-        new_k, new_v, tapped = [], [], {}
-        for i, lp in enumerate(params.layers):
-            with jax.named_scope(f"layer{i}"):
-                layer_cache = cache.layer(i) if cache is not None else None
-                tapped[i], x, y, _, k, v = _block(lp, x, y, rope, layer_cache, length, spec=spec)
-                new_k.append(k)
-                new_v.append(v)
+    def layer(carry, xs):
+        x, y, i = carry
+        lp, layer_cache = xs
+        if layer_cache is not None:
+            layer_cache = cache.in_scan(layer_cache, i)
+        norms = (params.layers.attn_norm, params.layers.mlp_norm, i)  # read in place by the fused norms
+        entering, x, y, _, k, v = _block(lp, x, y, rope, layer_cache, length, norms, spec=spec)
+        return (x, y, i + 1), (k, v, entering if taps else None)
+
+    # new_k, new_v: [L, B, n, Hkv, D]; entering: the residual entering each layer, [L, B, n, E] (taps only)
+    xs = (params.layers, None if cache is None else cache.scanned())
+    with jax.named_scope("layers"):
+        (x, y, _), (new_k, new_v, entering) = jax.lax.scan(layer, (x, y, jnp.int32(0)), xs,
+                                                           unroll=options.unroll)
+    tapped = {j: entering[j] for j in taps if j < L}
     tapped[L], x = add_rms_norm(x, y, params.norm, cfg.rms_eps, spec.fused, interpret=spec.interpret)
     head = params.embed.T if params.lm_head is None else params.lm_head
     logits = logits_f32(x, head)
@@ -284,8 +278,8 @@ def block(lp: Layer, x, y, rope, layer_cache, length, norm_stacks=None, *, spec:
     y is the last layer's MLP output, added here by the first norm. Returns the residual entering the
     layer, the residual after its attention, its MLP's output (the next layer's y), and its q (calibration reads
     it; a forward drops it) and new k and v rows.
-    norm_stacks (stacked layers: the scan's body): the [L, E] stacks of both norms' weights and this layer's
-    index, for the fused norms' kernel to read in place.
+    norm_stacks (the scan's body): the [L, E] stacks of both norms' weights and this layer's index, for the fused
+    norms' kernel to read in place; None: lp's own norms (a single layer, as calibration runs it).
     """
     B, n, _ = x.shape
     cfg, fused, interpret = spec.cfg, spec.fused, spec.interpret
@@ -345,7 +339,7 @@ _fused_add_norm.defvjp(_fused_add_norm_fwd, _fused_add_norm_bwd)
 
 
 # A nested jit: the layers of a forward share one traced and lowered body (XLA inlines the calls, so the
-# compiled program is unchanged); unrolled Python, the body was traced and lowered once per layer.
+# compiled program is unchanged), also where the scan unrolls them.
 _block = jax.jit(block, static_argnames=("spec",))
 
 
@@ -388,6 +382,6 @@ def init_params(cfg: ModelConfig, key, dtype=jnp.float32, std: float = 0.02) -> 
         return Layer(attn_norm=ones(E), wqkv=wqkv, wo=wo, mlp_norm=ones(E), w_gu=w_gu, w_down=w(F, E),
                      **bias, **norms)
 
-    layers = tuple(layer() for _ in range(cfg.num_layers))
+    layers = stack_layers([layer() for _ in range(cfg.num_layers)])
     lm_head = None if cfg.tie_embeddings else w(E, cfg.vocab_size)
     return Params(w(cfg.vocab_size, E), layers, ones(E), lm_head)

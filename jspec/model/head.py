@@ -134,17 +134,17 @@ def hidden(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats, cache: KVCach
     length = cache.length if cache is not None else jnp.zeros((B,), jnp.int32)
     pos = length[:, None] + jnp.arange(n)  # [B, n]
     q, k, v = qkv(hp.layer, hcfg.layer, qkv_input(hp, hcfg, embed, tokens, feats), pos)
-    o = attend(q, k, v, None if cache is None else cache.layers[0], length, None if cache is None else cache.kv,
+    o = attend(q, k, v, None if cache is None else cache.layer(0), length, None if cache is None else cache.kv,
                attn_impl)
-    return _residual(hp, hcfg, feats, o.reshape(B, n, -1)), ([k], [v])
+    return _residual(hp, hcfg, feats, o.reshape(B, n, -1)), (k[None], v[None])
 
 
 def forward(hp: HeadParams, hcfg: HeadConfig, embed, tokens, feats, cache: KVCache | None = None,
             attn_impl: str = "reference"):
     """tokens [B, n] and features [B, n, E] at positions cache.length + 0..n-1 (token i follows the position
     of feature i) -> (logits [B, n, V] f32 over the target's vocabulary, the next features [B, n, E] (the
-    pre-norm output), the new rows (k, v) as one-layer lists for kvcache.commit). No cache: plain causal
-    attention over the n rows from position 0."""
+    pre-norm output), the new rows (k, v) as one-layer stacks [1, B, n, Hkv, D] for kvcache.commit). No cache:
+    plain causal attention over the n rows from position 0."""
     h, kv = hidden(hp, hcfg, embed, tokens, feats, cache, attn_impl)
     return to_target_vocab(draft_logits(hp, hcfg, h), hp.d2t, hcfg.layer.vocab_size), h, kv
 

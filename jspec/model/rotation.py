@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jspec.config import ConfigError, ModelConfig
-from jspec.model.decoder import Params
+from jspec.model.decoder import Params, stack_layers
 
 FORMAT_VERSION = "1"
 MODES = ("none", "hadamard", "oscar")
@@ -291,13 +291,14 @@ def apply_rotations(params: Params, cfg: ModelConfig, rot_k: Sequence, rot_v: Se
     """
     if len(rot_k) != cfg.num_layers or len(rot_v) != cfg.num_layers:
         raise ConfigError(f"need {cfg.num_layers} layers of rotations, got {len(rot_k)} / {len(rot_v)}")
-    layers = tuple(_rotate_layer(lp, cfg, rk, rv) for lp, rk, rv in zip(params.layers, rot_k, rot_v))
-    return params.replace(layers=layers)
-
-
-def _rotate_layer(lp, cfg: ModelConfig, rk, rv):
-    if lp.rot_k is not None:
+    if params.layers.rot_k is not None:
         raise ConfigError("params are already rotated; apply rotations to the original weights")
+    new = stack_layers([_rotated_fields(params.layer(i), cfg, rk, rv) for i, (rk, rv) in enumerate(zip(rot_k, rot_v))])
+    return params.replace(layers=params.layers.replace(**new))
+
+
+def _rotated_fields(lp, cfg: ModelConfig, rk, rv) -> dict:
+    """One layer's fields that the rotations change, rotated."""
     Hkv, g, D = cfg.num_kv_heads, cfg.q_per_kv, cfg.head_dim
     rk, rv = jnp.asarray(rk, jnp.float32), jnp.asarray(rv, jnp.float32)  # [Hkv, D, D]
     dtype = lp.wqkv.dtype
@@ -311,4 +312,4 @@ def _rotate_layer(lp, cfg: ModelConfig, rk, rv):
     if lp.bqkv is not None:
         bv = jnp.einsum("hd,hdf->hf", lp.bqkv[:, g + 1, :].astype(jnp.float32), rv)  # [Hkv, D]
         new["bqkv"] = lp.bqkv.at[:, g + 1, :].set(bv.astype(lp.bqkv.dtype))
-    return lp.replace(**new)
+    return new

@@ -30,7 +30,7 @@ from jspec.decode.drafters import self_skip
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3
 from jspec.model import rotation
-from jspec.model.decoder import Params, compile_options, is_stacked, stack_layers
+from jspec.model.decoder import Params, compile_options
 from jspec.model.sampling import Sampler
 from jspec.paths import CHECKPOINTS
 from jspec.runtime import lookahead, programs, sharding
@@ -140,7 +140,7 @@ class Engine:
     @property
     def xla_options(self) -> dict | None:
         """XLA's compiler options for this engine's programs (model.compile_options: stacked layers)."""
-        return compile_options(self.params, self.drafter.model)
+        return compile_options()
 
     @property
     def draft_mode(self) -> str:
@@ -370,8 +370,7 @@ class Engine:
     def kv_bytes(self, args: ProgramArgs) -> tuple[int, int]:
         """(the KV storage of a call, the same with the target's cache in BF16): shapes only, nothing allocated."""
         B, N, K = args.prompts.shape[0], args.cache.capacity, args.models.lookahead
-        bf16 = jax.eval_shape(lambda: kvcache.init_cache(self.cfg, KVConfig("bf16"), B, N, jnp.dtype(self.dtype), K,
-                                                         stacked=args.cache.stacked))
+        bf16 = jax.eval_shape(lambda: kvcache.init_cache(self.cfg, KVConfig("bf16"), B, N, jnp.dtype(self.dtype), K))
         draft = 0 if args.draft_cache is None else args.draft_cache.nbytes()
         return args.kv_bytes(), sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(bf16.layers)) + draft
 
@@ -551,7 +550,7 @@ class Engine:
     def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
         dt = jnp.dtype(self.dtype)
         B = len(ids)
-        make = lambda: (kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K, stacked=is_stacked(self.params)),
+        make = lambda: (kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K),
                         # the draft model's or head's: windowed where the capacity exceeds its window (cache_kv)
                         drafters.init_cache(self.drafter, B, capacity, dt, K))
         check_cache_memory(jax.eval_shape(make), B, capacity)
@@ -731,8 +730,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.runtime.sharding).
-    scan_layers: the target's and draft's layers stacked (model.stack_layers), each forward one lax.scan: programs
-    that compile ~4x and load ~17x faster, a decode step 0-6% slower in INT2 (BF16 11% at batch 1; H200, README).
+    scan_layers: each forward's loop over the layers rolled (Options.layer_unroll = 1, one layer's ops in the
+    program) on a GPU too (the CPU's default): programs that compile ~4x and load ~17x faster, a decode step 0-6%
+    slower in INT2 (BF16 11% at batch 1; H200, docs/design.md).
     options: how the programs are built (config.Options; the defaults are what runs; its platform, where None,
     is JAX's default backend).
     """
@@ -756,13 +756,10 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
     drafter = drafter.replace(layers=_draft_layers(draft_layers, drafter, cfg))
     if attn_impl not in ATTENTION_IMPLS:
         raise ConfigError(f"attn_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {attn_impl!r}")
-    options = dataclasses.replace(options, platform=options.platform or default_platform())  # decided once, here
+    options = dataclasses.replace(options, platform=options.platform or default_platform(),  # decided once, here
+                                  layer_unroll=1 if scan_layers else options.layer_unroll)
     impl = _default_impl(options) if attn_impl == "auto" else attn_impl
     mesh = sharding.resolve_mesh(mesh, cfg)
-    if scan_layers:
-        params = stack_layers(params)
-        stack = lambda d: d.replace(model=None if d.model is None else stack_layers(d.model))
-        drafter, candidates = stack(drafter), tuple(stack(d) for d in candidates)
     if mesh is not None:  # placed once here; the per-call placement in _program_args is then a no-op
         params, drafter = sharding.shard_params(params, cfg, mesh), sharding.replicate(drafter, mesh)
         candidates = tuple(sharding.replicate(d, mesh) for d in candidates)

@@ -48,9 +48,9 @@ import numpy as np
 from jspec.cache import kvcache
 from jspec.config import KVConfig
 from jspec.decode import drafters
-from jspec.decode.drafters.base import Place, Probe, at_context
+from jspec.decode.drafters.base import Place, Probe, at_context, layer_key
 from jspec.decode.state import Drafter, Models
-from jspec.model.decoder import compile_options, is_stacked
+from jspec.model.decoder import compile_options
 from jspec.files import atomic_write
 from jspec.paths import cache_root
 from jspec.runtime import programs, sharding
@@ -293,10 +293,12 @@ def _loop(probe: Probe, mesh, steps: int, estimate: bool | None = None) -> _Loop
     carry = make()
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), carry)
     if m.options.backend == "cpu" if estimate is None else estimate:
-        return _Loop(None, m, make, steps, one_step=jax.jit(step).lower(m, shapes))
+        # the layers unrolled: XLA's cost analysis counts a rolled loop's body once, not once per layer
+        unrolled = m.replace(options=dataclasses.replace(m.options, layer_unroll=True))
+        return _Loop(None, m, make, steps, one_step=jax.jit(step).lower(unrolled, shapes))
     run = jax.jit(lambda m, c: jax.lax.fori_loop(0, steps, lambda i, c: step(m, c), c), donate_argnums=1,
                   out_shardings=jax.tree.map(lambda x: x.sharding, carry))
-    return _Loop(run.lower(m, shapes), m, make, steps, compile_options(m.target, m.drafter.model))
+    return _Loop(run.lower(m, shapes), m, make, steps, compile_options())
 
 
 # On the CPU the costs are estimated, not timed: compiling the cost loops took 20-29 s of a first run there, and
@@ -342,12 +344,11 @@ def verify_probe(m: Models, kv: KVConfig, B, capacity, context, n: int, dtype) -
         return jnp.argmax(logits, -1).astype(jnp.int32), cache
 
     def make(place):
-        cache = kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1, is_stacked(m.target))
+        cache = kvcache.init_cache(m.target_cfg, kv, B, capacity, dtype, n - 1)
         return place.batch(jnp.zeros((B, n), jnp.int32)), place.cache(at_context(cache, context), True)
 
-    stacked = {"stacked": True} if is_stacked(m.target) else {}  # (no new key for the default: shipped files)
-    return Probe(dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, **stacked), m.replace(drafter=Drafter()), step,
-                 make)
+    what = dict(model=m.target_cfg, kv=kv, attn=m.attn_impl, **layer_key(m.options))
+    return Probe(what, m.replace(drafter=Drafter()), step, make)
 
 
 def cost_shape(capacity: int, k_max: int) -> tuple[int, int]:

@@ -27,7 +27,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from jspec.cache.kvcache import KVCache
 from jspec.config import DP, TP, ConfigError, ModelConfig
 from jspec.decode.state import ProgramArgs
-from jspec.model.decoder import Layer, Params, is_stacked
+from jspec.model.decoder import Layer, Params
 
 # Layer fields split over tp (the rest are replicated): the projections into heads by KV head and
 # into the MLP by unit, the projections out of them by row. wqkv's KV-head axis carries each head's
@@ -91,12 +91,10 @@ def replicate(tree, mesh: Mesh):
 
 
 def param_specs(params: Params, mesh: Mesh) -> Params:
-    """The PartitionSpec of every target weight (a Params of specs; None where the weight is None). Stacked
-    layers (model.stack_layers) keep their layer axis whole on every device."""
-    lead = (None,) if is_stacked(params) else ()
-    spec = lambda lp, f: None if getattr(lp, f.name) is None else P(*lead, *_LAYER_SPECS.get(f.name, P()))
-    one = lambda lp: Layer(**{f.name: spec(lp, f) for f in dataclasses.fields(Layer)})
-    layers = one(params.layers) if lead else tuple(one(lp) for lp in params.layers)
+    """The PartitionSpec of every target weight (a Params of specs; None where the weight is None). The layer
+    stacks keep their layer axis whole on every device."""
+    spec = lambda f: None if getattr(params.layers, f.name) is None else P(None, *_LAYER_SPECS.get(f.name, P()))
+    layers = Layer(**{f.name: spec(f) for f in dataclasses.fields(Layer)})
     head = params.lm_head
     vocab_split = head is not None and head.shape[1] % mesh.shape[TP] == 0
     head_spec = None if head is None else (P(None, TP) if vocab_split else P())
@@ -111,9 +109,9 @@ def shard_params(params: Params, cfg: ModelConfig, mesh: Mesh) -> Params:
 
 
 def shard_cache(cache: KVCache, mesh: Mesh, heads: bool = True) -> KVCache:
-    """Every [B, Hkv, X, ...] cache array by row over "dp" and (heads=True) by KV head over "tp" (stacked: [L,
-    B, Hkv, X, ...], the layer axis whole)."""
-    spec = P(*(None,) * cache.stacked, DP, *(TP,) * heads)
+    """Every [L, B, Hkv, X, ...] cache array by row over "dp" and (heads=True) by KV head over "tp", the layer
+    axis whole."""
+    spec = P(None, DP, *(TP,) * heads)
     layers = jax.tree.map(lambda x: _put(x, mesh, spec), cache.layers)
     return cache.replace(layers=layers, length=_put(cache.length, mesh, P(DP)))
 

@@ -52,6 +52,12 @@ class Probe:
     make: typing.Callable
 
 
+def layer_key(options) -> dict:
+    """What a Probe's `what` says of the layer loop (config.Options.unroll): nothing at full unroll, the GPU's
+    default, so that costs measured for it keep their keys; else the unroll."""
+    return {} if options.unroll is True else {"layer_unroll": options.unroll}
+
+
 @dataclasses.dataclass(frozen=True)
 class Proposer:
     """How one kind of drafter drafts. Every method gets the program's Models (m.drafter: the weights and

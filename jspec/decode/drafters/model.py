@@ -12,9 +12,9 @@ import jax.numpy as jnp
 from jspec.cache import kvcache
 from jspec.cache.kvcache import KVCache
 from jspec.decode import chunks
-from jspec.decode.drafters.base import Probe, Proposer, at_context, draw, key_at, pick, rollout
+from jspec.decode.drafters.base import Probe, Proposer, at_context, draw, key_at, layer_key, pick, rollout
 from jspec.decode.state import DecodeState, Drafter, Models
-from jspec.model.decoder import forward, is_stacked
+from jspec.model.decoder import forward
 from jspec.model.sampling import Sampler
 
 
@@ -54,7 +54,7 @@ class DraftModel(Proposer):
     prior_alpha: float = 0.4
 
     def init_cache(self, d: Drafter, batch, capacity, dtype, K):
-        return kvcache.init_cache(d.model_cfg, d.cache_kv(capacity), batch, capacity, dtype, K, is_stacked(d.model))
+        return kvcache.init_cache(d.model_cfg, d.cache_kv(capacity), batch, capacity, dtype, K)
 
     def prefill_chunk(self, m, cache, chunk, features, carry):
         if m.drafter.model is None:  # its prefill ran apart (split_prefill)
@@ -129,7 +129,7 @@ class DraftModel(Proposer):
 
         drafter_kv = d.cache_kv(capacity)
         what = dict(model=d.model_cfg, **(dict(window=drafter_kv) if drafter_kv.windowed else {}),
-                    **({"stacked": True} if is_stacked(d.model) else {}))
+                    **layer_key(m.options))
         return {"draft": Probe(what, m.replace(target=None), step, make)}
 
     def round_cost(self, costs, K):

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 
 from jspec.cache import kvcache, scratch
 from jspec.cache.scratch import Scratch
-from jspec.decode.drafters.base import Probe, Proposer, at_context, draw, key_at, rollout
+from jspec.decode.drafters.base import Probe, Proposer, at_context, draw, key_at, layer_key, rollout
 from jspec.decode.state import DecodeState, Models
-from jspec.model.decoder import forward, is_stacked
+from jspec.model.decoder import forward
 from jspec.model.sampling import Sampler
 
 
@@ -56,11 +56,11 @@ class SelfDraft(Proposer):
             return t, sc.replace(at=jnp.minimum(sc.at, m.lookahead - 1)), cache
 
         def make(place):
-            cache = kvcache.init_cache(m.target_cfg, kv, batch, capacity, dtype, m.lookahead, is_stacked(m.target))
+            cache = kvcache.init_cache(m.target_cfg, kv, batch, capacity, dtype, m.lookahead)
             cache = place.cache(at_context(cache, context), True)
             return place.batch(jnp.zeros((batch,), jnp.int32)), new_scratch(m, cache), cache
 
-        what = dict(model=m.target_cfg, kv=kv, K=k_max, **({"stacked": True} if is_stacked(m.target) else {}))
+        what = dict(model=m.target_cfg, kv=kv, K=k_max, **layer_key(m.options))
         return {"self": Probe(what, m, step, make)}
 
     def round_cost(self, costs, K):

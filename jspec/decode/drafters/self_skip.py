@@ -14,10 +14,9 @@ import jax.numpy as jnp
 
 from jspec.cache import kvcache, scratch
 from jspec.config import ConfigError, ModelConfig
-from jspec.decode.drafters.base import Probe, Proposer, at_context, key_at, rollout
+from jspec.decode.drafters.base import Probe, Proposer, at_context, key_at, layer_key, rollout
 from jspec.decode.drafters.self_draft import self_token
 from jspec.decode.state import Drafter, DecodeState, Models
-from jspec.model.decoder import is_stacked
 from jspec.model.sampling import Sampler
 
 # The shipped target (8 layers) over its window, float32, greedy, K = 4, 3 prompts at 1K: per-draft alpha 0.63 on
@@ -37,16 +36,16 @@ def check_layers(n, cfg: ModelConfig) -> None:
         raise ConfigError(f"draft layers must be in [1, {cfg.num_layers}] (the target's layers), got {n!r}")
 
 
-def first_layers(tree, n: int, stacked: bool):
-    """The first n layers of a layer tuple, or of [L, ...] stacks (stacked)."""
-    return jax.tree.map(lambda x: x[:n], tree) if stacked else tree[:n]
+def first_layers(tree, n: int):
+    """The first n layers of [L, ...] stacks."""
+    return jax.tree.map(lambda x: x[:n], tree)
 
 
 def skipped(m: Models, cache):
     """(m with its target cut to the first N layers, the cache's first N layers): what a self-skip step runs."""
-    n, stacked = draft_layers(m.drafter, m.target_cfg), is_stacked(m.target)
-    target = m.target.replace(layers=first_layers(m.target.layers, n, stacked))
-    return m.replace(target=target), cache.replace(layers=first_layers(cache.layers, n, stacked))
+    n = draft_layers(m.drafter, m.target_cfg)
+    target = m.target.replace(layers=first_layers(m.target.layers, n))
+    return m.replace(target=target), cache.replace(layers=first_layers(cache.layers, n))
 
 
 def new_scratch(m: Models, cache) -> scratch.Scratch:
@@ -79,12 +78,12 @@ class SelfSkip(Proposer):
             return t, sc.replace(at=jnp.minimum(sc.at, m.lookahead - 1)), cache
 
         def make(place):
-            cache = kvcache.init_cache(m.target_cfg, kv, batch, capacity, dtype, m.lookahead, is_stacked(m.target))
+            cache = kvcache.init_cache(m.target_cfg, kv, batch, capacity, dtype, m.lookahead)
             cache = place.cache(at_context(cache, context), True)
             return place.batch(jnp.zeros((batch,), jnp.int32)), new_scratch(m, skipped(m, cache)[1]), cache
 
         what = dict(model=m.target_cfg, kv=kv, K=k_max, layers=draft_layers(m.drafter, m.target_cfg),
-                    **({"stacked": True} if is_stacked(m.target) else {}))
+                    **layer_key(m.options))
         return {"self_skip": Probe(what, m, step, make)}
 
     def round_cost(self, costs, K):

@@ -1,8 +1,8 @@
-"""Stacked layers (model.stack_layers + kvcache.init_cache(stacked=True)): the forward scans the layers and
-the commit writes [L, ...] stacks. In float32 every step gives the logits and cache of the per-layer tuples
-(the unrolled forward jspec compiles by default), for both KV modes, both commits (jnp and the fused Pallas
-kernel in interpret mode), the split path with window_merge reading the window stacks (interpret mode) and an
-EAGLE-3 head's taps; the engine's greedy tokens are the same with a draft."""
+"""The layer loop: the forward's lax.scan over the [L, ...] stacks, unrolled Options.layer_unroll layers per trip.
+In float32 a rolled loop (unroll 1, the CPU's default) and a partly unrolled one (2 of 3 layers per trip) give
+every step the logits and cache of the fully unrolled one (the GPU's default), for both KV modes, both commits
+(jnp and the fused Pallas kernel in interpret mode), the split path with window_merge reading the window stacks
+(interpret mode) and an EAGLE-3 head's taps; the engine's greedy tokens are the same with a draft, and load(scan_layers=True) rolls it."""
 
 import dataclasses
 import functools
@@ -25,14 +25,14 @@ _COMPILE = {"xla_backend_optimization_level": 0}
 
 @functools.partial(jax.jit, static_argnums=(1, 5), compiler_options=_COMPILE)
 def _step(params, cfg, tokens, cache, n_commit, options):
-    logits, (k, v), feats = model.forward_taps(params, cfg, tokens, cache, (0, 2, 3))
+    logits, (k, v), feats = model.forward_taps(params, cfg, tokens, cache, (0, 2, 3), options=options)
     return logits, feats, kvcache.commit(cache, k, v, n_commit, options)
 
 
-def _run(params, kv, stacked, options=Options()):
+def _run(params, kv, options=Options()):
     """A 12-token prefill (rows commit 12 and 9), then three decode steps: logits, taps and the cache."""
     rng = np.random.default_rng(0)
-    cache = kvcache.init_cache(CFG, kv, 2, 32, jnp.float32, stacked=stacked)
+    cache = kvcache.init_cache(CFG, kv, 2, 32, jnp.float32)
     out = []
     tokens = jnp.asarray(rng.integers(0, CFG.vocab_size, (2, 12)), jnp.int32)
     n = jnp.asarray([12, 9], jnp.int32)
@@ -45,26 +45,25 @@ def _run(params, kv, stacked, options=Options()):
 
 @pytest.mark.parametrize("mode", ["bf16", "int2"])
 @pytest.mark.parametrize("fused", [False, True])
-def test_stacked_layers_match_the_tuple_of_layers(mode, fused):
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_a_rolled_layer_loop_matches_the_unrolled_one(mode, fused, unroll):
     if fused and mode == "bf16":
         pytest.skip("the fused commit is INT2's")
-    options = Options(fused_commit=fused)
     params = model.init_params(CFG, jax.random.key(0), std=0.3)
-    want, cache = _run(params, KVS[mode], False, options)
-    got, stacked = _run(model.stack_layers(params), KVS[mode], True, options)
+    want, cache = _run(params, KVS[mode], Options(fused_commit=fused, layer_unroll=True))
+    got, rolled = _run(params, KVS[mode], Options(fused_commit=fused, layer_unroll=unroll))
     for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
-    assert stacked.stacked and not cache.stacked
-    for i in range(CFG.num_layers):
-        for a, b in zip(jax.tree.leaves(stacked.layer(i)), jax.tree.leaves(cache.layers[i])):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(rolled), jax.tree.leaves(cache)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n", [1, 5])
 def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
-    """Through the split path with the fused window (interpret mode on the CPU): a stacked decode (n = 1) or
+    """Through the split path with the fused window (interpret mode on the CPU): a decode (n = 1) or
     verification (n = 5) step passes window_merge the [L, ...] window stacks and the loop's layer index
-    (LayerKV.window_stacks), and its logits are the tuple's, float32 (a wrong layer's window would change them)."""
+    (LayerKV.window_stacks), and its logits with the loop rolled are the unrolled loop's, float32 (a wrong layer's
+    window would change them)."""
     from jspec.attention import split as attention_split
 
     calls = []
@@ -82,32 +81,25 @@ def test_the_scan_hands_window_merge_each_layers_window_stacks(n, monkeypatch):
     prompt = jnp.asarray(np.random.default_rng(1).integers(0, cfg.vocab_size, (2, 30)), jnp.int32)
     tokens = jnp.tile(jnp.asarray([[3], [7]], jnp.int32), (1, n))
 
-    def step(p, stacked):
-        cache = kvcache.init_cache(cfg, kv, 2, 48, jnp.float32, stacked=stacked)
-        _, (k, v) = model.forward(p, cfg, prompt, cache)
+    def step(unroll):
+        cache = kvcache.init_cache(cfg, kv, 2, 48, jnp.float32)
+        _, (k, v) = model.forward(params, cfg, prompt, cache)
         cache = kvcache.commit(cache, k, v, jnp.asarray([30, 22], jnp.int32))
-        return model.forward(p, cfg, tokens, cache, attn_impl="pallas", options=Options(fused_window=True))[0]
+        options = Options(fused_window=True, layer_unroll=unroll)
+        return model.forward(params, cfg, tokens, cache, attn_impl="pallas", options=options)[0]
 
     jax.clear_caches()  # the layers' jitted block traces afresh: one recorded call per trace
-    want = step(params, False)
-    assert calls == [4]  # the tuple: each layer's own window [B, Hkv, S + W, D]
-    got = step(model.stack_layers(params), True)
-    assert calls == [4, 5]  # the scan: the stacks whole
+    want = step(True)
+    assert calls == [5]  # the stacks whole [L, B, Hkv, S + W, D], not a layer's slice
+    got = step(1)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
-def test_a_stacked_model_refuses_a_tuple_cache():
-    params = model.stack_layers(model.init_params(CFG, jax.random.key(0)))
-    cache = kvcache.init_cache(CFG, KVS["bf16"], 1, 16, jnp.float32)
-    with pytest.raises(ValueError, match="stacked"):
-        model.forward(params, CFG, jnp.zeros((1, 2), jnp.int32), cache)
-
-
 @pytest.mark.parametrize("mode", ["bf16", "int2"])
-def test_engine_with_stacked_layers_gives_the_same_greedy_tokens(mode):
-    """Through the Engine at K = 3, two prompts of different lengths: stacked target and draft, and the draft alone
-    stacked (startup.py --scan-draft), against the tuples. The draft is the target itself (every draft accepted:
-    commits of K + 1 rows) and a random one."""
+def test_engine_with_a_rolled_layer_loop_gives_the_same_greedy_tokens(mode):
+    """Through the Engine at K = 3, two prompts of different lengths: target and draft with the layer loop rolled
+    against unrolled. The draft is the target itself (every draft accepted: commits of K + 1 rows) and a random
+    one."""
     from jspec.config import GenerateConfig, SamplingConfig
     from jspec.runtime.engine import Engine
 
@@ -116,18 +108,19 @@ def test_engine_with_stacked_layers_gives_the_same_greedy_tokens(mode):
     prompts = [list(range(3, 14)), list(range(20, 27))]
     for cfg, draft in ((CFG, target), (dcfg, model.init_params(dcfg, jax.random.key(7), std=0.3))):
         out = []
-        same, stack = (lambda p: p), model.stack_layers
-        for stack_target, stack_draft in ((same, same), (stack, stack), (same, stack)):
-            eng = Engine(cfg=CFG, params=stack_target(target), tokenizer=None, kv=KVS[mode], dtype="float32",
-                         drafter=Drafter(stack_draft(draft), mode=DraftMode.MODEL, model_cfg=cfg))
+        for unroll in (True, 1):
+            eng = Engine(cfg=CFG, params=target, tokenizer=None, kv=KVS[mode], dtype="float32",
+                         drafter=Drafter(draft, mode=DraftMode.MODEL, model_cfg=cfg),
+                         options=Options(layer_unroll=unroll))
             rows = eng.generate_ids(prompts, [SamplingConfig()] * 2, [12, 9], GenerateConfig(12, lookahead=3))
             out.append([(tokens, stats.accepted) for tokens, stats in rows])
-        assert out[2] == out[1] == out[0] and len(out[0][0][0]) == 12
+        assert out[1] == out[0] and len(out[0][0][0]) == 12
 
 
 def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
-    """jspec.load(scan_layers=True), a model draft at lookahead auto (its costs measured on stacked layers): the
-    tokens of the default load, and every program compiled with model.SCAN_OPTIONS."""
+    """jspec.load(scan_layers=True), a model draft at lookahead auto (its costs measured with the loop rolled): the
+    layer loop rolled (Options.layer_unroll = 1), the tokens of the default load, and every program of both
+    compiled with model.SCAN_OPTIONS (the weights are slices of the stacks either way)."""
     import jspec
     from jspec.runtime import programs
 
@@ -140,13 +133,15 @@ def test_load_with_scan_layers(hf_model_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(programs, "compile_all", recorded)
     path = hf_model_dir("llama")
-    load = lambda scan: jspec.load(path, draft=path, kv=jspec.KVConfig("bf16"), dtype="float32", scan_layers=scan)
+    load = lambda scan: jspec.load(path, draft=path, kv=jspec.KVConfig("bf16"), dtype="float32", scan_layers=scan,
+                                   options=Options(layer_unroll=True))
     gen = jspec.GenerateConfig(max_new_tokens=8)
-    [want] = load(False).generate([[5, 6, 7, 8, 9, 5, 6]], gen)
-    assert set(map(str, options)) == {"None"}
+    default = load(False)
+    [want] = default.generate([[5, 6, 7, 8, 9, 5, 6]], gen)
+    assert default.options.unroll is True and options and all(o == model.SCAN_OPTIONS for o in options)
     options.clear()
     eng = load(True)
-    assert model.is_stacked(eng.params) and model.is_stacked(eng.drafter.model)
+    assert eng.options.unroll == 1
     [got] = eng.generate([[5, 6, 7, 8, 9, 5, 6]], gen)
     assert got.token_ids == want.token_ids and got.stats.lookahead == want.stats.lookahead
     assert options and all(o == model.SCAN_OPTIONS for o in options)
@@ -174,35 +169,33 @@ def test_the_mosaic_kernel_in_a_scan_over_stacked_caches_lowers_for_cuda():
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
 @pytest.mark.parametrize("n", [1, 5])
-def test_compiled_stacked_step_matches_the_tuple_of_layers(n):
+def test_compiled_rolled_step_matches_the_unrolled_one(n):
     """On a GPU, a decode (n = 1) and a verification (n = 5) step of a 2-layer rotated INT2 model through the
     Pallas kernels (the Mosaic kernel where wgmma exists, window_merge, the fused commit), compiled with
-    SCAN_OPTIONS: the stacked layers' logits and cache against the tuple's, float32."""
+    SCAN_OPTIONS: the rolled layer loop's logits and cache against the unrolled one's, float32."""
     cfg = dataclasses.replace(CFG, num_layers=2, hidden_size=512, head_dim=128, max_position=4096)
     params = model.init_params(cfg, jax.random.key(3), jnp.float32, std=0.3)
     kv = KVConfig("int2", sink=16, recent=64)
     prompt = jax.random.randint(jax.random.key(4), (2, 1500), 0, cfg.vocab_size)
 
-    def run(p, stacked):
-        cache = kvcache.init_cache(cfg, kv, 2, 2048, jnp.float32, lookahead=4, stacked=stacked)
+    def run(p, unroll):
+        cache = kvcache.init_cache(cfg, kv, 2, 2048, jnp.float32, lookahead=4)
         _, (k, v) = model.forward(p, cfg, prompt, cache, attn_impl="reference")
         cache = kvcache.commit(cache, k, v, jnp.full((2,), 1500, jnp.int32))
 
         def step(p, t, c):
-            logits, (k, v) = model.forward(p, cfg, t, c, attn_impl="pallas")
+            logits, (k, v) = model.forward(p, cfg, t, c, attn_impl="pallas", options=Options(layer_unroll=unroll))
             return logits, kvcache.commit(c, k, v, jnp.full((2,), n, jnp.int32))
 
         tok = jnp.tile(jnp.asarray([[3], [7]]), (1, n))
-        return jax.jit(step).lower(p, tok, cache).compile(compiler_options=model.compile_options(p))(p, tok, cache)
+        return jax.jit(step).lower(p, tok, cache).compile(compiler_options=model.compile_options())(p, tok, cache)
 
-    # Full f32 products: by default both GEMM paths may use TF32 (XLA's Triton GEMMs for the tuple, cuBLAS under
-    # SCAN_OPTIONS), and their roundings differ by ~1e-3 (H200).
+    # Full f32 products: the GEMMs may use TF32 by default, and their roundings differ by ~1e-3 (H200).
     with jax.default_matmul_precision("highest"):
-        (want, cache), (got, stacked) = run(params, False), run(model.stack_layers(params), True)
+        (want, cache), (got, rolled) = run(params, True), run(params, 1)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4 * np.abs(want).max())
-    for i in range(cfg.num_layers):
-        for a, b in zip(jax.tree.leaves(stacked.layer(i)), jax.tree.leaves(cache.layers[i])):
-            np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-4, atol=1e-4)
+    for a, b in zip(jax.tree.leaves(rolled), jax.tree.leaves(cache)):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu
@@ -225,9 +218,9 @@ def test_the_bf16_head_stays_bf16_under_scan_options(rows):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-3, atol=1e-3)
 
 
-def test_engine_with_an_eagle3_head_over_stacked_layers():
-    """An EAGLE-3 head drafting from a stacked target's taps (the scan's per-layer residuals): the tokens and
-    accepted drafts of the tuple target."""
+def test_engine_with_an_eagle3_head_over_a_rolled_layer_loop():
+    """An EAGLE-3 head drafting from the taps of a target whose layer loop is rolled (the scan's per-layer
+    residuals): the tokens and accepted drafts of the unrolled loop."""
     from jspec.config import GenerateConfig, SamplingConfig
     from jspec.model import head
     from jspec.runtime.engine import Engine
@@ -236,9 +229,9 @@ def test_engine_with_an_eagle3_head_over_stacked_layers():
     hcfg = head.HeadConfig(head.layer_config(CFG, 2, 1, 48), CFG.vocab_size, (0, 1, 2))
     hp = head.init_head(hcfg, jax.random.key(11), std=0.3)
     out = []
-    for stack in (lambda p: p, model.stack_layers):
-        eng = Engine(cfg=CFG, params=stack(target), tokenizer=None, kv=KVS["int2"], dtype="float32",
-                     drafter=Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg))
+    for unroll in (True, 1):
+        eng = Engine(cfg=CFG, params=target, tokenizer=None, kv=KVS["int2"], dtype="float32",
+                     drafter=Drafter(head=hp, mode=DraftMode.HEAD, head_cfg=hcfg), options=Options(layer_unroll=unroll))
         rows = eng.generate_ids([list(range(3, 14))], [SamplingConfig()], [10], GenerateConfig(10, lookahead=2))
         out.append([(tokens, stats.accepted) for tokens, stats in rows])
     assert out[1] == out[0] and len(out[0][0][0]) == 10
