@@ -298,7 +298,7 @@ def test_gguf_prompts_are_range_checked_and_its_weights_fit_before_they_are_read
     """Class 5: a GGUF whose tokenizer encodes past the embedding (here vocab_size 258, the tokenizer's ids up to 260)
     refuses such a prompt instead of generating from rows it does not have; and, as for a Hugging Face directory, its
     weights are checked against the free memory before they are read."""
-    from jspec.io import checkpoint
+    from jspec.io import memory
     from jspec.runtime import engine
 
     small = tiny_model(tmp_path)
@@ -306,6 +306,6 @@ def test_gguf_prompts_are_range_checked_and_its_weights_fit_before_they_are_read
     eng = dataclasses.replace(eng, cfg=dataclasses.replace(eng.cfg, vocab_size=258))
     with pytest.raises(ConfigError, match=r"the prompt holds token .* \(id 259\), past the model's vocabulary \(vocab_size 258\)"):
         eng.prompt_ids("hello")  # the file's BOS, 259, is prepended
-    monkeypatch.setattr(checkpoint, "host_available", lambda: 1000)
+    monkeypatch.setattr(memory, "host_available", lambda: 1000)
     with pytest.raises(CheckpointError, match="memory"):
         load_model(small, jnp.float32)

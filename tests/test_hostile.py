@@ -27,7 +27,7 @@ from conftest import _BASE, VOCAB, _randomize, tiny_tokenizer
 from safetensors.numpy import load_file, save_file
 
 from jspec.config import ConfigError, GenerateConfig, KVConfig, ModelConfig, SamplingConfig, model_config_from_hf
-from jspec.io import checkpoint
+from jspec.io import checkpoint, memory
 from jspec.io.checkpoint import CheckpointError
 from jspec.model import decoder as model, rotation
 from jspec.runtime.buckets import capacity_bucket
@@ -421,22 +421,22 @@ def test_a_model_larger_than_memory_is_refused_before_it_is_read(hf_model_dir, m
     """Class 9: weights larger than the free host or device memory are one error saying what would fit, before a
     byte of them is read (read anyway, they took memory until the process was killed)."""
     GiB = 2**30
-    checkpoint.check_memory(8 * GiB, 9 * GiB, None, jnp.bfloat16, "m")  # fits; unknown device memory
-    checkpoint.check_memory(8 * GiB, None, None, jnp.bfloat16, "m")
+    memory.check_memory(8 * GiB, 9 * GiB, None, jnp.bfloat16, "m")  # fits; unknown device memory
+    memory.check_memory(8 * GiB, None, None, jnp.bfloat16, "m")
     with pytest.raises(CheckpointError, match=re.escape("m: its weights take 16.0 GiB in bfloat16, more than the "
                                                         "8.0 GiB of host memory available: a model of at most 4.29B "
                                                         "parameters fits")):
-        checkpoint.check_memory(16 * GiB, 8 * GiB, 80 * GiB, jnp.bfloat16, "m")
+        memory.check_memory(16 * GiB, 8 * GiB, 80 * GiB, jnp.bfloat16, "m")
     with pytest.raises(CheckpointError, match=re.escape("in float32 (--dtype bfloat16 halves it), more than the 4.0 "
                                                         "GiB of device memory available")):
-        checkpoint.check_memory(8 * GiB, 64 * GiB, 4 * GiB, jnp.float32, "m")
-    assert checkpoint.host_available() is None or checkpoint.host_available() > 0
+        memory.check_memory(8 * GiB, 64 * GiB, 4 * GiB, jnp.float32, "m")
+    assert memory.host_available() is None or memory.host_available() > 0
 
     model = hf_model_dir("llama")
     cfg = checkpoint.load_model_config(model)
     need = checkpoint.weight_bytes(checkpoint.open_tensors(model), jnp.float32)
     assert need == 4 * sum(x.size for x in jax.tree.leaves(checkpoint.host_params(model, cfg, jnp.float32)))
-    monkeypatch.setattr(checkpoint, "host_available", lambda: need - 1)
+    monkeypatch.setattr(memory, "host_available", lambda: need - 1)
     monkeypatch.setattr(checkpoint, "host_params", None)  # reading would fail
     with pytest.raises(CheckpointError, match=f"{re.escape(str(model))}: its weights take .* of host memory"):
         checkpoint.load_model(model, jnp.float32)

@@ -395,11 +395,11 @@ def test_a_batch_whose_caches_do_not_fit_shrinks_or_fails_its_line(hf_model_dir,
     ConfigError naming the batch); a job runs the rows of such a batch one at a time, and a row that does not fit
     alone is that line's error record."""
     from jspec.config import OutOfMemory
-    from jspec.io import checkpoint
+    from jspec.io import memory
 
     eng = engine.load(hf_model_dir("llama"), draft=None, kv=KVConfig("bf16"), dtype="float32", mesh=None)
-    monkeypatch.setattr(checkpoint, "device_available", lambda: None)
-    monkeypatch.setattr(checkpoint, "host_available", lambda: 1024)
+    monkeypatch.setattr(memory, "device_available", lambda: None)
+    monkeypatch.setattr(memory, "host_available", lambda: 1024)
     with pytest.raises(OutOfMemory, match="a batch of 1 rows at capacity .* GiB of KV cache"):
         eng.generate(["x"], GEN)
 

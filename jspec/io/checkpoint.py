@@ -15,6 +15,7 @@ import numpy as np
 from jspec import files
 from jspec.config import ConfigError, ModelConfig, load_model_config
 from jspec.io import tokenizer
+from jspec.io import memory
 from jspec.io.layout import LAYER_NAMES, CheckpointError, layer_shapes, read_layers, unfuse_field
 from jspec.model.decoder import Params
 
@@ -141,9 +142,9 @@ def _check_tied(read, V: int, E: int, dtype) -> None:
 
 def load_params(model_dir: str | Path, cfg: ModelConfig, dtype=jnp.bfloat16) -> Params:
     """Reads HF safetensors into jspec Params in `dtype`, laid out on the host, then put on the device
-    in one transfer; first checks that they fit in the memory of both (check_memory)."""
+    in one transfer; first checks that they fit in the memory of both (memory.check_memory)."""
     need = weight_bytes(open_tensors(Path(model_dir)), dtype)
-    check_memory(need, host_available(), device_available(), np.dtype(dtype), str(model_dir))
+    memory.check_memory(need, memory.host_available(), memory.device_available(), np.dtype(dtype), str(model_dir))
     return jax.device_put(host_params(model_dir, cfg, dtype))
 
 
@@ -155,49 +156,6 @@ def weight_bytes(tensors: dict[str, tuple[Path, str]], dtype) -> int:
         total += sum(math.prod(header[key][1]) * itemsize for path, key in tensors.values()
                      if path == shard and key in header)
     return total
-
-
-def check_memory(need: int, host: int | None, device: int | None, dtype, what: str) -> None:
-    """CheckpointError when `need` bytes of weights in `dtype` exceed the free host or device memory (None:
-    unknown): read anyway, they would take the memory until the process is killed. Says what would fit."""
-    gib = lambda n: f"{n / 2**30:.1f} GiB"
-    for where, free in (("host", host), ("device", device)):
-        if free is not None and need > free:
-            hint = " (--dtype bfloat16 halves it)" if np.dtype(dtype).itemsize > 2 else ""
-            raise CheckpointError(
-                f"{what}: its weights take {gib(need)} in {np.dtype(dtype).name}{hint}, more than the {gib(free)} of "
-                f"{where} memory available: a model of at most {free / np.dtype(dtype).itemsize / 1e9:.2f}B "
-                f"parameters fits")
-
-
-def host_available() -> int | None:
-    """Bytes of host memory this process may still take: MemAvailable, capped by a cgroup v2 limit (a container's);
-    None where neither can be read."""
-    free = []
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-        free.append(int(info["MemAvailable"].split()[0]) * 1024)
-    except (OSError, KeyError, ValueError, IndexError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            free.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return min(free) if free else None
-
-
-def device_available() -> int | None:
-    """Bytes free on the default device where JAX reports them (memory_stats: GPUs), else None (the CPU's
-    memory is the host's)."""
-    try:
-        stats = jax.devices()[0].memory_stats() or {}
-    except Exception:  # noqa: BLE001  a backend without memory statistics
-        return None
-    if "bytes_limit" not in stats:
-        return None
-    return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
 
 
 # ------------------------------------------------------------------------------------------------

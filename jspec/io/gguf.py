@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jspec.io import memory
 from jspec.io.layout import CheckpointError, read_layers
 from jspec.config import ConfigError, ModelConfig, model_config_from_hf
 from jspec.model.decoder import Params
@@ -67,13 +68,10 @@ def load_model(path: str | Path, dtype, tokenizer: bool = True):
     the file's chat template as `chat_template` (None without one)."""
     import jax
 
-    from jspec.io import checkpoint
-
     reader = open_gguf(path)
     cfg = model_config(reader)
     need = sum(int(t.n_elements) for t in reader.tensors) * np.dtype(dtype).itemsize
-    checkpoint.check_memory(need, checkpoint.host_available(), checkpoint.device_available(), np.dtype(dtype),
-                            str(path))
+    memory.check_memory(need, memory.host_available(), memory.device_available(), np.dtype(dtype), str(path))
     params = jax.device_put(host_params(reader, cfg, dtype))
     return cfg, params, load_tokenizer(reader, cfg) if tokenizer else None
 

@@ -28,7 +28,7 @@ from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigEr
 from jspec.decode import drafters, healing, loop as decode, stops
 from jspec.decode.drafters import self_skip
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
-from jspec.io import chat, checkpoint, eagle3
+from jspec.io import chat, checkpoint, eagle3, memory
 from jspec.model import rotation
 from jspec.model.decoder import Params, compile_options
 from jspec.model.sampling import Sampler
@@ -614,8 +614,8 @@ def check_cache_memory(caches, B: int, capacity: int) -> None:
     memory of the device (on the CPU, the host's): XLA would fail the call with RESOURCE_EXHAUSTED, or the
     process be killed."""
     need = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(caches))
-    free = checkpoint.device_available()
-    free = checkpoint.host_available() if free is None else free
+    free = memory.device_available()
+    free = memory.host_available() if free is None else free
     if free is not None and need > free:
         raise OutOfMemory(f"a batch of {B} rows at capacity {capacity} needs {need / 2**30:.2f} GiB of KV cache, "
                           f"more than the {free / 2**30:.2f} GiB of memory free: fewer rows (--batch-size) or fewer "
@@ -778,7 +778,7 @@ def _auto_drafters(model_dir: Path, cfg: ModelConfig, tok, dtype) -> list[Drafte
     out = [Drafter(mode=n) for n in drafters.names()
            if n not in ("none", "model", "head", "ngram+model") and _has_probes(drafters.proposer(n))]
     d = _load_drafter("shipped", model_dir, cfg, tok, dtype)
-    return out + ([d, d.replace(mode="ngram+model")] if d.model is not None else [])
+    return out + ([d, d.replace(mode="ngram+model")] if d.mode == DraftMode.MODEL else [])  # (else ngram: in out)
 
 
 def _has_probes(p) -> bool:

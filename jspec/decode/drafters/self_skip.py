@@ -27,7 +27,8 @@ DEFAULT_FRACTION = 0.75
 
 def draft_layers(d: Drafter, cfg: ModelConfig) -> int:
     """N: how many of the target's first layers draft."""
-    return d.layers if d.layers is not None else max(1, math.ceil(DEFAULT_FRACTION * cfg.num_layers))
+    n = d.layers if d.layers is not None else math.ceil(DEFAULT_FRACTION * cfg.num_layers)
+    return min(max(1, n), cfg.num_layers)  # (load refuses an N past the target's layers: check_layers)
 
 
 def check_layers(n, cfg: ModelConfig) -> None:
