@@ -8,7 +8,9 @@ drafter and K; "plain-again": a second plain engine, whose ratio is the timing n
 median over rounds of plain's decode seconds over its own in that round (paired: load that drifts between rounds
 cancels). Workloads: held-out code (long_context_acceptance.prompts) and prose (this repository's docs, which the
 code model was not trained on: n-gram lookup has little to copy). Rows: median decode seconds, paired speed-ups,
-what auto chose in each round and the seconds its planning took (not in decode_s). Writes one JSON only with --out.
+what auto chose in each round and the seconds its planning took (not in decode_s). --fresh: every engine is loaded
+again before each of its calls, so every call is a new process's first (one `jspec generate` run: auto's estimates
+at the priors, every program run for the first time). Writes one JSON only with --out.
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ def _order(r: int) -> list[str]:
     return ["none", *rest[r % len(rest):], *rest[: r % len(rest)]]
 
 
-def run(contexts, batches, new_tokens: int, reps: int, budget_s: float) -> list[dict]:
-    engines = {d: jspec.load(draft="none" if d == "plain-again" else d) for d in DRAFTS}
+def _load(d: str):
+    return jspec.load(draft="none" if d == "plain-again" else d)
+
+
+def run(contexts, batches, new_tokens: int, reps: int, budget_s: float, fresh: bool = False) -> list[dict]:
+    engines = {d: _load(d) for d in DRAFTS}
     tok, rows, t0 = engines["none"].tokenizer, [], time.perf_counter()
     for workload in ("code", "prose"):
         for ctx in contexts:
@@ -62,6 +68,8 @@ def run(contexts, batches, new_tokens: int, reps: int, budget_s: float) -> list[
                 times, same, chose, plan_s = {d: [] for d in DRAFTS}, {}, [], []
                 for r in range(reps):
                     for d in _order(r):
+                        if fresh:
+                            engines[d] = _load(d)
                         st, tokens = call(engines[d], ids, new_tokens)
                         times[d].append(st.decode_s)
                         same[d] = same.get(d, True) and tokens == want["none"]  # bf16: may differ
@@ -72,7 +80,7 @@ def run(contexts, batches, new_tokens: int, reps: int, budget_s: float) -> list[
                 rows.append(dict(workload=workload, ctx=ctx, batch=B, new_tokens=new_tokens, reps=reps,
                                  decode_s={d: round(statistics.median(t), 4) for d, t in times.items()},
                                  speedup_over_plain={d: round(x, 3) for d, x in paired.items()},
-                                 auto_chose=chose, auto_plan_s=round(statistics.median(plan_s), 4),
+                                 fresh=fresh, auto_chose=chose, auto_plan_s=round(statistics.median(plan_s), 4),
                                  same_tokens_as_plain=same))
                 print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -86,8 +94,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=1800.0, help="cells left after this are skipped")
     ap.add_argument("--out", type=Path, help="write the rows here as JSON (default: print only)")
+    ap.add_argument("--fresh", action="store_true", help="load every engine again before each call: first calls only")
     a = ap.parse_args(argv)
-    rows = run(a.contexts, a.batches, a.new_tokens, a.reps, a.budget_s)
+    rows = run(a.contexts, a.batches, a.new_tokens, a.reps, a.budget_s, a.fresh)
     if a.out:
         a.out.write_text(json.dumps(dict(device=str(jax.devices()[0]), jax=jax.__version__, rows=rows), indent=1))
     return 0
