@@ -4,7 +4,8 @@ its acceptance (the prior, then what calls measured). Switches are forced by see
 Greedy output equals plain decoding in float32 when auto switches drafter or K between the calls of one
 generation (the second call continues the first's tokens); the sampled rule's exact enumeration holds when the
 rounds of one generation change drafter and K (test_speculative's helpers); a drafter whose drafts stop being
-accepted falls back to plain decoding from the next call on, and a probe call prices it at its blended estimate.
+accepted falls back to plain decoding from the next call on, and a probe call prices it at its blended estimate;
+one that keeps losing is probed ever more rarely (the waits double).
 """
 
 import dataclasses
@@ -44,7 +45,7 @@ def _gen(eng, ids, n=MAX_NEW, K="auto"):
 def _force(eng, mode, alpha, B=1):
     """The acceptance estimate of (mode, B's bucket) seeded as if 10^4 drafts at alpha were measured."""
     eng._seen[(mode, lookahead.batch_bucket(B))] = (1e4, 1e4 * alpha)
-    eng._last.pop((mode, lookahead.batch_bucket(B)), None)
+    eng._bench.pop((mode, lookahead.batch_bucket(B)), None)
 
 
 def test_greedy_equals_plain_across_drafter_and_K_switches():
@@ -106,6 +107,26 @@ def test_a_drafter_that_stops_accepting_falls_back_next_call_and_is_probed():
     assert picked[0][0] > 0 and picked[0][1] == "prior"  # the prior says it pays: it runs, accepting nothing
     assert all(K == 0 and src == "last call" for K, src in picked[1:-1])  # from the next call on: plain
     assert picked[-1][1] != "last call"  # the probe call prices it at its blended estimate again
+
+
+def test_a_drafter_that_keeps_losing_is_probed_ever_more_rarely():
+    """A drafter with a long record of acceptance (its blended estimate stays high) stops accepting: it runs on the
+    call that loses and then only on its probes, PROBE_EVERY calls later, then twice that; every output is plain's."""
+    ids = _ids(4)
+    plain, _ = _gen(_auto("ngram"), ids, MAX_NEW, K=0)
+    never = next(t for t in range(CFG.vocab_size) if t not in plain)
+    drafters.register("constant-lost", Constant(token=never))
+    eng = _auto("constant-lost")
+    _force(eng, "constant-lost", 0.99)
+    ran = []
+    for call in range(3 * lookahead.PROBE_EVERY + 1):
+        tokens, st = _gen(eng, ids)
+        assert tokens == plain
+        if st.lookahead:
+            ran.append(call)
+    w = lookahead.PROBE_EVERY
+    assert ran == [0, w, 3 * w], ran
+    assert eng._bench[("constant-lost", 1)].probe_at == 3 * w + 4 * w  # the next: after 4, 8, then 16 calls
 
 
 def _switched_dist(kinds, ctx, n):

@@ -129,7 +129,7 @@ class Engine:
     _compiled: dict = dataclasses.field(default_factory=dict, repr=False)
     _costs: dict = dataclasses.field(default_factory=dict, repr=False)  # measured costs (lookahead.measure)
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
-    _last: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> last call's
+    _bench: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> lookahead.Bench
     _calls: dict = dataclasses.field(default_factory=dict, repr=False)  # batch bucket -> calls observed
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
     _lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
@@ -326,25 +326,26 @@ class Engine:
         rounds, count = np.asarray(state.rounds)[: len(ids)], np.asarray(state.count)[: len(ids)]
         with self._lock:
             self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, rounds, count)
-            self._learn(key, K, lookahead.last_alpha(K, rounds, count))
+            self._learn(key, K, lookahead.last_alpha(K, rounds, count), choice)
         out = self._results(state, K, choice, compile_s, decode_s, kv_bytes)[: len(ids)]  # dummy rows dropped
         return [self.finish(t, dataclasses.replace(st, healed=h, compile_cached=cached), s, gen)
                 for (t, st), s, h in zip(out, stop, healed.removed)]
 
-    def observe(self, K: int, batch: int, rounds: int, accepted: int) -> None:
+    def observe(self, K: int, batch: int, rounds: int, accepted: int, choice=None) -> None:
         """Learns from rows that ran `rounds` rounds with `accepted` drafts accepted in all, in a batch of this
-        size: the acceptance estimate the lookahead choice reads (plan)."""
+        size: the acceptance estimate the lookahead choice reads (plan); choice: what planned them (plan's)."""
         key = (self.draft_mode, lookahead.batch_bucket(batch))
         with self._lock:
             self._seen[key] = lookahead.observe(self._seen.get(key, (0, 0)), K, rounds, accepted)
-            self._learn(key, K, lookahead.alpha_from_accepted(accepted / rounds, K) if K and rounds else None)
+            self._learn(key, K, lookahead.alpha_from_accepted(accepted / rounds, K) if K and rounds else None, choice)
 
-    def _learn(self, key, K: int, alpha: float | None) -> None:
-        """Keeps a call's own acceptance for draft "auto"'s fallback (lookahead.auto_alpha) and counts the call in
-        its batch bucket (its probes). Under the lock."""
-        if alpha is not None:
-            self._last[key] = alpha
-        self._calls[key[1]] = self._calls.get(key[1], 0) + 1
+    def _learn(self, key, K: int, alpha: float | None, choice) -> None:
+        """Keeps a draft "auto" call's own acceptance for its fallback and probes (lookahead.after_call, read by
+        auto_alpha) and counts the call in its batch bucket. Under the lock."""
+        calls = self._calls.get(key[1], 0)
+        if alpha is not None and choice is not None and choice.priced:
+            self._bench[key] = lookahead.after_call(self._bench.get(key), choice.costs, key[0], K, alpha, calls)
+        self._calls[key[1]] = calls + 1
 
     def program(self, name: str, jitted, *args):
         """(jitted compiled for these arguments' shapes, compile seconds): kept in the engine's program cache under
@@ -457,7 +458,7 @@ class Engine:
     def plan_auto(self, gen: GenerateConfig, lengths: list[int], max_new: list[int]):
         """plan under draft "auto": every candidate drafter priced at its best K (gen's K where fixed) from its
         costs at the call's shapes and its acceptance (lookahead.auto_alpha: the prior before any call measured
-        one; a drafter whose last call accepted little priced at that, bar the probe calls), against plain
+        one; a drafter whose last call lost priced at that call's acceptance, bar its probes), against plain
         decoding -> (gen with the winner's K, Choice naming the winner, every candidate in Choice.priced)."""
         self.check(gen, lengths, max_new)
         k_max = self._k_max(gen, lengths, max_new) if gen.lookahead == "auto" else gen.lookahead
@@ -470,7 +471,7 @@ class Engine:
         for d in self.candidates:
             costs[d.mode] = self._measure(d, gen, lengths, max_new, k_max)
             alpha, source = lookahead.auto_alpha(d.mode, self._seen.get((d.mode, bucket), (0, 0)),
-                                                 self._last.get((d.mode, bucket)), self._calls.get(bucket, 0), B)
+                                                 self._bench.get((d.mode, bucket)), self._calls.get(bucket, 0), B)
             priced.append(lookahead.price(costs[d.mode], d.mode, alpha, source, k_max, ks))
         priced.insert(0, lookahead.plain(costs[self.candidates[0].mode]))
         w = lookahead.winner(priced)

@@ -155,7 +155,7 @@ class Priced:
     mode: str  # the drafter's name ("none": plain decoding)
     K: int
     alpha: float  # the acceptance it was priced with
-    alpha_from: str  # "prior", "N drafts measured", or "last call" (fallback: the last call's own acceptance)
+    alpha_from: str  # "prior", "N drafts measured", "last call" (its own, lower) or "probe, ..." (auto_alpha)
     cost_s: float  # one round: its drafting with K drafts and the verify over K + 1 (plain: the verify over 1)
     tokens: float  # expected tokens per round (expected_tokens)
     speedup: float  # tokens / cost_s over plain decoding's 1 / verify(1)
@@ -185,20 +185,44 @@ def winner(priced: list[Priced]) -> Priced:
     return best if best.K and best.speedup >= MIN_GAIN else priced[0]
 
 
-# A drafter whose rows stopped accepting is priced at its last call's own acceptance (the slowest row's) rather than
-# at the blended estimate, which moves by at most the last call's share of PRIOR_WEIGHT + all drafts measured: so it
-# falls back from the next call on. Every PROBE_EVERY-th call of a batch bucket prices such drafters at their
-# blended estimate again (the probe): one that would pay by it runs that call, and is measured again.
+# A drafter whose call lost (its own acceptance, the slowest row's, prices it under MIN_GAIN at the K it ran: it would
+# not have been chosen) is benched: priced at that acceptance rather than at the blended estimate (which moves by at
+# most the call's share of PRIOR_WEIGHT + all drafts measured), so it falls back from the next call on. Its probe, the
+# PROBE_EVERY-th call of its batch bucket after the loss, prices it at its blended estimate again: where that says it
+# pays it runs that call and is measured again. Each probe that loses too doubles the wait before the next (up to
+# PROBE_MAX calls): a drafter that keeps losing runs on a vanishing share of calls (calls 0, 4, 12, 28, ... after a
+# first loss at call 0); one call that pays unbenches it.
 PROBE_EVERY = 4
+PROBE_MAX = 64
 
 
-def auto_alpha(mode: str, seen: tuple[float, float], last: float | None, calls: int, B: int) -> tuple[float, str]:
-    """(alpha, where from) of one candidate of draft "auto" (see PROBE_EVERY): last, its last call's measured
-    acceptance (None: never ran); calls, the calls its batch bucket made so far."""
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    """What draft "auto" keeps of one (drafter, batch bucket)'s last call (after_call)."""
+
+    last: float  # that call's measured acceptance (last_alpha)
+    probe_at: int | None  # benched: the bucket's call count from which it is priced at its blended estimate again
+    wait: int = PROBE_EVERY  # calls between the loss and that probe
+
+
+def after_call(bench: Bench | None, costs: Costs, mode: str, K: int, alpha: float, calls: int) -> Bench:
+    """bench after a call of mode at K that measured alpha, the calls-th of its batch bucket (see PROBE_EVERY)."""
+    if speedup(costs, mode, alpha, K) >= MIN_GAIN:
+        return Bench(alpha, None)
+    wait = PROBE_EVERY if bench is None or bench.probe_at is None else min(2 * bench.wait, PROBE_MAX)
+    return Bench(alpha, calls + wait, wait)
+
+
+def auto_alpha(mode: str, seen: tuple[float, float], bench: Bench | None, calls: int, B: int) -> tuple[float, str]:
+    """(alpha, where from) of one candidate of draft "auto" (see PROBE_EVERY): bench, its last call (None: never
+    ran); calls, the calls its batch bucket made so far. Its last call's acceptance where lower than the blended
+    estimate, bar its probe."""
     alpha, source = estimate(mode, seen, B)
-    if last is not None and last < alpha and calls % PROBE_EVERY:
-        return last, "last call"
-    return alpha, source
+    if bench is None or bench.last >= alpha:
+        return alpha, source
+    if bench.probe_at is not None and calls >= bench.probe_at:
+        return alpha, f"probe, {source}"
+    return bench.last, "last call"
 
 
 def last_alpha(K: int, rounds, count) -> float | None:

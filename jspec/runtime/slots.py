@@ -213,7 +213,7 @@ class _Batch:
         st = self.state
         tokens, rounds, accepted = np.asarray(st.tokens), np.asarray(st.rounds), np.asarray(st.accepted)
         eng, K, out = self.engine, self.K, []
-        eng.observe(K, self.size, int(rounds[finished].sum()), int(accepted[finished].sum()))
+        eng.observe(K, self.size, int(rounds[finished].sum()), int(accepted[finished].sum()), self.choice)
         for b in finished:
             row, n = self.slots[b], int(self.count[b])
             t_decode, t_compile, t_tokens = self.life[b]
