@@ -129,21 +129,7 @@ def test_self_draft_leaves_the_cache_as_a_plain_run():
     plain = _plain_state()
     _assert_output(s, _cut(_plain("int2"), NO_EOS))
     assert (s.accepted < K * s.rounds).any()  # rows were rejected
-    for before, after in zip(layers_of(poisoned), layers_of(s.cache)):
-        _assert_dead_parts_unchanged(before, after, s.cache.length)
-    n_fed = LENS + MAX_NEW - 1  # the plain run's length: every token but the last fed
-    assert (s.cache.length >= n_fed).all()
-    W = s.cache.layer(0).ring_slots
-    for got, want in zip(layers_of(s.cache), layers_of(plain.cache)):
-        got, want = got.parts(), want.parts()
-        for b in range(B):
-            n = n_fed[b]
-            np.testing.assert_allclose(got["pinned_k"][b], want["pinned_k"][b], rtol=1e-5, atol=1e-5)
-            ring = np.arange(max(int(s.cache.length[b]) - W, 2), n) % W  # ring slots both still hold
-            for f in ("ring_k", "ring_v"):
-                np.testing.assert_allclose(got[f][b][:, ring], want[f][b][:, ring], rtol=1e-5, atol=1e-5)
-            for f in ("codes_k", "codes_v", "scale_k", "scale_v", "zero_k", "zero_v"):
-                np.testing.assert_array_equal(got[f][b, :, :n], want[f][b, :, :n], err_msg=f)
+    assert_committed_as_plain(s, poisoned, plain)
 
 
 def test_window_attention_is_a_masked_softmax():
@@ -234,3 +220,23 @@ def test_self_steps_with_the_layer_loop_rolled():
     unrolled, rolled = (jax.jit(lambda p: steps(p, u))(_target()) for u in (True, 1))
     for x, y in zip(unrolled, rolled):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+
+
+def assert_committed_as_plain(s, poisoned, plain):
+    """The final state s of a run over the poisoned cache: the slots past each row's length still hold the poison
+    bit for bit, and every committed position (sink, ring, INT2 history) equals the plain run's."""
+    for before, after in zip(layers_of(poisoned), layers_of(s.cache)):
+        _assert_dead_parts_unchanged(before, after, s.cache.length)
+    n_fed = LENS + MAX_NEW - 1  # the plain run's length: every token but the last fed
+    assert (s.cache.length >= n_fed).all()
+    W = s.cache.layer(0).ring_slots
+    for got, want in zip(layers_of(s.cache), layers_of(plain.cache)):
+        got, want = got.parts(), want.parts()
+        for b in range(B):
+            n = n_fed[b]
+            np.testing.assert_allclose(got["pinned_k"][b], want["pinned_k"][b], rtol=1e-5, atol=1e-5)
+            ring = np.arange(max(int(s.cache.length[b]) - W, 2), n) % W  # ring slots both still hold
+            for f in ("ring_k", "ring_v"):
+                np.testing.assert_allclose(got[f][b][:, ring], want[f][b][:, ring], rtol=1e-5, atol=1e-5)
+            for f in ("codes_k", "codes_v", "scale_k", "scale_v", "zero_k", "zero_v"):
+                np.testing.assert_array_equal(got[f][b, :, :n], want[f][b, :, :n], err_msg=f)

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import layers_of
 from jspec.cache import kvcache
 from jspec.config import ConfigError, Options
 from jspec.cli import generate as cli
@@ -24,8 +23,9 @@ from jspec.decode.state import Drafter, DraftMode, Models, ProgramArgs
 from jspec.model import decoder
 from jspec.model.sampling import Sampler
 from jspec.runtime import engine, lookahead
-from test_speculative import (_COMPILE, B, CFG, KVS, LENS, MAX_NEW, NO_EOS, P, PROMPTS, _assert_dead_parts_unchanged,
-                              _assert_output, _cut, _plain, _poison_all, _target)
+from test_self_draft import assert_committed_as_plain
+from test_speculative import (_COMPILE, B, CFG, KVS, LENS, MAX_NEW, NO_EOS, P, PROMPTS, _assert_output,
+                              _cut, _plain, _poison_all, _target)
 
 _programs = {}
 
@@ -70,20 +70,7 @@ def test_self_skip_leaves_the_cache_as_a_plain_run():
     plain = _generate("int2", 0, DraftMode.NONE, layers=None)
     _assert_output(s, _cut(_plain("int2"), NO_EOS))
     assert (s.accepted < K * s.rounds).any()
-    for before, after in zip(layers_of(poisoned), layers_of(s.cache)):
-        _assert_dead_parts_unchanged(before, after, s.cache.length)
-    n_fed = LENS + MAX_NEW - 1
-    W = s.cache.layer(0).ring_slots
-    for got, want in zip(layers_of(s.cache), layers_of(plain.cache)):
-        got, want = got.parts(), want.parts()
-        for b in range(B):
-            n = n_fed[b]
-            np.testing.assert_allclose(got["pinned_k"][b], want["pinned_k"][b], rtol=1e-5, atol=1e-5)
-            ring = np.arange(max(int(s.cache.length[b]) - W, 2), n) % W
-            for f in ("ring_k", "ring_v"):
-                np.testing.assert_allclose(got[f][b][:, ring], want[f][b][:, ring], rtol=1e-5, atol=1e-5)
-            for f in ("codes_k", "codes_v", "scale_k", "scale_v", "zero_k", "zero_v"):
-                np.testing.assert_array_equal(got[f][b, :, :n], want[f][b, :, :n], err_msg=f)
+    assert_committed_as_plain(s, poisoned, plain)
 
 
 def test_self_skip_steps_with_the_layer_loop_rolled():
