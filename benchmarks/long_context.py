@@ -10,10 +10,11 @@ Per context and batch, in one run, by the loops --lookahead auto uses (jspec.run
 INT2 step (a target forward over one token and its commit), the verify step (K + 1 tokens), and each drafter's own
 step: the self-draft (the target over its BF16 window and a round's scratch), the draft model and the head each
 over a full BF16 cache and over a windowed one (decode.state.DRAFT_WINDOW), the n-gram lookup, and the self-skip
-(decode.drafters.self_skip: the target's first 12, 16 or 24 of its 32 layers over the self-draft's view). A drafter
+(decode.drafters.self_skip: the target's first 16, 24 or 28 of its 32 layers over the self-draft's view). A drafter
 whose cache does not fit the device beside the target's is skipped and says so. From these costs and the
 tokens per round measured on the CPU with the shipped pair (benchmarks/results/long_context_acceptance.json, at
-the longest context it has: 4K), the speed-up over plain INT2, tau * step / (draft(K) + verify(K + 1)): derived,
+the longest context it has: 4K; self-skip: benchmarks/results/self_skip.json at the same fraction of
+the shipped target's 8 layers, 1K, code), the speed-up over plain INT2, tau * step / (draft(K) + verify(K + 1)): derived,
 labelled so (random weights have no acceptance of their own).
 Part B, measured directly: the shipped pair at its own contexts (up to 4K), batch 1, greedy: plain INT2 decoding and
 each drafter at K = 4 on the same held-out prompts, paired calls, speed-up = median of plain time / drafter time.
@@ -42,11 +43,14 @@ from jspec.model import decoder as model, head, rotation
 from jspec.runtime import lookahead
 
 from decode import LLAMA3_8B  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-from long_context_acceptance import HEAD, OUT as ACCEPTANCE, prompts  # noqa: E402
+from long_context_acceptance import HEAD, prompts  # noqa: E402
 from speculative import LLAMA3_8B_EAGLE3, QWEN3_06B_SHAPE  # noqa: E402
 from scratch import default_out  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 K = 4
+# Self-skip's N of the 8B's 32 layers: the fractions self_skip.json measured on the shipped target's 8 (4/8, 6/8 =
+# the default 3/4, 7/8), so each derived row reads the acceptance of its own fraction.
+SKIP_LAYERS = (16, 24, 28)
 FULL = dict(contexts=(32768, 131072), batches=(1, 8, 32, 64), paired_contexts=(1024, 4000), new_tokens=64, reps=3)
 SMALL = dict(contexts=(512, 1024), batches=(1, 2), paired_contexts=(200,), new_tokens=8, reps=1)
 # name: (draft mode, the drafter's model or head ("model", "head", None), a windowed cache)
@@ -54,7 +58,9 @@ DRAFTERS = {"self": (DraftMode.SELF, None, False), "ngram+self": (DraftMode.NGRA
             "ngram": (DraftMode.NGRAM, None, False), "model": (DraftMode.MODEL, "model", False),
             "model-window": (DraftMode.MODEL, "model", True), "head": (DraftMode.HEAD, "head", False),
             "head-window": (DraftMode.HEAD, "head", True), **{f"self-skip-{n}": (DraftMode.SELF_SKIP, n, False)
-                                                              for n in (12, 16, 24)}}  # N of the 8B's 32 layers
+                                                              for n in SKIP_LAYERS}}
+RESULTS = Path(__file__).resolve().parent / "results"  # the landed acceptance figures (CPU, shipped pair)
+ACCEPTANCE, SELF_SKIP = RESULTS / "long_context_acceptance.json", RESULTS / "self_skip.json"
 
 
 def shapes(small: bool, max_ctx: int):
@@ -107,23 +113,26 @@ def free_bytes() -> float:
 
 def acceptance() -> dict:
     """{drafter: tokens per round at K} at the longest context measured (float32 rows first), or {} when absent."""
-    if not ACCEPTANCE.is_file():
-        return {}
-    rows = [r for r in json.loads(ACCEPTANCE.read_text())["rows"] if r["K"] == K]
+    rows = [r for r in json.loads(ACCEPTANCE.read_text())["rows"] if r["K"] == K] if ACCEPTANCE.is_file() else []
     out = {}
     for r in sorted(rows, key=lambda r: (r["dtype"] != "float32", -r["context"])):
         out.setdefault(r["drafter"], dict(tau=r["tokens_per_round"], context=r["context"], dtype=r["dtype"]))
+    if SELF_SKIP.is_file():  # code at 1K, float32: the same fraction of the shipped target's 8 layers
+        for r in json.loads(SELF_SKIP.read_text())["acceptance"]:
+            if r["drafter"] == "self-skip" and r["text"] == "code" and 32 * r["layers"] // 8 in SKIP_LAYERS:
+                out[f"self-skip-{32 * r['layers'] // 8}"] = dict(
+                    tau=r["tokens_per_round"], context=r["context"], dtype=f"float32, its first {r['layers']} of 8 layers")
     return out
 
 
-def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float) -> list[dict]:
+def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float, names=tuple(DRAFTERS)) -> list[dict]:
     target, draft, hp = weights(cfg, dcfg, hcfg)
     kv, impl = KVConfig("int2"), "pallas" if jax.default_backend() == "gpu" else "reference"
     taus, rows, t0 = acceptance(), [], time.perf_counter()
     for ctx in contexts:
         for B in batches:
-            memo, cap = {}, ctx + K + 2
-            for name in DRAFTERS:
+            memo, cap, priced = {}, ctx + K + 2, {}
+            for name in names:
                 m = Models(target, drafter(name, draft, hp, dcfg, hcfg), cfg, K, impl)
                 row = dict(ctx=ctx, batch=B, drafter=name, K=K)
                 if cache_bytes(m, kv, B, cap) > free_bytes():
@@ -132,7 +141,7 @@ def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float) -> list[dict]:
                 if time.perf_counter() - t0 > budget_s:
                     rows.append(dict(row, skipped="time budget"))
                     continue
-                costs = lookahead.measure(m, kv, B, cap, ctx, K, jnp.bfloat16, memo=memo)
+                costs = priced[name] = lookahead.measure(m, kv, B, cap, ctx, K, jnp.bfloat16, memo=memo)
                 step, draft_s, verify = costs.verify_at(1), costs.draft(m.drafter.mode, K), costs.verify_at(K + 1)
                 row.update(measured_ms=dict(plain_step=step * 1e3, verify=verify * 1e3, draft_round=draft_s * 1e3),
                            costs_ms=costs.as_ms())
@@ -142,23 +151,39 @@ def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float) -> list[dict]:
                                           f"{taus[name]['dtype']}", speedup_over_plain_int2=tau * step / (draft_s + verify))
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "costs_ms"}), flush=True)
-            rows.append(auto_row(rows, ctx, B))
+            rows.append(auto_row(rows, priced, taus, ctx, B))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
-AUTO = ("self", "ngram", "ngram+self", "model-window")  # what draft "auto" holds here (the windowed draft: load's)
+# What draft "auto" holds here (load's candidates: self-skip at its default 3/4 of the layers, the windowed draft;
+# its ngram+self-skip and ngram+model are not timed here)
+AUTO = ("self", "ngram", "ngram+self", "self-skip-24", "model-window")
 
 
-def auto_row(rows: list[dict], ctx: int, B: int) -> dict:
-    """What draft "auto" would choose at (ctx, B) from the same derived costs at K: the fastest of its candidates if
-    it beats plain decoding by lookahead.MIN_GAIN, else plain (1.0x)."""
-    got = [(r["derived"]["speedup_over_plain_int2"], r["drafter"]) for r in rows if r.get("ctx") == ctx and
-           r.get("batch") == B and r["drafter"] in AUTO and "derived" in r]
-    gain, name = max(got, default=(1.0, "none"))
-    won = gain >= lookahead.MIN_GAIN
-    return dict(ctx=ctx, batch=B, drafter="auto", K=K, chose=name if won else "none",
-                derived=dict(speedup_over_plain_int2=gain if won else 1.0))
+def auto_row(rows: list[dict], priced: dict, taus: dict, ctx: int, B: int) -> dict:
+    """What draft "auto" chooses at (ctx, B) by its own rule (lookahead.price at each candidate's prior acceptance
+    for B rows, lookahead.winner), K <= 4 (the verify is timed at 1 and 5 tokens), and the derived speed-up of that
+    choice: its drafter's measured tau at K = 4 as a per-draft alpha (lookahead.alpha_from_accepted), at the K
+    chosen. best_candidate: the best derived row of its candidates at K = 4, for comparison."""
+    cands = [lookahead.plain(next(iter(priced.values())))] if priced else []
+    for name in AUTO:
+        if name in priced and name in taus:
+            mode = DRAFTERS[name][0]
+            p = lookahead.price(priced[name], mode, lookahead.prior(mode, B), "prior", K, ks=range(1, K + 1))
+            cands.append(dataclasses.replace(p, mode=name))
+    if not cands:
+        return dict(ctx=ctx, batch=B, drafter="auto", K=K, skipped="no candidate measured")
+    won, gain = lookahead.winner(cands), 1.0
+    if won.K:
+        costs, mode = priced[won.mode], DRAFTERS[won.mode][0]
+        alpha = lookahead.alpha_from_accepted(taus[won.mode]["tau"] - 1, K)
+        gain = (lookahead.expected_tokens(alpha, won.K) * costs.verify_at(1)
+                / (costs.draft(mode, won.K) + costs.verify_at(won.K + 1)))
+    best = max(((r["derived"]["speedup_over_plain_int2"], r["drafter"]) for r in rows if r.get("ctx") == ctx
+                and r.get("batch") == B and r["drafter"] in AUTO and "derived" in r), default=(1.0, "none"))
+    return dict(ctx=ctx, batch=B, drafter="auto", K=won.K, chose=won.mode, why=[c.stats() for c in cands],
+                derived=dict(speedup_over_plain_int2=gain), best_candidate=dict(drafter=best[1], speedup=best[0]))
 
 
 def part_b(contexts, new_tokens: int, reps: int) -> list[dict]:
@@ -195,14 +220,18 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=480.0, help="part A skips what is left after this")
     ap.add_argument("--parts", default="ab", help="a: the 8B-shaped costs and derived speed-ups; b: the shipped pair's "
                     "measured speed-up")
+    ap.add_argument("--contexts", type=int, nargs="+", help="part A's contexts (default 32K and 128K)")
+    ap.add_argument("--batches", type=int, nargs="+", help="part A's batches (default 1 8 32 64)")
+    ap.add_argument("--drafters", nargs="+", choices=list(DRAFTERS), default=list(DRAFTERS), help="part A's drafters")
     a = ap.parse_args(argv)
-    preset = SMALL if a.small else FULL
+    preset = dict(SMALL if a.small else FULL)
+    preset.update({k: tuple(v) for k, v in dict(contexts=a.contexts, batches=a.batches).items() if v})
     cfg, dcfg, hcfg = shapes(a.small, max(preset["contexts"]))
     result = dict(device=str(jax.devices()[0]), jax=jax.__version__, small=a.small, K=K,
                   shapes=dict(target=cfg.hidden_size, draft=dcfg.hidden_size, head=hcfg.layer.hidden_size),
                   draft_window=dataclasses.asdict(DRAFT_WINDOW))
     if "a" in a.parts:
-        result["part_a"] = part_a(cfg, dcfg, hcfg, preset["contexts"], preset["batches"], a.budget_s)
+        result["part_a"] = part_a(cfg, dcfg, hcfg, preset["contexts"], preset["batches"], a.budget_s, a.drafters)
         a.out.write_text(json.dumps(result, indent=1))
     if "b" in a.parts:
         result["part_b"] = part_b(preset["paired_contexts"], preset["new_tokens"], preset["reps"])
