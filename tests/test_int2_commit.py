@@ -205,3 +205,44 @@ def test_compiled_all_layers_commit_matches_commit_layer(dtype):
         np.testing.assert_array_equal(np.asarray(g[1]), np.asarray(want.v))
         np.testing.assert_allclose(np.asarray(g[3], np.float32), np.asarray(want.qparams, np.float32), rtol=2.0**-7)
         assert np.mean(np.asarray(g[2]) != np.asarray(want.codes)) < 0.01
+
+
+def test_a_stack_past_int32_offsets_commits_with_jnp(monkeypatch):
+    """The fused kernel indexes the whole [L, ...] stacks with int32 offsets: a stack of MAX_INDEXED elements or
+    more commits with jnp (the same cache), the fused kernel never called. Here the limit is lowered to the test's
+    codes stack."""
+    from jspec.kernels import common
+
+    cases, bufs, k, v = _layers_case(3)
+    slot, hist, kv = cases[0][3:]
+    layers = kvcache.LayerKV(*bufs, pinned_slots=S)
+    cache = kvcache.KVCache(layers=layers, length=jnp.zeros((B,), jnp.int32), kv=kv, capacity=T)
+    n_commit = jnp.full((B,), n, jnp.int32)
+    want = kvcache.commit(cache, k, v, n_commit, Options(fused_commit=False))
+    monkeypatch.setattr(common, "MAX_INDEXED", layers.codes.size)
+    monkeypatch.setattr(kvcache, "_commit_fused", lambda *a, **kw: pytest.fail("the fused kernel was called"))
+    got = kvcache.commit(cache, k, v, n_commit, Options(fused_commit=True))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
+def test_a_commit_into_a_stack_of_over_2_31_bytes_writes_its_own_slots():
+    """The 8B shape's codes stack at batch 1 / 128K (32 layers, 8 KV heads, 131216 slots: 2.15e9 bytes, past int32
+    offsets; the fused kernel wrote at wrapped offsets there: an illegal address on an H100): one row committed to
+    the last layer's last history slot by kvcache.commit lands there and nowhere else."""
+    cfg = ModelConfig(model_type="llama", vocab_size=64, hidden_size=1024, intermediate_size=64, num_layers=32,
+                      num_heads=32, num_kv_heads=8, head_dim=128, max_position=140000)
+    kv = KVConfig("int2", sink=64, recent=256)
+    cache = kvcache.init_cache(cfg, kv, 1, 131216, jnp.bfloat16)
+    assert cache.layers.codes.size >= 2**31
+    T = cache.layers.codes.shape[-2]
+    cache = cache.replace(length=jnp.full((1,), T - 1, jnp.int32))
+    rng = np.random.default_rng(0)
+    k, v = (jnp.asarray(rng.normal(size=(32, 1, 1, 8, 128)), jnp.bfloat16) for _ in range(2))
+    got = jax.jit(lambda c: kvcache.commit(c, k, v, jnp.ones((1,), jnp.int32), Options(platform="gpu")))(cache)
+    codes = got.layers.codes
+    want = kvcache.quantize_kv(k[31, 0, 0], v[31, 0, 0], kv, cache.layers.qparams.dtype)[0]
+    np.testing.assert_array_equal(np.asarray(codes[31, 0, :, :, T - 1]), np.asarray(want))
+    assert int(jnp.count_nonzero(codes[:, :, :, :, : T - 1])) == 0  # nothing written elsewhere

@@ -388,6 +388,8 @@ def test_primed_kernel_is_not_compiled_again_with_its_program(tmp_path):
     (prime's notes dropped), and one whose kernel was (T drawn at random: kernels new to the process)."""
     from jax.profiler import ProfileData
 
+    jax_patch.install()  # as compile_cache.use_compile_cache does: kernels are noted for prime only then
+
     def compiles(T, primed):
         f, shapes = _kernel_program(T)
         lowered = f.trace(*shapes).lower()

@@ -29,6 +29,7 @@ from jspec.config import DP, TP, KVConfig, default_platform
 from jspec.numerics import einsum_f32
 # Imported with the module, not while tracing: with the lazy import (153682c, untimed then) the warm README
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (cause not established).
+from jspec.kernels.common import int32_indexable
 from jspec.kernels.hopper import attention as int2_mosaic
 from jspec.kernels.int2_triton import config_for as triton_config, int2_attention
 from jspec.kernels.window_merge import join_slots, supported as window_merge_supported, window_merge
@@ -64,7 +65,8 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
         splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window)
     if fused_window:
         with jax.named_scope("window_merge"):
-            win_k, win_v, index = layer.window_stacks or (layer.k, layer.v, None)  # in place in the layer loop
+            stacks = layer.window_stacks  # read in place in the layer loop, where the kernel can index them whole
+            win_k, win_v, index = stacks if stacks and int32_indexable(*stacks[:2]) else (layer.k, layer.v, None)
             qkv = join_slots(q, k, v) if qkv is None else qkv
             return window_merge(qkv, win_k, win_v, length, splits, index, sink=kv.sink, recent=kv.recent,
                                 pinned=layer.pinned_slots, interpret=interpret)

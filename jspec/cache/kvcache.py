@@ -35,6 +35,7 @@ from jspec import struct
 from jspec.config import ConfigError, KVConfig, ModelConfig, Options
 from jspec.int2 import quant
 from jspec.int2.planes import CODE_PLANES, INT2_PLANES, QPARAM_PLANES, code_plane, qparam_plane
+from jspec.kernels.common import int32_indexable
 from jspec.kernels.int2_commit import commit_int2
 
 # BF16-mode windows are rounded up to a multiple of this: XLA pads the attention matmul's contracting
@@ -193,7 +194,7 @@ def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options())
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    if _fused_commit(kv, first, options):  # every layer's in one kernel
+    if _fused_commit(kv, first, options) and int32_indexable(*jax.tree.leaves(cache.layers)):  # one kernel
         layers = _commit_fused(cache.layers, new_k, new_v, slot, hist, kv=kv, interpret=not options.gpu)
     else:
         layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(cache.layers, new_k, new_v)
@@ -202,7 +203,8 @@ def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options())
 
 def _fused_commit(kv: KVConfig, layer: LayerKV, options: Options) -> bool:
     """Whether the INT2 commit runs as kernels/int2_commit.py's kernel (a row is one group): Options.fused_commit
-    (None: on a GPU (Options.platform) outside a mesh, where GSPMD would have to split the kernel)."""
+    (None: on a GPU (Options.platform) outside a mesh, where GSPMD would have to split the kernel). Its callers
+    also need buffers it can index (common.int32_indexable): a stack of 2^31 elements or more commits with jnp."""
     switch = options.fused_commit
     if not (kv.int2 and layer.qparams.shape[-1] == 1) or switch is False:
         return False
@@ -212,7 +214,7 @@ def _fused_commit(kv: KVConfig, layer: LayerKV, options: Options) -> bool:
 def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig, options: Options = Options()) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped); options: Options.fused_commit and platform."""
-    if _fused_commit(kv, layer, options):
+    if _fused_commit(kv, layer, options) and int32_indexable(*jax.tree.leaves(layer)):
         stacks = jax.tree.map(lambda x: x[None], layer)  # a one-layer stack
         return jax.tree.map(lambda x: x[0], _commit_fused(stacks, k[None], v[None], slot, hist, kv=kv,
                                                           interpret=not options.gpu))

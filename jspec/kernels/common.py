@@ -11,6 +11,16 @@ LN2 = 0.6931471805599453
 # What the Mosaic kernels' value unpack leaves on every code (bf16 128.0 as the magic): their raw partials
 # carry RAW_OFFSET sum(w), removed by hopper.attention.finish or window_merge.
 RAW_OFFSET = 128.0
+# The Triton kernels that index a whole buffer (int2_commit over the [L, ...] stacks, window_merge) compute element
+# offsets in int32: a buffer of more elements would be written and read at wrapped offsets (seen on an H100: an
+# illegal address in the 8B step at batch 1 / 128K, whose codes stack holds 2.15e9 bytes). Their callers take the
+# jnp path past it.
+MAX_INDEXED = 2**31
+
+
+def int32_indexable(*arrays) -> bool:
+    """Whether every array has fewer than 2^31 elements (MAX_INDEXED): a Triton kernel may index it whole."""
+    return all(x.size < MAX_INDEXED for x in arrays)
 
 
 def merge_lse(out, lse, axis: int):
