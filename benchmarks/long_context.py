@@ -13,9 +13,8 @@ over a full BF16 cache and over a windowed one (decode.state.DRAFT_WINDOW), the 
 (decode.drafters.self_skip: the target's first 16, 24 or 28 of its 32 layers over the self-draft's view). A drafter
 whose cache does not fit the device beside the target's is skipped and says so. From these costs and the
 tokens per round measured on the CPU with the shipped pair (benchmarks/results/long_context_acceptance.json, at
-the longest context it has: 4K; self-skip: benchmarks/results/self_skip.json at the same fraction of
-the shipped target's 8 layers, 1K, code), the speed-up over plain INT2, tau * step / (draft(K) + verify(K + 1)): derived,
-labelled so (random weights have no acceptance of their own).
+the longest context it has: 4K; self-skip: benchmarks/results/self_skip.json at the same fraction of the shipped
+target's 8 layers, 1K, code), the speed-up over plain INT2, tau * step / (draft(K) + verify(K + 1)): derived, labelled so (random weights have no acceptance of their own).
 Part B, measured directly: the shipped pair at its own contexts (up to 4K), batch 1, greedy: plain INT2 decoding and
 each drafter at K = 4 on the same held-out prompts, paired calls, speed-up = median of plain time / drafter time.
 --small: CPU-sized shapes and contexts (a check that the script runs end to end before GPU time is spent).
@@ -120,8 +119,8 @@ def acceptance() -> dict:
     if SELF_SKIP.is_file():  # code at 1K, float32: the same fraction of the shipped target's 8 layers
         for r in json.loads(SELF_SKIP.read_text())["acceptance"]:
             if r["drafter"] == "self-skip" and r["text"] == "code" and 32 * r["layers"] // 8 in SKIP_LAYERS:
-                out[f"self-skip-{32 * r['layers'] // 8}"] = dict(
-                    tau=r["tokens_per_round"], context=r["context"], dtype=f"float32, its first {r['layers']} of 8 layers")
+                out[f"self-skip-{32 * r['layers'] // 8}"] = dict(tau=r["tokens_per_round"], context=r["context"],
+                                                                 dtype=f"float32, its first {r['layers']} of 8 layers")
     return out
 
 

@@ -194,7 +194,7 @@ def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options())
     # Only the last W committed positions go to the ring: no two writes share a slot.
     slot = jnp.where(valid & ((pos < S) | (pos >= end[:, None] - W)), first.slot(pos), S + W)
     hist = jnp.where(valid, pos, T)
-    if _fused_commit(kv, first, options) and int32_indexable(*jax.tree.leaves(cache.layers)):  # one kernel
+    if _fused_commit(kv, cache.layers, options):  # every layer's in one kernel
         layers = _commit_fused(cache.layers, new_k, new_v, slot, hist, kv=kv, interpret=not options.gpu)
     else:
         layers = jax.vmap(lambda x, k, v: _scatter_commit(x, k, v, slot, hist, kv=kv))(cache.layers, new_k, new_v)
@@ -202,11 +202,12 @@ def commit(cache: KVCache, new_k, new_v, n_commit, options: Options = Options())
 
 
 def _fused_commit(kv: KVConfig, layer: LayerKV, options: Options) -> bool:
-    """Whether the INT2 commit runs as kernels/int2_commit.py's kernel (a row is one group): Options.fused_commit
-    (None: on a GPU (Options.platform) outside a mesh, where GSPMD would have to split the kernel). Its callers
-    also need buffers it can index (common.int32_indexable): a stack of 2^31 elements or more commits with jnp."""
+    """Whether the INT2 commit into layer (one layer's buffers or the [L, ...] stacks) runs as
+    kernels/int2_commit.py's kernel (a row is one group, every buffer int32-indexable: common.int32_indexable; a
+    stack of 2^31 elements or more commits with jnp): Options.fused_commit (None: on a GPU (Options.platform)
+    outside a mesh, where GSPMD would have to split the kernel)."""
     switch = options.fused_commit
-    if not (kv.int2 and layer.qparams.shape[-1] == 1) or switch is False:
+    if not (kv.int2 and layer.qparams.shape[-1] == 1 and int32_indexable(*jax.tree.leaves(layer))) or switch is False:
         return False
     return switch or (options.gpu and jax.sharding.get_abstract_mesh().empty)
 
@@ -214,7 +215,7 @@ def _fused_commit(kv: KVConfig, layer: LayerKV, options: Options) -> bool:
 def commit_layer(layer: LayerKV, k, v, slot, hist, *, kv: KVConfig, options: Options = Options()) -> LayerKV:
     """One layer's writes: k, v [B, n, Hkv, D] to window slots slot [B, n] and, for int2, their codes to
     history slots hist [B, n] (out-of-range slots are dropped); options: Options.fused_commit and platform."""
-    if _fused_commit(kv, layer, options) and int32_indexable(*jax.tree.leaves(layer)):
+    if _fused_commit(kv, layer, options):
         stacks = jax.tree.map(lambda x: x[None], layer)  # a one-layer stack
         return jax.tree.map(lambda x: x[0], _commit_fused(stacks, k[None], v[None], slot, hist, kv=kv,
                                                           interpret=not options.gpu))
