@@ -14,7 +14,8 @@ over a full BF16 cache and over a windowed one (decode.state.DRAFT_WINDOW), the 
 whose cache does not fit the device beside the target's is skipped and says so. From these costs and the
 tokens per round measured on the CPU with the shipped pair (benchmarks/results/long_context_acceptance.json, at
 the longest context it has: 4K; self-skip: benchmarks/results/self_skip.json at the same fraction of the shipped
-target's 8 layers, 1K, code), the speed-up over plain INT2, tau * step / (draft(K) + verify(K + 1)): derived, labelled so (random weights have no acceptance of their own).
+target's 8 layers, 1K, code), the speed-up over plain INT2, tau * step / (draft(K) + verify(K + 1)): derived,
+labelled so (random weights have no acceptance of their own).
 Part B, measured directly: the shipped pair at its own contexts (up to 4K), batch 1, greedy: plain INT2 decoding and
 each drafter at K = 4 on the same held-out prompts, paired calls, speed-up = median of plain time / drafter time.
 --small: CPU-sized shapes and contexts (a check that the script runs end to end before GPU time is spent).
