@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jspec.cache import kvcache
-from jspec.decode import chunks, drafters, healing, speculative, stops
+from jspec.decode import chunks, drafters, fallback, healing, speculative, stops
 from jspec.decode.drafters import Chunk, draw, pick
 from jspec.decode.state import DecodeState, Models
 from jspec.model import sampling
@@ -94,8 +94,19 @@ def accept(sampler: Sampler, logits, drafts, q, keys):
 
 
 def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) -> DecodeState:
-    """One speculative round (one decode step when K = 0)."""
-    K = m.lookahead
+    """One speculative round (one decode step when K = 0). Where rows whose drafts stop paying are tracked
+    (Models.fallback, decode.fallback), a round that no running row would draft in is a plain decode step."""
+    if s.rows is None:
+        return _round(m, sampler, max_new, eos_ids, s, True)
+    drafting = (fallback.drafting(s.rows, m.fallback) & ~s.done).any()
+    return jax.lax.cond(drafting, lambda s: _round(m, sampler, max_new, eos_ids, s, True),
+                        lambda s: _round(m, sampler, max_new, eos_ids, s, False), s)
+
+
+def _round(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState, drafting: bool) -> DecodeState:
+    """A round with the call's K drafts, or (drafting False) a plain decode step in a speculative call: no draft,
+    the verify over `next` alone, and the drafter's state kept in step (Proposer.idle)."""
+    K = m.lookahead if drafting else 0
     if sampler.greedy:  # nothing is drawn at random: no keys are split (K + 3 threefry hashes per round)
         keys, accept_keys, draft_keys = s.keys, None, None
     else:
@@ -103,7 +114,10 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
         keys, accept_keys, draft_keys = all_keys[0], all_keys[1:3], all_keys[3:]
     drafter = drafters.of(m)
     with jax.named_scope("draft"):
-        drafts, q, draft = drafter.propose(m, s, sampler, draft_keys)
+        if drafting:
+            drafts, q, draft = drafter.propose(m, s, sampler, draft_keys)
+        else:
+            drafts, q, draft = jnp.zeros((s.next.shape[0], 0), jnp.int32), None, s.draft
     fed = jnp.concatenate([s.next[:, None], drafts], 1)  # [B, K+1] at positions length + 0..K
     with jax.named_scope("verify"):
         logits, (k, v), features = drafter.forward(m, fed, s.cache)
@@ -115,13 +129,17 @@ def round_step(m: Models, sampler: Sampler, max_new, eos_ids, s: DecodeState) ->
     # emitted: d_1..d_a, then the target's token in slot a
     seq = jnp.where(jnp.arange(K + 1) == a[:, None], nxt[:, None], jnp.concatenate([drafts, fed[:, :1]], 1))
     tokens, count, done, stop = emit(s, seq, a + 1, max_new, eos_ids)
-    draft = drafter.update(m, s, draft, seq, n_commit, features)
+    if drafting:
+        draft = drafter.update(m, s, draft, seq, n_commit, features)
+    else:  # seq as wide as a drafting round's (its tokens past the first never committed)
+        draft = drafter.idle(m, s, draft, jnp.pad(seq, ((0, 0), (0, m.lookahead))), n_commit, features)
     active = ~s.done
+    rows = None if s.rows is None else fallback.after(s.rows, m.fallback, drafting, a, active)
     return s.replace(
         tokens=tokens, count=count, next=nxt, last=jnp.take_along_axis(fed, a[:, None], axis=1)[:, 0],
         # accepted: the drafts emitted, not those cut by max_new, EOS or a stop string (emit)
         done=done, keys=keys, rounds=s.rounds + active, accepted=s.accepted + jnp.minimum(a, count - s.count),
-        cache=cache, draft=draft, stop=stop,
+        cache=cache, draft=draft, stop=stop, rows=rows,
     )
 
 
@@ -147,6 +165,7 @@ def first_state(m: Models, prompts, prompt_lens, max_new, eos_ids, stop_strings,
         tokens=jnp.zeros((B, N), jnp.int32), count=zeros, next=first, last=last,
         done=jnp.zeros((B,), bool), keys=keys, rounds=zeros, accepted=zeros, cache=cache, draft=draft,
         stop=None if stop_strings is None else stops.start(stop_strings),
+        rows=None if m.fallback is None or not m.lookahead else fallback.start(B, m.lookahead),
     )
     tokens, count, done, stop = emit(s, first[:, None], jnp.ones_like(zeros), max_new, eos_ids)
     return s.replace(tokens=tokens, count=count, done=done, stop=stop)

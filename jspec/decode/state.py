@@ -11,7 +11,7 @@ import jax
 from jspec import struct
 from jspec.cache.kvcache import KVCache
 from jspec.config import KVConfig, ModelConfig, Options
-from jspec.decode import ngram, stops
+from jspec.decode import fallback, ngram, stops
 from jspec.model.decoder import Params, forward
 from jspec.model.head import HeadConfig, HeadParams
 from jspec.model.sampling import Sampler
@@ -76,6 +76,9 @@ class Models:
     lookahead: int = struct.field(pytree_node=False)  # K; 0: plain decoding
     attn_impl: str = struct.field(pytree_node=False, default="reference")
     options: Options = struct.field(pytree_node=False, default=Options())
+    # [] float32: the tokens per row a drafting round must emit to pay for itself (decode.fallback: rounds that no
+    # row would draft in run as plain steps); None: every round drafts K
+    fallback: jax.Array | None = None
 
     def target_forward(self, tokens, cache):
         return forward(self.target, self.target_cfg, tokens, cache, attn_impl=self.attn_impl, options=self.options)
@@ -96,6 +99,7 @@ class DecodeState:
     # None); row b of every array in it is row b's
     draft: object = None
     stop: stops.StopState | None = None  # stop strings only (decode.stops): their bytes and each row's tail
+    rows: fallback.RowDrafts | None = None  # with Models.fallback: what each row's drafting rounds emit
 
 
 class ProgramArgs(NamedTuple):

@@ -25,7 +25,7 @@ from jspec.cache import kvcache
 from jspec.config import (ATTENTION_IMPLS, EMPTY_PROMPT, MAX_LOOKAHEAD, ConfigError, GenerateConfig, KVConfig,
                           DraftSpec, ModelConfig, Options, OutOfMemory, SamplingConfig, check_stops,
                           default_platform, stop_tuple)
-from jspec.decode import drafters, healing, loop as decode, stops
+from jspec.decode import drafters, fallback, healing, loop as decode, stops
 from jspec.decode.drafters import self_skip
 from jspec.decode.state import DRAFT_WINDOW, Drafter, DraftMode, Models, ProgramArgs
 from jspec.io import chat, checkpoint, eagle3, memory
@@ -54,7 +54,7 @@ class Stats:
     accepted: int  # draft tokens accepted and emitted (drafts past max_new_tokens, EOS or a stop are not counted)
     accept_length: float  # tokens the rounds emitted per round, the bonus token included: (new_tokens - 1) / rounds,
     # which is 1 + accepted / rounds, less 1 / rounds where the last round was cut before its bonus token
-    accept_rate: float  # accepted / proposed drafts
+    accept_rate: float  # accepted / proposed drafts (K per drafting round)
     lookahead: int  # K, the drafts per round
     draft_mode: str
     kv_mode: str
@@ -70,15 +70,20 @@ class Stats:
     healed: str = ""  # the prompt's text token healing moved into the first token (decode.healing); "": none
     # True: compile_s went to tracing the program and reading it back from a compilation cache, not to compiling it
     compile_cached: bool = False
+    # rounds in which the row drafted: fewer than `rounds` where a K the engine chose let rows whose drafts stopped
+    # paying run plain steps (decode.fallback); equal to rounds otherwise (0 at lookahead 0)
+    drafted_rounds: int = 0
 
     @classmethod
     def of(cls, new_tokens: int, rounds: int, accepted: int, lookahead: int, batch_tokens: int, decode_s: float,
-           **call) -> Stats:
+           drafted: int | None = None, **call) -> Stats:
         """A row's stats from its counts (the rates derived here, for every caller alike); batch_tokens: what the
-        batch emitted in decode_s; call: the remaining fields, the call's."""
-        return cls(new_tokens=new_tokens, rounds=rounds, accepted=accepted,
+        batch emitted in decode_s; drafted: its drafting rounds (None: every round); call: the remaining fields,
+        the call's."""
+        drafted = (rounds if drafted is None else drafted) if lookahead else 0
+        return cls(new_tokens=new_tokens, rounds=rounds, accepted=accepted, drafted_rounds=drafted,
                    accept_length=(new_tokens - 1) / rounds if rounds else 0.0,
-                   accept_rate=accepted / (lookahead * rounds) if lookahead and rounds else 0.0,
+                   accept_rate=accepted / (lookahead * drafted) if drafted else 0.0,
                    lookahead=lookahead, decode_s=round(decode_s, 4),
                    batch_tokens_per_s=round(batch_tokens / decode_s, 1) if decode_s > 0 else 0.0, **call)
 
@@ -309,7 +314,7 @@ class Engine:
 
     def _run(self, ids, rows, max_new, gen: GenerateConfig, stop, choice, healed):
         """generate_ids' call once planned (healed: heal's)."""
-        args = self.prepare(ids, rows, max_new, gen, stop, allowed=healed.allowed)
+        args = self.prepare(ids, rows, max_new, gen, stop, allowed=healed.allowed, choice=choice)
         kv_bytes = self.kv_bytes(args)
         program, compile_s, cached = self.build(args)
         t0 = time.perf_counter()
@@ -323,7 +328,8 @@ class Engine:
         decode_s = time.perf_counter() - t0
         log.info("decoded %d tokens in %.2f s", int(np.asarray(state.count).sum()), decode_s)
         K, key = args.models.lookahead, (self.draft_mode, lookahead.batch_bucket(len(ids)))
-        rounds, count = np.asarray(state.rounds)[: len(ids)], np.asarray(state.count)[: len(ids)]
+        rounds, count = fallback.drafting_counts(state)
+        rounds, count = rounds[: len(ids)], count[: len(ids)]
         with self._lock:
             self._seen[key] = lookahead.observe_batch(self._seen.get(key, (0, 0)), K, rounds, count)
             self._learn(key, K, lookahead.last_alpha(K, rounds, count), choice)
@@ -376,16 +382,17 @@ class Engine:
         return args.kv_bytes(), sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(bf16.layers)) + draft
 
     def row_stats(self, new_tokens: int, rounds: int, accepted: int, K: int, *, kv_bytes: tuple[int, int],
-                  compile_s: float, decode_s: float, batch_tokens: int, choice=None) -> Stats:
+                  compile_s: float, decode_s: float, batch_tokens: int, choice=None, drafted=None) -> Stats:
         """Stats.of for a row of this engine's calls (its drafter and KV mode); kv_bytes: Engine.kv_bytes'."""
-        st = Stats.of(new_tokens, rounds, accepted, K, batch_tokens, decode_s, draft_mode=str(self.draft_mode),
+        st = Stats.of(new_tokens, rounds, accepted, K, batch_tokens, decode_s, drafted,
+                      draft_mode=str(self.draft_mode),
                       kv_mode=self.kv.mode, batch_kv_bytes=int(kv_bytes[0]), bf16_kv_bytes=int(kv_bytes[1]),
                       compile_s=round(compile_s, 3), lookahead_auto=None if choice is None else choice.stats())
         if choice is None or not choice.priced:
             return st
         return dataclasses.replace(st, speculation=dict(
             drafter=str(self.draft_mode), K=K, tokens_per_round=round(st.accept_length, 3),
-            accept_rate=round(st.accept_rate, 3), why=dict(winner=choice.mode, candidates=[p.stats() for p in
+            accept_rate=round(st.accept_rate, 3), drafted_rounds=st.drafted_rounds, why=dict(winner=choice.mode, candidates=[p.stats() for p in
                                                                                           choice.priced])))
 
     def finish(self, tokens: list[int], stats: Stats, stop: tuple[str, ...], gen: GenerateConfig):
@@ -412,7 +419,8 @@ class Engine:
 
     def _stream(self, healed, gen: GenerateConfig, sampling: SamplingConfig, choice):
         """stream once planned (healed: heal's, of the one prompt)."""
-        args = self.prepare(healed.ids, [sampling], [gen.max_new_tokens], gen, [gen.stop], allowed=healed.allowed)
+        args = self.prepare(healed.ids, [sampling], [gen.max_new_tokens], gen, [gen.stop], allowed=healed.allowed,
+                            choice=choice)
         last = []
         t0 = time.perf_counter()
         yield from text_pieces(self.tokenizer, self._rounds(args, last), gen.stop, healed.removed[0])
@@ -505,18 +513,19 @@ class Engine:
                                  context, k_max, jnp.dtype(self.dtype), self.mesh, self._costs, say=self.say)
 
     def prepare(self, ids, rows, max_new, gen, stop: list[tuple[str, ...]] | None = None,
-                capacity: int | None = None, allowed: np.ndarray | None = None) -> ProgramArgs:
+                capacity: int | None = None, allowed: np.ndarray | None = None, choice=None) -> ProgramArgs:
         """The program's arguments for a batch (caches included), checked, padded to its capacity bucket
         and to the mesh's dp, and placed on the mesh. A lookahead of "auto" is resolved first (plan). stop:
         each row's stop strings (generate_ids). capacity: a larger cache than the batch's own (runtime.slots:
         a batch whose slots take the rows of a whole bucket). allowed: [B, V] the first token's choices of healed
-        prompts (heal)."""
+        prompts (heal). choice: what planned gen's K, where the caller planned (plan's): a K the engine chose runs
+        with the per-row fallback (decode.fallback), priced at the round cost it was chosen at."""
         stop = _per_row_stops(gen, stop, len(ids))
         if self.candidates:  # draft "auto": the drafter chosen first
             gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
-            return self.using(choice).prepare(ids, rows, max_new, gen, stop, capacity, allowed)
+            return self.using(choice).prepare(ids, rows, max_new, gen, stop, capacity, allowed, choice)
         if gen.lookahead == "auto":  # the callers here plan first (once per call)
-            gen, _ = self.plan(gen, [len(x) for x in ids], max_new)
+            gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
         self.check(gen, [len(x) for x in ids], max_new)
         dp = sharding.dp_size(self.mesh)
         stop = stop + [()] * (-(-len(ids) // dp) * dp - len(ids))
@@ -527,7 +536,8 @@ class Engine:
             prompts[b, : len(x)] = x
         sampler = Sampler.make(len(ids), [s.temperature for s in rows], [s.top_k for s in rows],
                                [s.top_p for s in rows])
-        args = self._program_args(prompts, ids, rows, max_new, capacity, self.lookahead(gen), sampler, gen)
+        args = self._program_args(prompts, ids, rows, max_new, capacity, self.lookahead(gen), sampler, gen,
+                                  lookahead.breakeven(choice))
         if any(stop) and self.token_bytes() is not None:  # else no stop strings in the program (or on the host)
             on_device = self.stop_arrays(stops.pack(self.token_bytes(), stop))
             args = args._replace(stops=on_device if self.mesh is None else sharding.shard_stops(self.mesh, on_device))
@@ -548,7 +558,7 @@ class Engine:
     def _models(self, K: int, drafter: Drafter | None = None) -> Models:
         return Models(self.params, (drafter or self.drafter).at(K), self.cfg, K, self.attn_impl, self.options)
 
-    def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen):
+    def _program_args(self, prompts, ids, rows, max_new, capacity, K, sampler, gen, pays=None):
         dt = jnp.dtype(self.dtype)
         B = len(ids)
         make = lambda: (kvcache.init_cache(self.cfg, self.kv, B, capacity, dt, K),
@@ -560,7 +570,8 @@ class Engine:
         eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
         # made on the host and put on the device: a conversion or jnp.asarray there would each be a program
         host = lambda x, dt: jax.device_put(np.asarray(x, dt))
-        args = ProgramArgs(self._models(K), jax.device_put(prompts), host([len(x) for x in ids], np.int32),
+        models = self._models(K).replace(fallback=None if pays is None or not K else np.float32(pays))
+        args = ProgramArgs(models, jax.device_put(prompts), host([len(x) for x in ids], np.int32),
                            host(max_new, np.int32), sampler, host([s.seed for s in rows], np.uint32), cache,
                            draft_cache, host(eos, np.int32))
         return args if self.mesh is None else sharding.shard_program_args(self.mesh, args)
@@ -604,9 +615,11 @@ class Engine:
     def _results(self, state, K, choice, compile_s, decode_s, kv_bytes):
         tokens, count = np.asarray(state.tokens), np.asarray(state.count)
         rounds, accepted = np.asarray(state.rounds), np.asarray(state.accepted)
+        drafted = fallback.drafted_rounds(state)
         total = int(count.sum())
         stats = lambda b: self.row_stats(int(count[b]), int(rounds[b]), int(accepted[b]), K, kv_bytes=kv_bytes,
-                                         compile_s=compile_s, decode_s=decode_s, batch_tokens=total, choice=choice)
+                                         compile_s=compile_s, decode_s=decode_s, batch_tokens=total, choice=choice,
+                                         drafted=int(drafted[b]))
         return [(tokens[b, : count[b]].tolist(), stats(b)) for b in range(len(count))]
 
 

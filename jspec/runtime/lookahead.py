@@ -139,6 +139,15 @@ class Choice:
         return d | (dict(candidates=[p.stats() for p in self.priced]) if self.priced else {})
 
 
+def breakeven(choice: Choice | None) -> float | None:
+    """The tokens per row a round of the chosen drafter and K must emit to cost no more than plain steps (its
+    price over a plain step's: decode.fallback's `pays`); None without a choice or at K = 0."""
+    if choice is None or not choice.K:
+        return None
+    c = choice.costs
+    return (c.draft(choice.mode, choice.K) + c.verify_at(choice.K + 1)) / c.verify_at(1)
+
+
 def choose(costs: Costs, mode: str, alpha: float, k_max: int, ks=CANDIDATES) -> tuple[int, float]:
     """(K, predicted speed-up): the best K of ks up to k_max, or (0, 1.0) if none gains MIN_GAIN."""
     best = max(((speedup(costs, mode, alpha, K), K) for K in ks if 0 < K <= k_max), default=(1.0, 0))

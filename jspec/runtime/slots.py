@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from jspec.config import INT32_MAX, GenerateConfig, SamplingConfig
-from jspec.decode import refill, stops
+from jspec.decode import fallback, refill, stops
 from jspec.decode.state import DecodeState
 from jspec.model.sampling import Sampler
 from jspec.runtime.buckets import capacity_bucket
@@ -103,7 +103,7 @@ class _Batch:
         self.heal = gen.heal and engine.token_bytes() is not None  # static too: the first token's mask or none
         self.healing: dict = {}  # id(row) -> (ids, removed text, allowed [V] or None): _healed
         args = engine.prepare([[0]] * size, [SamplingConfig()] * size, [0] * size, self.gen, [()] * size,
-                              capacity=capacity)
+                              capacity=capacity, choice=self.choice)
         self.models, self.eos_ids, self.K = args.models, args.eos_ids, args.models.lookahead
         self.kv_bytes = engine.kv_bytes(args)
         self.slots: list = [None] * size
@@ -212,12 +212,14 @@ class _Batch:
             return []
         st = self.state
         tokens, rounds, accepted = np.asarray(st.tokens), np.asarray(st.rounds), np.asarray(st.accepted)
+        drafted = fallback.drafted_rounds(st)
         eng, K, out = self.engine, self.K, []
-        eng.observe(K, self.size, int(rounds[finished].sum()), int(accepted[finished].sum()), self.choice)
+        eng.observe(K, self.size, int(drafted[finished].sum()), int(accepted[finished].sum()), self.choice)
         for b in finished:
             row, n = self.slots[b], int(self.count[b])
             t_decode, t_compile, t_tokens = self.life[b]
             stats = eng.row_stats(n, int(rounds[b]), int(accepted[b]), K, kv_bytes=self.kv_bytes,
+                                  drafted=int(drafted[b]),
                                   compile_s=self.clock["compile_s"] - t_compile,
                                   decode_s=self.clock["decode_s"] - t_decode,
                                   batch_tokens=self.clock["tokens"] - t_tokens, choice=self.choice)

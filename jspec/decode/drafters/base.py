@@ -118,6 +118,12 @@ class Proposer:
         the first n_commit [B] were committed at positions s.cache.length + 1..; features: forward's."""
         return state
 
+    def idle(self, m: Models, s: DecodeState, state, seq, n_commit, features):
+        """Its state after a plain round of a speculative call (decode.fallback: no row drafted), kept so that its
+        next propose drafts as if every round had run: seq [B, K+1] the target's token then padding, n_commit [B]
+        (0 or 1) committed; features: forward's over `next` alone. By default what update makes of it."""
+        return self.update(m, s, state, seq, n_commit, features)
+
     def probes(self, m: Models, kv: KVConfig, batch: int, capacity: int, context: int, k_max: int,
                dtype) -> dict[str, Probe]:
         """Its timed parts by name (runtime.lookahead.measure), at the call's batch and a cache of this

@@ -71,6 +71,10 @@ class Combined(Proposer):
         inner = self.inner.update(m, s.replace(draft=state.inner), state.inner, seq, n_commit, features)
         return CopyState(copy.after_verify(state.history, s, seq, n_commit), inner)
 
+    def idle(self, m, s, state, seq, n_commit, features):
+        inner = self.inner.idle(m, s.replace(draft=state.inner), state.inner, seq, n_commit, features)
+        return CopyState(copy.after_verify(state.history, s, seq, n_commit), inner)
+
     def probes(self, m, kv, batch, capacity, context, k_max, dtype):
         return {**self.inner.probes(m, kv, batch, capacity, context, k_max, dtype),
                 "ngram": copy.lookup_probe(m, batch, capacity, context, k_max)}

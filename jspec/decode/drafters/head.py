@@ -70,6 +70,15 @@ def head_token(m: Models, hc: KVCache, d, h, key, sampler: Sampler):
     return hc, d, q, h[:, -1]
 
 
+def absorb(m: Models, s: DecodeState):
+    """The last round's committed pairs (the feed, at positions cache.length - n .. cache.length - 1) through the
+    head, committed to its cache -> (the head's outputs [B, K+1, E], its cache)."""
+    f = s.draft.feed
+    hc = s.draft.cache.replace(length=s.cache.length - f.n)
+    h, (k, v) = head_hidden(m, f.tokens, f.feats, hc)
+    return h, kvcache.commit(hc, k, v, f.n, m.options)
+
+
 @dataclasses.dataclass(frozen=True)
 class Head(Proposer):
     # EAGLE-3's published chain acceptance (tau 2.8-3.5 at K = 7 on Llama-3.1-8B: alpha about 0.65-0.75), taken
@@ -107,9 +116,7 @@ class Head(Proposer):
         """The last round's committed pairs first (the feed, at positions cache.length - n .. cache.length - 1;
         the slots past them may hold the head's rejected steps), then K - 1 steps on its own features."""
         f = s.draft.feed
-        hc = s.draft.cache.replace(length=s.cache.length - f.n)
-        h, (k, v) = head_hidden(m, f.tokens, f.feats, hc)
-        hc = kvcache.commit(hc, k, v, f.n, m.options)
+        h, hc = absorb(m, s)
         # the LM head runs on the pair ending at `next` only (n = 0: a finished row, nothing to draft)
         h = pick(h, jnp.maximum(f.n - 1, 0))
         d, q = draw_head(m, key_at(keys, 0), h, sampler)
@@ -121,6 +128,12 @@ class Head(Proposer):
         """The next pairs: the feature at length + j with the token after it, seq[:, j] (d_{j+1}, or the target's
         token at j = a)."""
         return state.replace(feed=HeadFeed(feats, seq, n_commit))
+
+    def idle(self, m, s, state, seq, n_commit, feats):
+        """The feed committed (as propose's first step), and the plain round's pair as the next feed."""
+        _, hc = absorb(m, s)
+        pad = jnp.pad(feats, ((0, 0), (0, seq.shape[1] - feats.shape[1]), (0, 0)))
+        return HeadState(hc, HeadFeed(pad, seq, n_commit))
 
     def probes(self, m, kv, batch, capacity, context, k_max, dtype):
         """One head token: its own step (head_token), its length put back."""

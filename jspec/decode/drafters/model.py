@@ -97,6 +97,13 @@ class DraftModel(Proposer):
                                                         jnp.zeros((B, K), jnp.int32), qs))
         return drafts, qs, dc
 
+    def idle(self, m, s, state, seq, n_commit, features):
+        """propose's resync alone: [last, next] at positions length - 1 and length, both committed (what the next
+        round's resync feeds again starts there)."""
+        dc, _ = _resync(m, state.replace(length=s.cache.length - 1), jnp.stack([s.last, s.next], 1),
+                        jnp.ones_like(s.next))
+        return dc
+
     def resynced(self, m, s, state, history, sampler, keys):
         """Beside the n-gram copy the draft model may have skipped earlier rounds, so its cache is resynced from
         the history every round: the K + 2 positions up to `next` (everything since the last resync); its K - 1
