@@ -174,3 +174,20 @@ def test_a_sampled_call_through_the_fallback_runs_and_is_reproducible():
     np.testing.assert_array_equal(a, b)
     assert (a >= 0).all() and (a < CFG.vocab_size).all()
     assert (np.asarray(s.rows.drafted) < np.asarray(s.rounds)).all()  # a random draft stops paying
+
+
+def test_the_engine_turns_it_on_only_where_a_round_costs_min_pays_plain_steps():
+    """A K the engine chose (a plan's Choice) runs with the fallback where its round is priced at MIN_PAYS plain
+    steps or more, at that price; a cheaper round (n-gram lookup's, about a step) and a fixed K run without."""
+    from jspec.config import GenerateConfig, SamplingConfig
+    from jspec.runtime import lookahead
+    from test_drafter_plugin import _engine
+
+    eng = _engine(Drafter(mode=DraftMode.NGRAM))
+    call = lambda choice: eng.prepare([[3, 4, 5]], [SamplingConfig()], [8], GenerateConfig(8, lookahead=4),
+                                      choice=choice).models.fallback
+    for verify, want in ((1.3, None), (fallback.MIN_PAYS + 1, fallback.MIN_PAYS + 1)):
+        costs = lookahead.Costs(((1, 1.0), (5, verify)))  # the n-gram lookup's own step: 0
+        got = call(lookahead.Choice(4, "ngram", 0.5, "prior", 1.5, costs))
+        assert got is None if want is None else float(got) == pytest.approx(want)
+    assert call(None) is None

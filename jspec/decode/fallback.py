@@ -2,9 +2,9 @@
 that is still running would gain from drafting, the round is a plain decode step (no draft, a verify over one
 token) instead of a speculative one.
 
-The engine turns it on where it chose K (lookahead "auto", draft "auto") and gives the program `pays`
-(Models.fallback): the tokens per row a drafting round must emit to cost no more than plain steps, the round's
-price over a plain step's (runtime.lookahead.breakeven). Per row:
+The engine turns it on where it chose K (lookahead "auto", draft "auto") and the round costs MIN_PAYS plain steps
+or more, and gives the program `pays` (Models.fallback): the tokens per row a drafting round must emit to cost no
+more than plain steps, the round's price over a plain step's (runtime.lookahead.breakeven). Per row:
 - `mean`, the tokens its drafting rounds emitted, averaged with weight HALF on the newest (it starts at K + 1);
 - the row drafts while mean >= pays. A row that stops accepting (one token per round) falls under pays after
   rounds_to_stop(K, pays) drafting rounds: floor(log2(K / (pays - 1))) + 1; 2 at K = 4 where a round costs 3
@@ -28,6 +28,11 @@ import numpy as np
 
 from jspec import struct
 
+# Only where a round costs this many plain steps or more: on one H100 (shipped pair, INT2, 512 tokens, same K on
+# and off) the fallback gained 1.18-1.30x with the self-draft (a round at 5.2-5.7 steps), moved the shipped draft
+# (2.4-2.6) by 0.89-1.08x, and lost 0.45-0.95x with n-gram lookup (1.3-1.5): its copies come in bursts that a row's
+# recent rounds do not foresee, and a row that stopped missed them.
+MIN_PAYS = 3.0
 HALF = 0.5  # the newest drafting round's weight in a row's mean
 FIRST_WAIT = 4  # rounds without drafts before a stopped row's first probe
 MAX_WAIT = 64
@@ -42,6 +47,11 @@ class RowDrafts:
     idle: jax.Array  # int32
     wait: jax.Array  # int32
     drafted: jax.Array  # int32
+
+
+def used(pays: float | None) -> bool:
+    """Whether a call whose round costs `pays` plain steps (None: K fixed by the caller) runs with the fallback."""
+    return pays is not None and pays >= MIN_PAYS
 
 
 def start(batch: int, K: int) -> RowDrafts:

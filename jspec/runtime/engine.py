@@ -392,8 +392,8 @@ class Engine:
             return st
         return dataclasses.replace(st, speculation=dict(
             drafter=str(self.draft_mode), K=K, tokens_per_round=round(st.accept_length, 3),
-            accept_rate=round(st.accept_rate, 3), drafted_rounds=st.drafted_rounds, why=dict(winner=choice.mode, candidates=[p.stats() for p in
-                                                                                          choice.priced])))
+            accept_rate=round(st.accept_rate, 3), drafted_rounds=st.drafted_rounds,
+            why=dict(winner=choice.mode, candidates=[p.stats() for p in choice.priced])))
 
     def finish(self, tokens: list[int], stats: Stats, stop: tuple[str, ...], gen: GenerateConfig):
         """(tokens, stats with finish_reason): "stop" where the text holds a stop string or the row ended at EOS,
@@ -519,7 +519,7 @@ class Engine:
         each row's stop strings (generate_ids). capacity: a larger cache than the batch's own (runtime.slots:
         a batch whose slots take the rows of a whole bucket). allowed: [B, V] the first token's choices of healed
         prompts (heal). choice: what planned gen's K, where the caller planned (plan's): a K the engine chose runs
-        with the per-row fallback (decode.fallback), priced at the round cost it was chosen at."""
+        with the per-row fallback where its round costs MIN_PAYS plain steps or more (decode.fallback.used)."""
         stop = _per_row_stops(gen, stop, len(ids))
         if self.candidates:  # draft "auto": the drafter chosen first
             gen, choice = self.plan(gen, [len(x) for x in ids], max_new)
@@ -570,7 +570,7 @@ class Engine:
         eos = (gen.stop_at_eos and self.cfg.eos_token_ids) or (-1,)
         # made on the host and put on the device: a conversion or jnp.asarray there would each be a program
         host = lambda x, dt: jax.device_put(np.asarray(x, dt))
-        models = self._models(K).replace(fallback=None if pays is None or not K else np.float32(pays))
+        models = self._models(K).replace(fallback=np.float32(pays) if K and fallback.used(pays) else None)
         args = ProgramArgs(models, jax.device_put(prompts), host([len(x) for x in ids], np.int32),
                            host(max_new, np.int32), sampler, host([s.seed for s in rows], np.uint32), cache,
                            draft_cache, host(eos, np.int32))
