@@ -68,7 +68,7 @@ def _documented(n_rounds: int, K: int, pays: float, accepts=lambda i: False) -> 
     """Whether a row drafts in each round, by the rule as decode.fallback states it: it stops after rounds_to_stop
     drafting rounds that accept nothing; probes after FIRST_WAIT rounds without drafting, the wait doubling after
     each probe that does not bring it back; accepts(i): round i's probe accepts (then it drafts again)."""
-    out, misses, idle, wait, on = [], 0, 0, fallback.FIRST_WAIT, True
+    out, misses, idle, wait, on = [], 0, 0, fallback.FIRST_WAIT, fallback.rounds_to_stop(K, pays) > 0
     for i in range(n_rounds):
         drafts = on or idle >= wait
         out.append(drafts)
@@ -100,15 +100,16 @@ class Oracle(drafters.Proposer):
         return drafts, drafters.point_mass(drafts, m.target_cfg.vocab_size, sampler), s.draft
 
 
-@pytest.mark.parametrize("pays", [2.0, 3.5])
+@pytest.mark.parametrize("pays", [2.0, 3.5, 6.0])
 def test_a_row_that_stops_accepting_drops_to_plain_steps_within_the_documented_rounds(pays):
     """Drafts never accepted: each row drafts exactly in the rounds the documented rule names (rounds_to_stop
-    drafting rounds, then probes after 4, 8, 16 plain ones), and its tokens are plain decoding's."""
+    drafting rounds, none where a round costs more than K + 1 steps, then probes after 4, 8, 16 plain ones), and
+    its tokens are plain decoding's."""
     drafters.register(f"never-{pays}", Oracle(plain=tuple(map(tuple, _plain())), wrong_until=MAX_NEW + 1))
     tokens, history = _rounds(_args(Drafter(mode=f"never-{pays}"), K, pays))
     np.testing.assert_array_equal(tokens, _plain())
     want = _documented(len(history), K, pays)
-    assert fallback.rounds_to_stop(K, pays) == (2 if pays == 2.0 else 1)
+    assert fallback.rounds_to_stop(K, pays) == {2.0: 2, 3.5: 1, 6.0: 0}[pays]  # 6 > K + 1: probes only
     for b in range(B):
         assert history[:, b].tolist() == want, (b, history[:, b].astype(int))
     assert sum(want) < len(want) / 3  # most rounds were plain steps

@@ -80,6 +80,8 @@ def rounds_to_stop(K: int, pays: float) -> int | None:
     after n of them is 1 + K (1 - HALF)^n, under pays from the first n with K (1 - HALF)^n < pays - 1."""
     if pays <= 1:
         return None
+    if pays > K + 1:  # no round can emit that much: it drafts only in its probes
+        return 0
     return max(math.floor(math.log(K / (pays - 1)) / -math.log(1 - HALF)) + 1, 1)
 
 
