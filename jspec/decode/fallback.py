@@ -8,7 +8,7 @@ more than plain steps, the round's price over a plain step's (runtime.lookahead.
 - `mean`, the tokens its drafting rounds emitted, averaged with weight HALF on the newest (it starts at K + 1);
 - the row drafts while mean >= pays. A row that stops accepting (one token per round) falls under pays after
   rounds_to_stop(K, pays) drafting rounds: floor(log2(K / (pays - 1))) + 1; 2 at K = 4 where a round costs 3
-  plain steps, 4 where it costs 1.3.
+  plain steps, 1 where it costs 5, none where it costs more than K + 1 (it drafts only in its probes).
 - a row that stopped drafts again for one round (a probe) after `wait` rounds without: FIRST_WAIT at first,
   doubled by each probe that does not bring it back (up to MAX_WAIT), FIRST_WAIT again once it is back. A row that
   stopped still takes part in the rounds its batch-mates draft: those rounds cost it nothing, what it accepts in
