@@ -68,11 +68,15 @@ class Combined(Proposer):
         return drafts, q, st.replace(inner=inner)
 
     def update(self, m, s, state, seq, n_commit, features):
-        inner = self.inner.update(m, s.replace(draft=state.inner), state.inner, seq, n_commit, features)
-        return CopyState(copy.after_verify(state.history, s, seq, n_commit), inner)
+        return self._after(self.inner.update, m, s, state, seq, n_commit, features)
 
     def idle(self, m, s, state, seq, n_commit, features):
-        inner = self.inner.idle(m, s.replace(draft=state.inner), state.inner, seq, n_commit, features)
+        return self._after(self.inner.idle, m, s, state, seq, n_commit, features)
+
+    @staticmethod
+    def _after(inner_step, m, s, state, seq, n_commit, features):
+        """The history gains the round's tokens; X's state is what inner_step (its update or idle) makes of it."""
+        inner = inner_step(m, s.replace(draft=state.inner), state.inner, seq, n_commit, features)
         return CopyState(copy.after_verify(state.history, s, seq, n_commit), inner)
 
     def probes(self, m, kv, batch, capacity, context, k_max, dtype):
