@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/long_context.py --out $OUT/long_context.json            # one GPU
     JAX_PLATFORMS=cpu PYTHONPATH=. python benchmarks/long_context.py --small --out /tmp/lc.json   # CPU check
+    PYTHONPATH=.:benchmarks python benchmarks/long_context.py --derive FILE.json --out FILE.json   # auto rows again
 
 Part A, measured, then derived. Llama-3-8B-shaped target (random bf16 weights, Hadamard rotations, INT2 OSCAR KV
 with its INT2 history written straight into the cache: the cache's length set to the context, as decode.py's 1M
@@ -150,7 +151,7 @@ def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float, names=tuple(DRAF
                     row["derived"] = dict(tau=tau, tau_from=f"shipped pair, CPU, {taus[name]['context']} tokens, "
                                           f"{taus[name]['dtype']}", speedup_over_plain_int2=tau * step / (draft_s + verify))
                 rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "costs_ms"}), flush=True)
+                print(json.dumps(row), flush=True)
             rows.append(auto_row(rows, priced, taus, ctx, B))
             print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -161,29 +162,60 @@ def part_a(cfg, dcfg, hcfg, contexts, batches, budget_s: float, names=tuple(DRAF
 AUTO = ("self", "ngram", "ngram+self", "self-skip-24", "model-window")
 
 
+CALLS, CALL_TOKENS = 4, 256  # auto_row: calls of one workload, tokens per row of each
+
+
 def auto_row(rows: list[dict], priced: dict, taus: dict, ctx: int, B: int) -> dict:
-    """What draft "auto" chooses at (ctx, B) by its own rule (lookahead.price at each candidate's prior acceptance
-    for B rows, lookahead.winner), K <= 4 (the verify is timed at 1 and 5 tokens), and the derived speed-up of that
-    choice: its drafter's measured tau at K = 4 as a per-draft alpha (lookahead.alpha_from_accepted), at the K
-    chosen. best_candidate: the best derived row of its candidates at K = 4, for comparison."""
-    cands = [lookahead.plain(next(iter(priced.values())))] if priced else []
-    for name in AUTO:
-        if name in priced and name in taus:
-            mode = DRAFTERS[name][0]
-            p = lookahead.price(priced[name], mode, lookahead.prior(mode, B), "prior", K, ks=range(1, K + 1))
-            cands.append(dataclasses.replace(p, mode=name))
-    if not cands:
+    """What draft "auto" chooses at (ctx, B) by the engine's own rule, call by call over CALLS calls of CALL_TOKENS
+    tokens of the workload taus holds, as Engine.plan_auto and Engine.generate_ids learn: each candidate priced
+    (lookahead.price, K <= 4: the verify is timed at 1 and 5 tokens) at lookahead.auto_alpha (the priors for B rows
+    on the first call, then what the earlier calls measured), lookahead.winner; the call then measures its drafter
+    at that drafter's tau at K = 4 as a per-draft alpha (lookahead.alpha_from_accepted) and the engine learns it
+    (lookahead.observe, after_call). Each call's derived speed-up is its choice at that true alpha;
+    derived = the last call's (what a job of this workload runs at), first_call = the first one's.
+    best_candidate: the best derived row of its candidates at K = 4, for comparison."""
+    if not priced:
         return dict(ctx=ctx, batch=B, drafter="auto", K=K, skipped="no candidate measured")
-    won, gain = lookahead.winner(cands), 1.0
-    if won.K:
-        costs, mode = priced[won.mode], DRAFTERS[won.mode][0]
-        alpha = lookahead.alpha_from_accepted(taus[won.mode]["tau"] - 1, K)
-        gain = (lookahead.expected_tokens(alpha, won.K) * costs.verify_at(1)
-                / (costs.draft(mode, won.K) + costs.verify_at(won.K + 1)))
+    names = [n for n in AUTO if n in priced and n in taus]
+    seen, bench, calls = {}, {}, []
+    for call in range(CALLS):
+        cands = [lookahead.plain(next(iter(priced.values())))]
+        for name in names:
+            mode = DRAFTERS[name][0]
+            alpha, source = lookahead.auto_alpha(mode, seen.get(name, (0, 0)), bench.get(name), call, B)
+            cands.append(dataclasses.replace(lookahead.price(priced[name], mode, alpha, source, K, ks=range(1, K + 1)),
+                                             mode=name))
+        won, gain = lookahead.winner(cands), 1.0
+        if won.K:
+            costs, mode = priced[won.mode], DRAFTERS[won.mode][0]
+            alpha = lookahead.alpha_from_accepted(taus[won.mode]["tau"] - 1, K)
+            tokens = lookahead.expected_tokens(alpha, won.K)
+            gain = tokens * costs.verify_at(1) / (costs.draft(mode, won.K) + costs.verify_at(won.K + 1))
+            rounds = max(round(CALL_TOKENS / tokens), 1)
+            accepted = round(rounds * (tokens - 1))
+            seen[won.mode] = lookahead.observe(seen.get(won.mode, (0, 0)), won.K, rounds, accepted)
+            bench[won.mode] = lookahead.after_call(bench.get(won.mode), costs, mode, won.K,
+                                                   lookahead.alpha_from_accepted(accepted / rounds, won.K), call)
+        calls.append(dict(chose=won.mode, K=won.K, speedup=gain, why=[c.stats() for c in cands]))
     best = max(((r["derived"]["speedup_over_plain_int2"], r["drafter"]) for r in rows if r.get("ctx") == ctx
                 and r.get("batch") == B and r["drafter"] in AUTO and "derived" in r), default=(1.0, "none"))
-    return dict(ctx=ctx, batch=B, drafter="auto", K=won.K, chose=won.mode, why=[c.stats() for c in cands],
-                derived=dict(speedup_over_plain_int2=gain), best_candidate=dict(drafter=best[1], speedup=best[0]))
+    last = calls[-1]
+    return dict(ctx=ctx, batch=B, drafter="auto", K=last["K"], chose=last["chose"], calls=calls,
+                derived=dict(speedup_over_plain_int2=last["speedup"], first_call=calls[0]["speedup"]),
+                best_candidate=dict(drafter=best[1], speedup=best[0]))
+
+
+def derive(path: Path) -> dict:
+    """A landed JSON's auto rows derived again from its measured rows (their costs_ms), by today's auto_row."""
+    result = json.loads(path.read_text())
+    measured = [r for r in result["part_a"] if r["drafter"] != "auto"]
+    taus, rows = acceptance(), []
+    for ctx, B in dict.fromkeys((r["ctx"], r["batch"]) for r in measured):
+        cell = [r for r in measured if (r["ctx"], r["batch"]) == (ctx, B)]
+        priced = {r["drafter"]: lookahead.Costs.from_ms(r["costs_ms"]) for r in cell if "costs_ms" in r}
+        rows += cell + [auto_row(cell, priced, taus, ctx, B)]
+    result["part_a"] = rows
+    return result
 
 
 def part_b(contexts, new_tokens: int, reps: int) -> list[dict]:
@@ -223,7 +255,12 @@ def main(argv=None) -> int:
     ap.add_argument("--contexts", type=int, nargs="+", help="part A's contexts (default 32K and 128K)")
     ap.add_argument("--batches", type=int, nargs="+", help="part A's batches (default 1 8 32 64)")
     ap.add_argument("--drafters", nargs="+", choices=list(DRAFTERS), default=list(DRAFTERS), help="part A's drafters")
+    ap.add_argument("--derive", type=Path, help="no measuring: this JSON's auto rows derived again from its "
+                    "measured costs (written to --out)")
     a = ap.parse_args(argv)
+    if a.derive:
+        a.out.write_text(json.dumps(derive(a.derive), indent=1))
+        return 0
     preset = dict(SMALL if a.small else FULL)
     preset.update({k: tuple(v) for k, v in dict(contexts=a.contexts, batches=a.batches).items() if v})
     cfg, dcfg, hcfg = shapes(a.small, max(preset["contexts"]))

@@ -175,3 +175,33 @@ def test_benchmark_runs_and_writes_its_fields(name, tmp_path, hf_model_dir):
     assert missing_fields(name, doc) == []
     if name == "decode":  # judged against the highest bandwidth measured: never a copy figure above it
         assert doc["floor_bw_gbs"] >= doc["copy_bw_gbs"]
+
+
+def test_long_context_auto_learns_the_workload(tmp_path):
+    """long_context's auto row runs the engine's rule call by call: the first call at the priors, the later ones at
+    what the earlier calls measured; a workload that accepts more than the prior moves K up to the best; --derive
+    recomputes the auto rows of a JSON from its measured costs (lookahead.Costs.from_ms)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import long_context as lc
+    finally:
+        sys.path.remove(str(BENCH))
+    from jspec.runtime.lookahead import Costs
+
+    costs = Costs(((1, 10e-3), (5, 16e-3)), ngram=1e-5)  # the verify grows with its tokens
+    tau = 4.6  # accepted 3.6 of 4: above the n-gram prior, so the first call's K is below 4
+    rows = [dict(ctx=1024, batch=1, drafter="ngram", K=4, costs_ms=costs.as_ms(),
+                 derived=dict(speedup_over_plain_int2=tau * 10 / 16.01))]  # ms: verify(5) + lookup
+    auto = lc.auto_row(rows, {"ngram": costs}, {"ngram": dict(tau=tau)}, 1024, 1)
+    first, last = auto["calls"][0], auto["calls"][-1]
+    assert first["chose"] == last["chose"] == "ngram" and first["K"] < last["K"] == 4
+    assert auto["derived"]["first_call"] < auto["derived"]["speedup_over_plain_int2"]
+    assert auto["derived"]["speedup_over_plain_int2"] == pytest.approx(auto["best_candidate"]["speedup"], rel=1e-9)
+    path = tmp_path / "lc.json"
+    path.write_text(json.dumps(dict(part_a=rows + [dict(ctx=1024, batch=1, drafter="auto", K=0)])))
+    out = tmp_path / "again.json"
+    subprocess.run([sys.executable, str(BENCH / "long_context.py"), "--derive", str(path), "--out", str(out)],
+                   check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    [again] = [r for r in json.loads(out.read_text())["part_a"] if r["drafter"] == "auto"]
+    landed = lc.auto_row(rows, {"ngram": Costs.from_ms(costs.as_ms())}, lc.acceptance(), 1024, 1)  # the landed taus
+    assert again["calls"] == json.loads(json.dumps(landed["calls"]))

@@ -157,3 +157,12 @@ def test_plan_runs_once_per_call(hf_model_dir, cache_root, monkeypatch):
     monkeypatch.setattr(type(eng), "plan", lambda self, *a: calls.append(a) or plan(self, *a))
     [r] = eng.generate([PROMPT], jspec.GenerateConfig(max_new_tokens=4))
     assert len(calls) == 1 and r.stats.lookahead > 0
+
+
+def test_costs_read_back_from_their_milliseconds():
+    c = Costs(((1, 2e-3), (5, 2.5e-3)), draft_step=5e-4, ngram=1e-5, head_step=3e-4, self_step=2e-3,
+              other=(("self_skip", 1.5e-3),))
+    back = Costs.from_ms(c.as_ms())
+    assert [n for n, _ in back.verify] == [1, 5] and [t for _, t in back.verify] == pytest.approx([2e-3, 2.5e-3])
+    assert [back.step(n) for n in ("draft", "ngram", "head", "self", "self_skip")] == pytest.approx(
+        [5e-4, 1e-5, 3e-4, 2e-3, 1.5e-3])

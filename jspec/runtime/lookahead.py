@@ -106,6 +106,14 @@ class Costs:
                     head_step=round(self.head_step * 1e3, 4), self_step=round(self.self_step * 1e3, 4),
                     **{name: round(t * 1e3, 4) for name, t in self.other})
 
+    @classmethod
+    def from_ms(cls, ms: dict) -> Costs:
+        """as_ms read back (a benchmark's JSON)."""
+        ms = dict(ms)
+        verify = tuple(sorted((int(n), t / 1e3) for n, t in ms.pop("verify").items()))
+        named = {k: ms.pop(k) / 1e3 for k in ("draft_step", "ngram", "head_step", "self_step")}
+        return cls(verify, **named, other=tuple(sorted((k, t / 1e3) for k, t in ms.items())))
+
 
 def expected_tokens(alpha: float, K: int) -> float:
     """Tokens emitted per round with K drafts, each accepted with probability alpha after its predecessor."""
