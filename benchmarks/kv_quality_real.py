@@ -145,10 +145,13 @@ def searched_variants(found: dict | None, sr: list) -> list:
 
 def plot(text_rows: dict, path: Path) -> None:
     """The gap to BF16 of every INT2 variant (mean +- s.e. over windows), one panel per text, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # the bench extra; the JSON is written without it
+        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return
 
     fig, axes = plt.subplots(1, len(text_rows), figsize=(6 * len(text_rows), 4.5), squeeze=False)
     for ax, (text, rs) in zip(axes[0], text_rows.items()):
