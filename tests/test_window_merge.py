@@ -42,11 +42,13 @@ def _inputs(sink, recent, n, dtype):
 @pytest.mark.parametrize("sink,recent,splits", [(8, 8, 3), (8, 70, 20)])
 @pytest.mark.parametrize("n", [1, 5])  # decode, K = 4 verification
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_fused_window_matches_xla_parts(sink, recent, splits, n, dtype, interpret=True, kernel="auto"):
+@pytest.mark.parametrize("noisy", [False, True])  # Layer.key_noise given: the splits' lse (or raw maxima) shifted
+def test_fused_window_matches_xla_parts(sink, recent, splits, n, dtype, noisy, interpret=True, kernel="auto"):
     kv, args = _inputs(sink, recent, n, dtype)
     assert wm.supported(n, 4, 64, args[3].k.shape[2], recent)
     # block_t and num_splits go to the Triton kernel (the Mosaic one picks its own splits)
-    options = dict(kv=kv, interpret=interpret, kernel=kernel, block_t=16, num_splits=splits)
+    options = dict(kv=kv, interpret=interpret, kernel=kernel, block_t=16, num_splits=splits,
+                   key_noise=jnp.asarray([0.5, 2.0]) if noisy else None)
     assert "window_merge" in str(jax.make_jaxpr(lambda *a: SPLIT(*a, fused_window=True, **options))(*args))
     ref = SPLIT(*args, fused_window=False, **options)
     out = SPLIT(*args, fused_window=True, **options)
@@ -145,6 +147,12 @@ def test_fused_window_under_a_mesh_matches_xla_parts():
         qkv = attention_split.join_slots(q, k, v)
         joined = jax.jit(run, static_argnums=5)(q, k, v, layer, length, kv, qkv)
         np.testing.assert_allclose(np.asarray(joined), outs[0], rtol=1e-5, atol=1e-5)
+        # Layer.key_noise [Hkv], split over tp with the KV heads: as without the mesh
+        noise = jnp.asarray([0.5, 2.0])
+        alone = jax.jit(fn, static_argnames="kv")(q, k, v, layer, length, kv=kv, key_noise=noise)
+        meshed = jax.jit(run, static_argnums=5)(q, k, v, layer, length, kv, key_noise=noise)
+        np.testing.assert_allclose(np.asarray(meshed), np.asarray(alone), rtol=1e-5, atol=1e-5)
+        assert not np.allclose(np.asarray(meshed), outs[0], atol=1e-3)
         assert "window_merge" in str(jax.make_jaxpr(attention_split.per_shard(functools.partial(
             attention_split.attend_split, interpret=True, fused_window=True), mesh), static_argnums=5)(
             q, k, v, layer, length, kv))
@@ -170,7 +178,8 @@ def test_unsupported_shapes_are_refused():
 @pytest.mark.parametrize("kernel", ["triton", "mosaic"])
 @pytest.mark.parametrize("n", [1, 5])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_compiled_fused_window_matches_xla_parts(kernel, n, dtype):
+@pytest.mark.parametrize("noisy", [False, True])
+def test_compiled_fused_window_matches_xla_parts(kernel, n, dtype, noisy):
     if kernel == "mosaic" and not int2_mosaic.available():
         pytest.skip("the Mosaic kernel needs wgmma")
-    test_fused_window_matches_xla_parts(8, 70, 20, n, dtype, interpret=False, kernel=kernel)
+    test_fused_window_matches_xla_parts(8, 70, 20, n, dtype, noisy, interpret=False, kernel=kernel)

@@ -19,7 +19,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jspec.attention.split import attend_split, per_shard
+from jspec.attention.split import attend_split, noise_shift, per_shard
 from jspec.cache.kvcache import LayerKV, bf16_keys, dequantize_history, fake_quantize_kv
 from jspec.cache.scratch import ScratchLayer
 from jspec.config import KVConfig
@@ -27,13 +27,14 @@ from jspec.numerics import dot_scores, einsum_f32
 
 
 def attend(q, k, v, layer: LayerKV | ScratchLayer | None, length, kv: KVConfig | None, impl: str = "reference",
-           qkv=None, fused_window: bool | None = None, interpret: bool | None = None):
+           qkv=None, fused_window: bool | None = None, interpret: bool | None = None, key_noise=None):
     """q: [B, n, Hq, D] rotated queries and k, v: [B, n, Hkv, D] their new rows, at positions length + 0..n-1.
 
     layer is this layer's cache (None: no cache, plain causal attention over the n rows; a ScratchLayer: a
     window view and its scratch rows, with a "window" kv). qkv: the one
     [B, n, Hkv, g + 2, D] array that q, k and v are slices of (model.qkv_slots), if the caller has it (the split
-    path's window kernel reads it whole). fused_window, interpret: the split path's (attend_split).
+    path's window kernel reads it whole). fused_window, interpret: the split path's (attend_split). key_noise:
+    [Hkv] (Layer.key_noise) or None: the INT2 scores' bias taken out (split.noise_shift).
     Returns [B, n, Hq, D].
     """
     if kv is not None and kv.windowed:  # no history to read: the BF16 window in XLA, whatever the impl
@@ -42,13 +43,13 @@ def attend(q, k, v, layer: LayerKV | ScratchLayer | None, length, kv: KVConfig |
         # The split path (Pallas INT2 kernel + XLA BF16 parts); under a mesh it runs per device.
         kernel = "auto" if impl == "pallas" else impl  # pallas: mosaic where wgmma exists, else triton
         split = functools.partial(attend_split, kernel=kernel, fused_window=fused_window, interpret=interpret)
-        return per_shard(split)(q, k, v, layer, length, kv, qkv=qkv)
-    return attend_reference(q, k, v, layer, length, kv)
+        return per_shard(split)(q, k, v, layer, length, kv, qkv=qkv, key_noise=key_noise)
+    return attend_reference(q, k, v, layer, length, kv, key_noise)
 
 
-def attend_reference(q, k, v, layer, length, kv):
+def attend_reference(q, k, v, layer, length, kv, key_noise=None):
     """Pure-jnp attention implementing the rule by selecting, per (query, key), BF16 or INT2 scores (a "window"
-    kv: the window's keys alone, see the module docstring).
+    kv: the window's keys alone, see the module docstring); key_noise: attend's.
 
     The cache and the chunk's own rows are scored separately and joined only at the softmax, so the
     cache is read in place (never concatenated with the new rows: that would copy it every step).
@@ -63,6 +64,8 @@ def attend_reference(q, k, v, layer, length, kv):
         parts = [_window_keys(layer.window, layer.base, kv, k.dtype), _scratch_keys(layer, k.dtype), *parts]
     elif layer is not None:
         parts.insert(0, (_window_keys if window else _cache_keys)(layer, length, kv, k.dtype))
+    # the INT2 scores' bias (split.noise_shift) [B, H, G, n, 1], in units of the unscaled score
+    shift = 0.0 if key_noise is None else noise_shift(qg, key_noise, axis=2).transpose(0, 2, 3, 1)[..., None] / D**-0.5
     scores, values = [], []
     for kpos, exists, kb, vb, kq, vq in parts:
         s = dot_scores(qg, kb)  # [B, H, G, n, X]
@@ -74,7 +77,7 @@ def attend_reference(q, k, v, layer, length, kv):
         if kq is not None:
             use_bf = (kpos[:, None, :] < kv.sink) | (kpos[:, None, :] > t[:, :, None] - kv.recent)
             use_bf = use_bf[:, None, None]
-            s = jnp.where(use_bf, s, dot_scores(qg, kq))
+            s = jnp.where(use_bf, s, dot_scores(qg, kq) - shift)
         scores.append(jnp.where(valid, s * D**-0.5, -jnp.inf))
         values.append((use_bf, vb, vq))
     if len(scores) > 1:

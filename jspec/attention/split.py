@@ -29,15 +29,31 @@ from jspec.config import DP, TP, KVConfig, default_platform
 from jspec.numerics import einsum_f32
 # Imported with the module, not while tracing: with the lazy import (153682c, untimed then) the warm README
 # command measured 6.6-8.4 s on the H200 against 3.6-4.1 s before it (cause not established).
-from jspec.kernels.common import int32_indexable
+from jspec.kernels.common import LOG2E, int32_indexable
 from jspec.kernels.hopper import attention as int2_mosaic
 from jspec.kernels.int2_triton import config_for as triton_config, int2_attention
 from jspec.kernels.window_merge import join_slots, supported as window_merge_supported, window_merge
 
 
 
+def noise_shift(q, key_noise, axis: int):
+    """What an INT2 key's noise adds to the log-weights of query q, to subtract from its INT2 scores: q [..., D], its
+    KV head on `axis`; key_noise [Hkv] (Layer.key_noise) -> ||q||^2 sigma_h^2 / (2 D), shaped as q without D.
+
+    A key read as k + e, e zero-mean noise of variance sigma^2 per coordinate and independent of q, scores
+    s + q.e / sqrt(D): its weight exp(s) is multiplied by exp(q.e / sqrt(D)), whose mean is exp(||q||^2 sigma^2 /
+    (2 D)) (a Gaussian's). Every INT2 key of the history is inflated alike, so the history takes too much of the
+    softmax, the more the longer it is; subtracting the shift from its scores (its lse: one number per query row)
+    takes the bias out, and leaves the BF16 keys' weights as they are."""
+    shape = [1] * (q.ndim - 1)
+    shape[axis] = -1
+    D = q.shape[-1]
+    return jnp.sum(jnp.square(q.astype(jnp.float32)), -1) * key_noise.reshape(shape).astype(jnp.float32) / (2 * D)
+
+
 def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool | None = None,
-                 kernel: str = "auto", fused_window: bool | None = None, qkv=None, **kernel_options):
+                 kernel: str = "auto", fused_window: bool | None = None, qkv=None, key_noise=None,
+                 **kernel_options):
     """q: [B, n, Hq, D] rotated queries at positions length + 0..n-1; k, v: [B, n, Hkv, D] new rows.
 
     Returns [B, n, Hq, D] in q.dtype. interpret: the Pallas kernels in interpret mode (an engine's forwards pass
@@ -47,7 +63,8 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     fused_window (Options.fused_window): the BF16 parts and the merge in kernels/window_merge.py where it takes
     the shapes (None: on GPUs; True: also in interpret mode), else in XLA. qkv: q, k and v as the one
     [B, n, Hkv, g + 2, D] array
-    they are slices of (model.qkv_slots), for window_merge (None: joined here, a copy).
+    they are slices of (model.qkv_slots), for window_merge (None: joined here, a copy). key_noise: [Hkv]
+    Layer.key_noise, the INT2 scores' bias taken out (noise_shift); None: none.
     """
     B, n, Hq, D = q.shape
     H = k.shape[2]
@@ -61,8 +78,10 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
     if fused_window is None:
         fused_window = not interpret
     fused_window = fused_window and window_merge_supported(n, g, D, layer.k.shape[2], kv.recent)
+    shift = None if key_noise is None else noise_shift(rows, key_noise, axis=1)  # [B, H, M]
     with jax.named_scope("int2_history"):
         splits = _int2_part(rows, layer, length, t, kv, interpret, kernel, kernel_options, raw=fused_window)
+        splits = splits if shift is None else _shifted(splits, shift)
     if fused_window:
         with jax.named_scope("window_merge"):
             stacks = layer.window_stacks  # read in place in the layer loop, where the kernel can index them whole
@@ -72,7 +91,7 @@ def attend_split(q, k, v, layer: LayerKV, length, kv: KVConfig, interpret: bool 
                                 pinned=layer.pinned_slots, interpret=interpret)
     out_k, lse_k = splits
     with jax.named_scope("bf16_parts"):
-        out = _bf16_parts_merged(rows, k, v, layer, length, t, kv, out_k, lse_k)  # [B, H, n * g, D] f32
+        out = _bf16_parts_merged(rows, k, v, layer, length, t, kv, out_k, lse_k, shift)  # [B, H, n * g, D] f32
     return out.reshape(B, H, n, g, D).transpose(0, 2, 1, 3, 4).reshape(B, n, Hq, D).astype(q.dtype)
 
 
@@ -96,9 +115,22 @@ def _int2_part(rows, layer: LayerKV, length, t, kv: KVConfig, interpret, kernel,
     return int2_attention(rows, layer.codes, layer.qparams, lo, hi, config=config, merge=False, interpret=interpret)
 
 
-def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_k, lse_k):
+def _shifted(splits, shift):
+    """The kernel's split partials (_int2_part's) with shift [B, H, M] (noise_shift) taken from their scores: from
+    each lse, or from the Mosaic decode body's raw maxima (log2 units; its N >= M rows padded)."""
+    if len(splits) == 2:
+        out, lse = splits
+        return out, lse - shift[:, :, None]
+    raw, stats, factors = splits
+    pad = stats.shape[-1] - shift.shape[-1]
+    m = stats[..., 0, :] - jnp.pad(shift, ((0, 0), (0, 0), (0, pad)))[:, :, None] * LOG2E
+    return raw, stats.at[..., 0, :].set(m), factors
+
+
+def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_k, lse_k, shift=None):
     """The BF16 window (sink and ring slots as they lie) and the chunk's own rows, joined with the kernel's
-    split partials out_k [B, H, ns, M, D], lse_k [B, H, ns, M] in one softmax: out [B, H, M, D] f32.
+    split partials out_k [B, H, ns, M, D], lse_k [B, H, ns, M] in one softmax: out [B, H, M, D] f32. shift
+    [B, H, M]: noise_shift, taken from the chunk's rows read as INT2 (the splits' lse_k carry it already).
 
     Nothing is concatenated: the window and the chunk are scored apart, and every key set (window,
     chunk, each split) enters the normalisation under one shared maximum. At n = 1 that is a few small
@@ -127,7 +159,8 @@ def _bf16_parts_merged(rows, k, v, layer: LayerKV, length, t, kv: KVConfig, out_
     if n > R:  # a long chunk: its own rows older than t - R are read as INT2
         new_int2 = (i[:, None] - np.arange(n)[None, :] >= R) & (t[:, None, :] >= kv.sink)  # [B, M, n]
         kq, vq = _fake_quant(k, v, kv)
-        s_new = jnp.where(new_int2[:, None], _scores(rows, kq), s_new)
+        s_new = jnp.where(new_int2[:, None], _scores(rows, kq) - (0 if shift is None else shift[..., None] / scale),
+                          s_new)
     s_new = jnp.where(ok_new, s_new * scale, -jnp.inf)
     # One maximum over all parts; the chunk's own key (causal diagonal) keeps it finite.
     m = jnp.maximum(jnp.maximum(s_win.max(-1), s_new.max(-1)), lse_k.max(2))  # [B, H, M]
@@ -186,23 +219,24 @@ def _weighted_sums(w, x, axis: int):
 
 
 def per_shard(fn, mesh=None):
-    """fn(q, k, v, layer, length, kv[, qkv]) -> [B, n, Hq, D] (attend_split) run per device on its rows and KV
+    """fn(q, k, v, layer, length, kv[, qkv, key_noise]) -> [B, n, Hq, D] (attend_split) run per device on its rows and KV
     heads under shard_map; fn itself when there is no ("dp", "tp") mesh (argument or jax.set_mesh)."""
     mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
     if mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}:
         return fn
     heads = P(DP, None, TP, None)  # [B, n, H, D]
 
-    def run(q, k, v, layer, length, kv, qkv=None):
-        joined = () if qkv is None else (qkv,)  # [B, n, Hkv, g + 2, D], when the caller has it
-        body = lambda q, k, v, layer, length, qkv=None: fn(q, k, v, layer, length, kv,
-                                                           **({} if qkv is None else {"qkv": qkv}))
+    def run(q, k, v, layer, length, kv, qkv=None, key_noise=None):
+        # the optional operands that are given: qkv [B, n, Hkv, g + 2, D] (when the caller has it), key_noise [Hkv]
+        extra = {name: x for name, x in (("qkv", qkv), ("key_noise", key_noise)) if x is not None}
+        extra_specs = {"qkv": P(DP, None, TP, None, None), "key_noise": P(TP)}
+        body = lambda q, k, v, layer, length, extra: fn(q, k, v, layer, length, kv, **extra)
         # every buffer [B, H, ...] over (dp, tp); window stacks [L, B, H, ...] the same with L whole, their index bare
         stacks = None if layer.window_stacks is None else (P(None, DP, TP), P(None, DP, TP), P())
         layer_spec = jax.tree.map(lambda _: P(DP, TP), layer.replace(window_stacks=None)).replace(window_stacks=stacks)
-        specs = (heads, heads, heads, layer_spec, P(DP)) + (P(DP, None, TP, None, None),) * len(joined)
+        specs = (heads, heads, heads, layer_spec, P(DP), {name: extra_specs[name] for name in extra})
         # check_vma off: a pallas_call carries no varying-axes annotations for shard_map to check
         return jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=heads, check_vma=False)(
-            q, k, v, layer, length, *joined)
+            q, k, v, layer, length, extra)
 
     return run

@@ -15,7 +15,8 @@ The command line over it is jspec.cli.calibrate (`jspec calibrate`).
 
 With the rotations of a layer fitted, the clip search (jspec.model.clip_search) scores candidate clip quantiles
 for its keys and values on the first --clip-tokens tokens, by the error of the attention output; the rotation
-file keeps the best per layer, the model-wide pair the run time uses, and how they were found.
+file keeps the best per layer, the model-wide pair the run time uses, the key noise that pair's key clip leaves
+(Layer.key_noise: the bias it puts in the INT2 scores is taken out at run time), and how they were found.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def calibrate(params: Params, cfg: ModelConfig, token_batches, mode: str = "osca
     if m:
         provenance = {"objective": clip_search.OBJECTIVE, "candidates": list(clip_search.CANDIDATES),
                       "rule": [clip_search.SINK, clip_search.RECENT], "tokens": int(sum(t.size for t in batches[:m])),
-                      "group_size": group_size or cfg.head_dim}
+                      "group_size": group_size or cfg.head_dim,
+                      "key_noise": "clip_search.noise_variance at clip_model's key quantile, on the searched queries"}
         meta |= rotation.clip_meta(clip_search.choose(errors), provenance)
     return rot_k, rot_v, meta
 

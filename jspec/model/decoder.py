@@ -42,6 +42,9 @@ class Layer:
     q_norm: jax.Array | None = None  # [D] Qwen3
     k_norm: jax.Array | None = None  # [D]
     rot_k: jax.Array | None = None  # [Hkv, D, D] f32, R_K transposed: q and k after RoPE times R_K (rotate)
+    # [Hkv] f32: the INT2 keys' noise variance per coordinate, seen by the queries (jspec calibrate measures it with
+    # the clip it searched; attention.split.noise_shift takes the bias it puts in the INT2 scores out); None: no shift
+    key_noise: jax.Array | None = None
 
 
 @struct.dataclass
@@ -291,7 +294,7 @@ def block(lp: Layer, x, y, rope, layer_cache, length, norm_stacks=None, *, spec:
     slots = jax.lax.optimization_barrier(qkv_slots(lp, cfg, h, None, rope))
     q, k, v = split_slots(slots, cfg)
     o = attend(q, k, v, layer_cache, length, spec.kv, spec.attn_impl, qkv=slots, fused_window=spec.fused_window,
-               interpret=interpret).reshape(B, n, -1)
+               interpret=interpret, key_noise=lp.key_noise).reshape(B, n, -1)
     x, h = add_rms_norm(entering, attn_out(lp, o), mlp_norm, cfg.rms_eps, fused, index, interpret=interpret)
     return entering, x, mlp(lp, h), q, k, v
 

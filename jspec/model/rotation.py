@@ -168,9 +168,29 @@ CLIP_KEYS = ("clip_k", "clip_v", "clip_model")  # a searched clip's metadata (JS
 
 def clip_meta(found: dict, provenance: dict) -> dict:
     """The metadata of a searched clip (clip_search.choose's result): per-layer key and value quantiles, the
-    model-wide pair the run time uses, and clip_search: how they were found and what they gain."""
-    return {k: json.dumps(found[k]) for k in CLIP_KEYS} | {
-        "clip_search": json.dumps(provenance | {k: v for k, v in found.items() if k not in CLIP_KEYS})}
+    model-wide pair the run time uses, the key noise at its key clip (key_noise), and clip_search: how they were
+    found and what they gain."""
+    kept = (*CLIP_KEYS, KEY_NOISE)
+    return {k: json.dumps(found[k]) for k in kept} | {
+        "clip_search": json.dumps(provenance | {k: v for k, v in found.items() if k not in kept})}
+
+
+KEY_NOISE = "key_noise"  # [L][Hkv] JSON: Layer.key_noise, measured by the clip search at clip_model's key clip
+
+
+def key_noise(meta: dict, cfg: ModelConfig) -> np.ndarray | None:
+    """Layer.key_noise [L, Hkv] float32 of a rotation file's metadata; None for a file without it (a file written
+    before the key-noise correction, or with --clip-tokens 0); ConfigError when it is malformed."""
+    if KEY_NOISE not in meta:
+        return None
+    try:
+        x = np.asarray(json.loads(meta[KEY_NOISE]), np.float64)
+    except (json.JSONDecodeError, TypeError, ValueError) as e:
+        raise ConfigError(f"rotation metadata: {KEY_NOISE} is not a JSON list of numbers ({e})") from None
+    if x.shape != (cfg.num_layers, cfg.num_kv_heads) or not (np.isfinite(x).all() and (x >= 0).all()):
+        raise ConfigError(f"rotation metadata: {KEY_NOISE} must be {cfg.num_layers} lists of {cfg.num_kv_heads} "
+                          f"variances >= 0, got {meta[KEY_NOISE][:80]!r}")
+    return x.astype(np.float32)
 
 
 def searched_clips(meta: dict, cfg: ModelConfig) -> dict | None:
@@ -278,6 +298,7 @@ def load_rotations(path, cfg: ModelConfig):
             raise ConfigError(f"{path}: {e}") from None
     try:
         searched_clips(meta, cfg)
+        key_noise(meta, cfg)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     return rot["rot_k"], rot["rot_v"], meta

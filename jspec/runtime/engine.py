@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import numbers
 import threading
@@ -688,7 +689,8 @@ def _check_same_tokenizer(tok, dtok, cfg: ModelConfig, dcfg: ModelConfig) -> Non
 def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mode: str,
             rotations: str | Path | None) -> tuple[Params, KVConfig]:
     """Applies the rotation of `mode` ("auto": OSCAR when a rotation file exists) for an int2 cache -> (params, kv
-    with the rotation file's searched clip where kv leaves a clip unset)."""
+    with the rotation file's searched clip where kv leaves a clip unset; params with the file's key noise where
+    the cache codes keys as it was measured, _key_noise)."""
     path = Path(rotations) if rotations else checkpoint.rotation_path(model_dir)
     if mode == "auto":
         mode = "oscar" if kv.int2 and path.is_file() else ("hadamard" if kv.int2 else "none")
@@ -703,7 +705,23 @@ def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mod
         kv = _with_searched_clips(kv, rotation.searched_clips(meta, cfg))
     else:
         raise ConfigError(f"unknown rotation {mode!r}; use none, hadamard or oscar")
-    return _apply_rotations(params, cfg, rot_k, rot_v), kv
+    params = _apply_rotations(params, cfg, rot_k, rot_v)
+    noise = _key_noise(meta, cfg, kv) if mode == "oscar" else None
+    return (params if noise is None else params.replace(layers=params.layers.replace(key_noise=noise))), kv
+
+
+def _key_noise(meta: dict, cfg: ModelConfig, kv: KVConfig):
+    """Layer.key_noise [L, Hkv] of a rotation file, where the cache codes keys as the file measured them (its
+    searched key clip and group size); else None (no shift), said in the log."""
+    noise, found = rotation.key_noise(meta, cfg), rotation.searched_clips(meta, cfg)
+    if noise is None or found is None:
+        return None
+    measured = (found["clip_model"][0], json.loads(meta.get("clip_search", "{}")).get("group_size", cfg.head_dim))
+    if (kv.clips[0], kv.group(cfg.head_dim)) != measured:
+        log.info("key-noise correction off: measured at key clip %s, group %s; this cache codes keys at %s, %s",
+                 *measured, kv.clips[0], kv.group(cfg.head_dim))
+        return None
+    return jnp.asarray(noise)
 
 
 def _with_searched_clips(kv: KVConfig, found: dict | None) -> KVConfig:

@@ -36,6 +36,7 @@ from jspec.model.decoder import Layer, Params
 _LAYER_SPECS = dict(
     wqkv=P(None, TP, None, None), bqkv=P(TP, None, None), wo=P(TP, None),
     w_gu=P(None, None, TP), b_gu=P(None, TP), w_down=P(TP, None), rot_k=P(TP, None, None),
+    key_noise=P(TP),
 )
 
 
