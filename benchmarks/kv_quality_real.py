@@ -223,7 +223,8 @@ def main(argv=None) -> int:
     by_rot = kvq.rotated_params(params, cfg, rots)
     noise = rotation.key_noise(meta, cfg) if "oscar" in by_rot else None
     if noise is not None:  # as jspec.load runs the file at its searched clip
-        by_rot["oscar+kn"] = by_rot["oscar"].replace(layers=by_rot["oscar"].layers.replace(key_noise=jnp.asarray(noise)))
+        oscar = by_rot["oscar"]
+        by_rot["oscar+kn"] = oscar.replace(layers=oscar.layers.replace(key_noise=jnp.asarray(noise)))
     sr = [tuple(int(x) for x in p.split(",")) for p in args.sr]
     for kv_pair in args.clip_kv:  # a clip setting of its own, named by its values
         kvq.CLIPS[kv_pair] = tuple(float(x) for x in kv_pair.split(","))

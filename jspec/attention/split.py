@@ -219,8 +219,8 @@ def _weighted_sums(w, x, axis: int):
 
 
 def per_shard(fn, mesh=None):
-    """fn(q, k, v, layer, length, kv[, qkv, key_noise]) -> [B, n, Hq, D] (attend_split) run per device on its rows and KV
-    heads under shard_map; fn itself when there is no ("dp", "tp") mesh (argument or jax.set_mesh)."""
+    """fn(q, k, v, layer, length, kv[, qkv, key_noise]) -> [B, n, Hq, D] (attend_split) run per device on its rows
+    and KV heads under shard_map; fn itself when there is no ("dp", "tp") mesh (argument or jax.set_mesh)."""
     mesh = mesh if mesh is not None else jax.sharding.get_abstract_mesh()
     if mesh is None or mesh.empty or set(mesh.axis_names) != {DP, TP}:
         return fn
