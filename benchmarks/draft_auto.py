@@ -9,8 +9,10 @@ median over rounds of plain's decode seconds over its own in that round (paired:
 cancels). Workloads: held-out code (long_context_acceptance.prompts) and prose (this repository's docs, which the
 code model was not trained on: n-gram lookup has little to copy). Rows: median decode seconds, paired speed-ups,
 what auto chose in each round and the seconds its planning took (not in decode_s). --fresh: every engine is loaded
-again before each of its calls, so every call is a new process's first (one `jspec generate` run: auto's estimates
-at the priors, every program run for the first time). Writes one JSON only with --out.
+again before each of its calls, so every call is a new process's first on a model pair no process ran before (one
+`jspec generate` run: auto's estimates at the priors, kept in memory only, every program run for the first time).
+Without it, auto reads and writes its learned estimates on disk as `jspec generate` does (runtime.learned). Writes one
+JSON only with --out.
 """
 
 from __future__ import annotations
@@ -50,12 +52,13 @@ def _order(r: int) -> list[str]:
     return ["none", *rest[r % len(rest):], *rest[: r % len(rest)]]
 
 
-def _load(d: str):
-    return jspec.load(draft="none" if d == "plain-again" else d)
+def _load(d: str, learn: str | None = None):
+    return jspec.load(draft="none" if d == "plain-again" else d, learn=learn)
 
 
 def run(contexts, batches, new_tokens: int, reps: int, budget_s: float, fresh: bool = False) -> list[dict]:
-    engines = {d: _load(d) for d in DRAFTS}
+    learn = "memory" if fresh else None  # fresh: at the priors, as a first process
+    engines = {d: _load(d, learn) for d in DRAFTS}
     tok, rows, t0 = engines["none"].tokenizer, [], time.perf_counter()
     for workload in ("code", "prose"):
         for ctx in contexts:
@@ -69,7 +72,7 @@ def run(contexts, batches, new_tokens: int, reps: int, budget_s: float, fresh: b
                 for r in range(reps):
                     for d in _order(r):
                         if fresh:
-                            engines[d] = _load(d)
+                            engines[d] = _load(d, learn)
                         st, tokens = call(engines[d], ids, new_tokens)
                         times[d].append(st.decode_s)
                         same[d] = same.get(d, True) and tokens == want["none"]  # bf16: may differ

@@ -26,6 +26,11 @@ def _cpu_only() -> bool:
 if _cpu_only() and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
+# Draft "auto" keeps what its calls learn in memory only (runtime.learned): a learned file under the shared cache
+# would let one test's calls move another's first choice (an order-dependent suite). The tests of the file set
+# learn="disk" with a cache directory of their own; subprocesses inherit this through the environment.
+os.environ["JSPEC_LEARN"] = "memory"
+
 import jax  # noqa: E402 -- after XLA_FLAGS
 import pytest  # noqa: E402
 

@@ -63,7 +63,8 @@ def parser() -> argparse.ArgumentParser:
                         "target over the BF16 window of its own cache, no extra weights); 'ngram+self'; 'self-skip' "
                         "(the target's first layers over that window: --draft-layers); 'none' (no speculation); "
                         "'shipped': the shipped draft with the shipped target; 'auto': the drafter and K chosen per "
-                        "call from their costs and observed acceptance (plain decoding when none pays; docs/design.md)")
+                        "call from their costs and observed acceptance (plain decoding when none pays), what it "
+                        "learns kept on disk for later runs (JSPEC_LEARN=memory: not; docs/design.md)")
     m.add_argument("--draft-layers", type=int, default=None, metavar="N",
                    help="with --draft self-skip (or ngram+self-skip): the target's first N layers draft, then its "
                         "norm and LM head (default: 3/4 of its layers)")

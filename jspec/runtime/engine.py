@@ -34,7 +34,7 @@ from jspec.model import rotation
 from jspec.model.decoder import Params, compile_options
 from jspec.model.sampling import Sampler
 from jspec.paths import CHECKPOINTS
-from jspec.runtime import lookahead, programs, sharding
+from jspec.runtime import learned, lookahead, programs, sharding
 from jspec.runtime.buckets import capacity_bucket, pad_rows
 from jspec.runtime.parts import back_to_back, lower_parts, part_names
 
@@ -129,6 +129,8 @@ class Engine:
     options: Options = Options()
     chat_template: str | None = None  # the model's chat template (jspec.io.chat.template_of), for chat requests
     source: str = ""  # what load read (model, draft and rotation paths): a job's output records it (jobs.batch)
+    # draft "auto": the file its learned estimates are kept in across processes (recall, _learn); None: memory only
+    store: learned.Store | None = None
     # Told each slow phase as it starts (measuring lookahead costs, compiling a program): the CLI prints it on
     # stderr; the library stays quiet unless given one.
     say: typing.Callable[[str], None] | None = dataclasses.field(default=None, repr=False)
@@ -137,6 +139,8 @@ class Engine:
     _seen: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> acceptance
     _bench: dict = dataclasses.field(default_factory=dict, repr=False)  # (draft mode, batch bucket) -> lookahead.Bench
     _calls: dict = dataclasses.field(default_factory=dict, repr=False)  # batch bucket -> calls observed
+    # (draft mode, batch bucket) -> (drafts, Bench or None) read from the store by recall: earlier processes' share
+    _recalled: dict = dataclasses.field(default_factory=dict, repr=False)
     _token_bytes: list = dataclasses.field(default_factory=list, repr=False)  # [stops.token_bytes'] once built
     _lock: threading.RLock = dataclasses.field(default_factory=threading.RLock, repr=False, compare=False)
     _past_vocabulary: list = dataclasses.field(default_factory=list, repr=False)  # [tokens_past_vocabulary's]
@@ -348,11 +352,32 @@ class Engine:
 
     def _learn(self, key, K: int, alpha: float | None, choice) -> None:
         """Keeps a draft "auto" call's own acceptance for its fallback and probes (lookahead.after_call, read by
-        auto_alpha) and counts the call in its batch bucket. Under the lock."""
+        auto_alpha), counts the call in its batch bucket and writes what was learnt to the store. Under the lock."""
         calls = self._calls.get(key[1], 0)
         if alpha is not None and choice is not None and choice.priced:
             self._bench[key] = lookahead.after_call(self._bench.get(key), choice.costs, key[0], K, alpha, calls)
         self._calls[key[1]] = calls + 1
+        if self.store is not None:
+            self.store.write(self._seen, self._bench, self._calls)
+
+    def recall(self) -> None:
+        """Continues from what earlier processes learnt: the store's estimates, benches and call counts in place of
+        this engine's (load calls it once; nothing without a store)."""
+        if self.store is None:
+            return
+        seen, bench, calls = self.store.read()
+        with self._lock:
+            self._seen.update(seen)
+            self._bench.update(bench)
+            self._calls.update(calls)
+            self._recalled.update({k: (seen.get(k, (0, 0))[0], bench.get(k)) for k in seen.keys() | bench.keys()})
+
+    def _told(self, key, source: str) -> str:
+        """auto_alpha's source for (mode, bucket) `key`, saying what of it was read from the store (recall)."""
+        drafts, bench = self._recalled.get(key, (0, None))
+        if source == "last call" and bench is not None and self._bench.get(key) is bench:
+            return "last call (read from disk)"
+        return f"{source} ({int(drafts)} read from disk)" if drafts and source.endswith("drafts measured") else source
 
     def program(self, name: str, jitted, *args):
         """(jitted compiled for these arguments' shapes, compile seconds): kept in the engine's program cache under
@@ -481,7 +506,8 @@ class Engine:
             costs[d.mode] = self._measure(d, gen, lengths, max_new, k_max)
             alpha, source = lookahead.auto_alpha(d.mode, self._seen.get((d.mode, bucket), (0, 0)),
                                                  self._bench.get((d.mode, bucket)), self._calls.get(bucket, 0), B)
-            priced.append(lookahead.price(costs[d.mode], d.mode, alpha, source, k_max, ks))
+            priced.append(lookahead.price(costs[d.mode], d.mode, alpha, self._told((d.mode, bucket), source), k_max,
+                                          ks))
         priced.insert(0, lookahead.plain(costs[self.candidates[0].mode]))
         w = lookahead.winner(priced)
         shared = costs[self.candidates[0].mode]  # plain decoding's: the verify every candidate shares
@@ -742,7 +768,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
          rotation_mode: str = "auto", rotations: str | Path | None = None, dtype: str = "bfloat16",
          attn_impl: str = "auto", mesh: str | jax.sharding.Mesh | None = "auto", scan_layers: bool = False,
          options: Options = Options(), draft_window: KVConfig | None = DRAFT_WINDOW,
-         draft_layers: int | None = None) -> Engine:
+         draft_layers: int | None = None, learn: str | None = None) -> Engine:
     """Loads a target (default: the shipped code model) and a drafter from local Hugging Face directories
     or GGUF files (model.gguf: jspec.io.gguf; its rotations default to model.rotations.safetensors beside it).
 
@@ -759,6 +785,9 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
     "window": sink + recent only, so its cost and memory stay flat with the context); None: always full BF16.
     draft_layers: "self-skip" (or "ngram+self-skip") drafts with the target's first N layers, its norm and head
     (decode.drafters.self_skip); None: its default share of the layers.
+    learn: where draft "auto" keeps what its calls learn: "disk" (the estimates of earlier processes on this model
+    pair are read back, and each call's written: runtime.learned), "memory" (this engine only, from the priors);
+    None: $JSPEC_LEARN, else "disk".
 
     kv "auto" is INT2 OSCAR when the target directory holds a rotation file, else BF16.
     mesh: "tp=N,dp=M", a Mesh, "auto" (every local device data-parallel) or None (jspec.runtime.sharding).
@@ -769,6 +798,7 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
     is JAX's default backend).
     """
     model_dir, t0 = Path(model) if model else DEFAULT_TARGET, time.perf_counter()
+    learn = learned.mode(learn)
     if dtype not in ("bfloat16", "float32"):
         raise ConfigError(f"dtype must be bfloat16 or float32, got {dtype!r}")
     if rotations:  # whatever the kv mode: a named file must be one
@@ -798,9 +828,12 @@ def load(model: str | Path | None = None, draft: str | Path | None = "shipped", 
     template = tok.chat_template if checkpoint.is_gguf(model_dir) else chat.template_of(model_dir)
     source = f"model={model_dir.resolve()} draft={draft} rotation={rotation_mode} rotations={rotations}"
     log.info("loaded %s (draft %s, kv %s) in %.1f s", model_dir, drafter.mode, kv.mode, time.perf_counter() - t0)
-    return Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, candidates=candidates,
-                  dtype=dtype, attn_impl=impl,
-                  mesh=mesh, options=options, chat_template=template, source=source)
+    store = learned.store(source, cfg, candidates, kv, dtype) if candidates and learn == "disk" else None
+    eng = Engine(cfg=cfg, params=params, tokenizer=tok, kv=kv, drafter=drafter, candidates=candidates,
+                 dtype=dtype, attn_impl=impl,
+                 mesh=mesh, options=options, chat_template=template, source=source, store=store)
+    eng.recall()
+    return eng
 
 
 def _auto_drafters(model_dir: Path, cfg: ModelConfig, tok, dtype) -> list[Drafter]:

@@ -17,7 +17,8 @@ speed-up is E(K) verify(1) / (draft(K) + verify(K + 1)), and the K with the best
   ordinary round overhead (accept, emit, loop) is left out of both sides, which favours plain decoding:
   the gain is under- rather than over-estimated.
 - alpha is a prior per drafter (Proposer.prior_alpha, from the shipped pair's measured acceptance), moved
-  towards what the engine's earlier calls in that mode and batch size measured (an online estimate).
+  towards what the engine's earlier calls in that mode and batch size measured (an online estimate; under draft
+  "auto" earlier processes' calls too, kept on disk: runtime.learned).
 - A batch runs in lockstep: its rounds go on until its slowest row is done, so what a call gains is set
   by that row, not by the mean row. Rows differ (one prompt is copied text, another fresh code), and
   the more rows, the further the slowest falls below the mean: on the H200 at batch 8 and 32 the
@@ -172,7 +173,8 @@ class Priced:
     mode: str  # the drafter's name ("none": plain decoding)
     K: int
     alpha: float  # the acceptance it was priced with
-    alpha_from: str  # "prior", "N drafts measured", "last call" (its own, lower) or "probe, ..." (auto_alpha)
+    alpha_from: str  # "prior", "N drafts measured", "last call" (its own, lower) or "probe, ..." (auto_alpha); what
+    # earlier processes learnt ends "(M read from disk)" or "(read from disk)" (Engine.recall, runtime.learned)
     cost_s: float  # one round: its drafting with K drafts and the verify over K + 1 (plain: the verify over 1)
     tokens: float  # expected tokens per round (expected_tokens)
     speedup: float  # tokens / cost_s over plain decoding's 1 / verify(1)
