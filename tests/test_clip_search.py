@@ -34,12 +34,18 @@ def _layer0(params, tokens, rot_k, rot_v):
     return q, k, v, wo
 
 
-def test_searched_clip_is_written_read_back_and_used(tmp_path):
+def _calibrated(tmp_path):
+    """A tiny model calibrated with the clip search, its file written and read back: (params, rot_k, rot_v, the
+    metadata written, the metadata read back, the file)."""
     params = init_params(CFG, jax.random.PRNGKey(0), std=0.2)
     rot_k, rot_v, meta = cal.calibrate(params, CFG, [_tokens(1, (4, 160))], clip_tokens=640)
     path = tmp_path / "rot.safetensors"
     rotation.save_rotations(path, rot_k, rot_v, meta)
-    _, _, meta2 = rotation.load_rotations(path, CFG)
+    return params, rot_k, rot_v, meta, rotation.load_rotations(path, CFG)[2], path
+
+
+def test_searched_clip_is_written_read_back_and_used(tmp_path):
+    params, rot_k, rot_v, meta, meta2, path = _calibrated(tmp_path)
     found = rotation.searched_clips(meta2, CFG)
     assert len(found["clip_k"]) == len(found["clip_v"]) == CFG.num_layers
     assert set(found["clip_k"] + found["clip_v"] + list(found["clip_model"])) <= set(clip_search.CANDIDATES)
@@ -62,11 +68,7 @@ def test_key_noise_is_written_read_back_and_used(tmp_path):
     """The file keeps each layer's key noise at its model-wide key clip; the loader sets Layer.key_noise where the
     cache codes keys at that clip and not at another; on held-out rows the shift it gives lowers the error of the
     attention output over INT2 keys (exact values)."""
-    params = init_params(CFG, jax.random.PRNGKey(0), std=0.2)
-    rot_k, rot_v, meta = cal.calibrate(params, CFG, [_tokens(1, (4, 160))], clip_tokens=640)
-    path = tmp_path / "rot.safetensors"
-    rotation.save_rotations(path, rot_k, rot_v, meta)
-    _, _, meta2 = rotation.load_rotations(path, CFG)
+    params, rot_k, rot_v, meta, meta2, path = _calibrated(tmp_path)
     noise = rotation.key_noise(meta2, CFG)
     assert noise.shape == (CFG.num_layers, CFG.num_kv_heads) and (noise > 0).all()
     found = rotation.searched_clips(meta2, CFG)
