@@ -64,15 +64,18 @@ def test_searched_clip_is_written_read_back_and_used(tmp_path):
     assert ck != DEFAULT_CLIPS[0] and float(ek[0]) < float(ek[1])
 
 
-def test_key_noise_is_written_read_back_and_used(tmp_path):
+def test_key_noise_is_written_read_back_and_used(tmp_path, monkeypatch):
     """The file keeps each layer's key noise at its model-wide key clip; the loader sets Layer.key_noise where the
-    cache codes keys at that clip and not at another; on held-out rows the shift it gives lowers the error of the
-    attention output over INT2 keys (exact values)."""
+    cache codes keys at that clip and not at another, and only where JSPEC_KEY_NOISE=on; on held-out rows the measured
+    noise is the keys' own and its shift moves the attention output."""
     params, rot_k, rot_v, meta, meta2, path = _calibrated(tmp_path)
     noise = rotation.key_noise(meta2, CFG)
     assert noise.shape == (CFG.num_layers, CFG.num_kv_heads) and (noise > 0).all()
     found = rotation.searched_clips(meta2, CFG)
     kv = engine._with_searched_clips(KVConfig("int2"), found)
+    monkeypatch.delenv("JSPEC_KEY_NOISE", raising=False)
+    assert engine._key_noise(meta2, CFG, kv) is None  # off by default
+    monkeypatch.setenv("JSPEC_KEY_NOISE", "on")
     np.testing.assert_array_equal(engine._key_noise(meta2, CFG, kv), noise)
     assert engine._key_noise(meta2, CFG, dataclasses.replace(kv, clip_k=0.5)) is None
     assert engine._key_noise(meta2, CFG, dataclasses.replace(kv, group_size=8)) is None
@@ -86,7 +89,7 @@ def test_key_noise_is_written_read_back_and_used(tmp_path):
     np.testing.assert_allclose(clip_search.noise_variance(qg, kq - k), noise[0], rtol=0.5)
     exact = clip_search._outputs(qg, k, v, k, v, rows)
     err = lambda kn: float(jnp.sum((clip_search._outputs(qg, k, v, kq, v, rows, kn) - exact) ** 2))
-    assert err(jnp.asarray(noise[0])) < err(None)
+    assert err(jnp.asarray(noise[0])) != err(None)  # it is applied (lower or higher: docs/results.md)
     save = lambda m: rotation.save_rotations(path, rot_k, rot_v, meta | m)
     for bad in ('[[0.1, 0.2]]', '"x"', '[[0.1, -1.0], [0.1, 0.2]]'):
         save({"key_noise": bad})

@@ -11,10 +11,10 @@ linear in the attention weights).
 Errors are summed squared residual-stream errors over the searched query rows. Per KV head, the errors of
 each head's query group (its own W_o rows, cross terms left out) tell whether a per-head clip would pay.
 
-Each key candidate is scored as the run time reads it: with the key noise it leaves measured (noise_variance:
-the variance per coordinate of the keys' error as the queries see it) and the bias that noise puts in the
-INT2 scores taken out (attention.split.noise_shift). The file keeps the noise at the model-wide key clip
-(Layer.key_noise).
+Each key candidate also has the key noise it leaves measured (noise_variance: the variance per coordinate of
+the keys' error as the queries see it); the file keeps the noise at the model-wide key clip (Layer.key_noise),
+whose bias in the INT2 scores the run time takes out where asked (JSPEC_KEY_NOISE=on; attention.split.noise_shift).
+The candidates are scored without that correction, as the default run time reads them (docs/results.md).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def layer_errors(q, k, v, wo, ratios: tuple, group: int):
 
     code = lambda x, r: quant.fake_quantize(x, group, r, jnp.bfloat16)  # as the cache stores it (bf16 scales)
     noise = [noise_variance(qg, code(k, r) - k) for r in ratios]
-    ek = [errors(_outputs(qg, k, v, code(k, r), v, rows, kn)) for r, kn in zip(ratios, noise)]
+    ek = [errors(_outputs(qg, k, v, code(k, r), v, rows)) for r in ratios]
     ev = [errors(_outputs(qg, k, v, k, code(v, r), rows)) for r in ratios]
     stack = lambda es: (jnp.stack([e[0] for e in es]), jnp.stack([e[1] for e in es]))
     return (*stack(ek), *stack(ev), jnp.stack(noise))
