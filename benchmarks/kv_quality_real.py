@@ -16,7 +16,7 @@ clip on: K 0.96, V 0.92) through the blocked forward (kv_blocked.py: the same at
 Where the OSCAR rotations carry a searched clip (jspec calibrate's default, model.clip_search), OSCAR also
 runs with it: "searched", the model-wide pair, and "searched-layer", each layer's own; and where the file
 carries the key noise, "oscar+kn" with the searched pair: the noise's bias taken out of the INT2 scores, what
-jspec.load runs with such a file.
+jspec.load runs with such a file under JSPEC_KEY_NOISE=on.
 Every INT2 row carries the mean and standard error over windows of its paired per-window gap to BF16 and of
 its top-1 agreement; --plot draws the gaps with their standard errors (matplotlib, PNG).
 """
@@ -222,9 +222,8 @@ def main(argv=None) -> int:
     rots = {k: r for k, r in rots.items() if k in ["none", *args.only, *extra]}  # none: BF16 runs on it
     by_rot = kvq.rotated_params(params, cfg, rots)
     noise = rotation.key_noise(meta, cfg) if "oscar" in by_rot else None
-    if noise is not None:  # as jspec.load runs the file at its searched clip
-        oscar = by_rot["oscar"]
-        by_rot["oscar+kn"] = oscar.replace(layers=oscar.layers.replace(key_noise=jnp.asarray(noise)))
+    if noise is not None:  # as jspec.load runs the file at its searched clip with JSPEC_KEY_NOISE=on
+        by_rot["oscar+kn"] = rotation.with_key_noise(by_rot["oscar"], noise)
     sr = [tuple(int(x) for x in p.split(",")) for p in args.sr]
     for kv_pair in args.clip_kv:  # a clip setting of its own, named by its values
         kvq.CLIPS[kv_pair] = tuple(float(x) for x in kv_pair.split(","))

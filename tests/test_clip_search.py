@@ -67,7 +67,7 @@ def test_searched_clip_is_written_read_back_and_used(tmp_path):
 def test_key_noise_is_written_read_back_and_used(tmp_path, monkeypatch):
     """The file keeps each layer's key noise at its model-wide key clip; the loader sets Layer.key_noise where the
     cache codes keys at that clip and not at another, and only where JSPEC_KEY_NOISE=on; on held-out rows the measured
-    noise is the keys' own and its shift moves the attention output."""
+    noise is the keys' own."""
     params, rot_k, rot_v, meta, meta2, path = _calibrated(tmp_path)
     noise = rotation.key_noise(meta2, CFG)
     assert noise.shape == (CFG.num_layers, CFG.num_kv_heads) and (noise > 0).all()
@@ -81,15 +81,12 @@ def test_key_noise_is_written_read_back_and_used(tmp_path, monkeypatch):
     assert engine._key_noise(meta2, CFG, dataclasses.replace(kv, group_size=8)) is None
     assert rotation.key_noise(cal.calibrate(params, CFG, [_tokens(1, (2, 96))], clip_tokens=0)[2], CFG) is None
 
-    # held-out rows, layer 0 at the file's key clip: the measured noise is the keys' own, and its shift pays
+    # held-out rows, layer 0 at the file's key clip: the measured noise is the keys' own (its shift: test_int2_kernel)
     q, k, v, _ = _layer0(params, _tokens(2, (2, 160)), rot_k, rot_v)
     kq = quant.fake_quantize(k, CFG.head_dim, found["clip_model"][0], jnp.bfloat16)
     rows = jnp.arange(80, 160, 4)
     qg = q[:, rows].reshape(2, len(rows), CFG.num_kv_heads, CFG.q_per_kv, CFG.head_dim)
     np.testing.assert_allclose(clip_search.noise_variance(qg, kq - k), noise[0], rtol=0.5)
-    exact = clip_search._outputs(qg, k, v, k, v, rows)
-    err = lambda kn: float(jnp.sum((clip_search._outputs(qg, k, v, kq, v, rows, kn) - exact) ** 2))
-    assert err(jnp.asarray(noise[0])) != err(None)  # it is applied (lower or higher: docs/results.md)
     save = lambda m: rotation.save_rotations(path, rot_k, rot_v, meta | m)
     for bad in ('[[0.1, 0.2]]', '"x"', '[[0.1, -1.0], [0.1, 0.2]]'):
         save({"key_noise": bad})

@@ -16,7 +16,8 @@ The command line over it is jspec.cli.calibrate (`jspec calibrate`).
 With the rotations of a layer fitted, the clip search (jspec.model.clip_search) scores candidate clip quantiles
 for its keys and values on the first --clip-tokens tokens, by the error of the attention output; the rotation
 file keeps the best per layer, the model-wide pair the run time uses, the key noise that pair's key clip leaves
-(Layer.key_noise: the bias it puts in the INT2 scores is taken out at run time), and how they were found.
+(Layer.key_noise: the bias it puts in the INT2 scores, taken out at run time under JSPEC_KEY_NOISE=on), and how
+they were found.
 """
 
 from __future__ import annotations

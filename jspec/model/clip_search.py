@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jspec.attention.split import noise_shift
 from jspec.int2 import quant
 
 OBJECTIVE = "attention output error through W_o, keys and values searched apart"
@@ -49,17 +48,14 @@ def noise_variance(q, e):
     return jnp.sum(cq * ce, (1, 2)) / jnp.trace(cq, axis1=1, axis2=2)
 
 
-def _outputs(q, k, v, kq, vq, rows, key_noise=None):
+def _outputs(q, k, v, kq, vq, rows):
     """Attention outputs [B, nq, H, g, D] of the queries q at positions rows, with keys k or kq and values v or vq
-    read under the rule (exact elsewhere), causal; key_noise [H]: the INT2 scores' bias taken out, as the run
-    time does (noise_shift)."""
+    read under the rule (exact elsewhere), causal."""
     n, D = k.shape[1], q.shape[-1]
     int2 = _rule_mask(n, rows)  # [nq, n]
     causal = jnp.arange(n)[None, :] <= rows[:, None]
     s = jnp.einsum("bthgd,bphd->bhgtp", q, k)
     sq = jnp.einsum("bthgd,bphd->bhgtp", q, kq)
-    if key_noise is not None:  # [B, nq, H, g] -> [B, H, g, nq, 1], unscaled
-        sq -= noise_shift(q, key_noise, axis=2).transpose(0, 2, 3, 1)[..., None] * D**0.5
     s = jnp.where(causal, jnp.where(int2, sq, s) * D**-0.5, -jnp.inf)
     w = jax.nn.softmax(s, axis=-1)  # [B, H, g, nq, n]
     return jnp.einsum("bhgtp,bphd->bthgd", w, v) + jnp.einsum("bhgtp,bphd->bthgd", jnp.where(int2, w, 0.0), vq - v)

@@ -304,6 +304,11 @@ def load_rotations(path, cfg: ModelConfig):
     return rot["rot_k"], rot["rot_v"], meta
 
 
+def with_key_noise(params: Params, noise) -> Params:
+    """params with Layer.key_noise [L, Hkv] set (key_noise's), whose bias the attention paths take out."""
+    return params.replace(layers=params.layers.replace(key_noise=jnp.asarray(noise, jnp.float32)))
+
+
 def apply_rotations(params: Params, cfg: ModelConfig, rot_k: Sequence, rot_v: Sequence) -> Params:
     """Sets Layer.rot_k, folds R_V into the v slot of wqkv/bqkv and R_V^T into W_o; the model is unchanged.
 

@@ -734,7 +734,7 @@ def _rotate(params: Params, cfg: ModelConfig, model_dir: Path, kv: KVConfig, mod
         raise ConfigError(f"unknown rotation {mode!r}; use none, hadamard or oscar")
     params = _apply_rotations(params, cfg, rot_k, rot_v)
     noise = _key_noise(meta, cfg, kv) if mode == "oscar" else None
-    return (params if noise is None else params.replace(layers=params.layers.replace(key_noise=noise))), kv
+    return (params if noise is None else rotation.with_key_noise(params, noise)), kv
 
 
 def _key_noise(meta: dict, cfg: ModelConfig, kv: KVConfig):
@@ -748,7 +748,7 @@ def _key_noise(meta: dict, cfg: ModelConfig, kv: KVConfig):
         log.info("key-noise correction off: measured at key clip %s, group %s; this cache codes keys at %s, %s",
                  *measured, kv.clips[0], kv.group(cfg.head_dim))
         return None
-    return jnp.asarray(noise)
+    return noise
 
 
 def _with_searched_clips(kv: KVConfig, found: dict | None) -> KVConfig:
